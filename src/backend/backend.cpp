@@ -1,0 +1,57 @@
+#include "backend/backend.h"
+
+#include <cstdio>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+
+namespace smolrt {
+
+int Backend::forward_token_greedy(int token, int pos) {
+  std::span<const float> logits = forward_token(token, pos);
+  return cpu::argmax(logits.data(), static_cast<int>(logits.size()));
+}
+
+void Backend::check_token(int token) const {
+  if (token < 0 || token >= config().vocab_size) {
+    fail("token id ", token, " is out of range: the vocabulary has ", config().vocab_size,
+         " tokens (valid ids 0..", config().vocab_size - 1, ")");
+  }
+}
+
+void Backend::check_pos(int pos) const {
+  if (pos < 0 || pos > position()) {
+    fail("position ", pos, " is invalid: the KV cache holds ", position(),
+         " tokens, so the next position must be in 0..", position());
+  }
+  if (pos >= n_ctx()) {
+    fail("position ", pos, " is past the context of ", n_ctx(),
+         " tokens; use a larger --ctx (up to the model's ", config().n_ctx_train,
+         ") or a shorter prompt/generation");
+  }
+}
+
+std::unique_ptr<Backend> make_backend(const Model& m, const BackendOptions& opt) {
+  if (opt.kind == "cpu") return make_cpu_backend(m, opt);
+  if (opt.kind == "cuda") {
+#if defined(SMOLRT_HAVE_CUDA)
+    if (!cuda_device_available()) {
+      fail("--backend cuda was asked for but no CUDA GPU is visible; use --backend cpu");
+    }
+    return make_cuda_backend(m, opt);
+#else
+    fail("--backend cuda was asked for but this build has no CUDA support; rebuild with nvcc "
+         "present (cmake -DSMOLRT_CUDA=ON) or use --backend cpu");
+#endif
+  }
+  if (opt.kind == "auto") {
+#if defined(SMOLRT_HAVE_CUDA)
+    if (cuda_device_available()) return make_cuda_backend(m, opt);
+    std::fprintf(stderr, "smolrt: no CUDA GPU found, using the CPU backend\n");
+#endif
+    return make_cpu_backend(m, opt);
+  }
+  fail("unknown backend '", opt.kind, "'; use cpu, cuda or auto");
+}
+
+}  // namespace smolrt

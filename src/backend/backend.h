@@ -1,0 +1,72 @@
+// The Backend interface: what the generator, tests and benchmarks talk to. CpuBackend (the fp32
+// oracle) and CudaBackend implement it, so every check runs on both and compares them.
+//
+// Positions: the KV cache holds positions [0, position()). forward_token(token, pos) needs
+// 0 <= pos <= position() and pos < n_ctx(); it writes the KV entry at pos, attends to [0, pos]
+// and leaves position() == pos + 1 (writing at pos < position() drops everything after it).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/model.h"
+
+namespace smolrt {
+
+struct Activation {
+  std::string name;           // "blk.3.attn_out", "blk.3.ffn_out", "final_norm", "logits", ...
+  std::vector<float> values;  // for the last token processed
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;  // "cpu" | "cuda"
+  virtual const LlamaConfig& config() const = 0;
+  virtual int n_ctx() const = 0;         // KV capacity in tokens
+  virtual int position() const = 0;      // tokens currently in the KV cache
+
+  virtual void reset() = 0;              // empty the KV cache
+  virtual void rollback(int pos) = 0;    // keep positions [0, pos); Error if pos > position()
+
+  // One token at `pos`; returns the vocab_size logits (valid until the next call).
+  virtual std::span<const float> forward_token(int token, int pos) = 0;
+  // Same step, returns argmax(logits) (ties -> lowest index, NaN never wins). The CUDA backend
+  // runs argmax on the GPU and reads back 4 bytes.
+  virtual int forward_token_greedy(int token, int pos);
+
+  // All tokens, starting at position(); returns logits of the last token.
+  virtual std::span<const float> forward_prompt(std::span<const int> tokens) = 0;
+  // All tokens, starting at position(); logits for every position, row-major [n][vocab].
+  virtual std::vector<float> forward_prompt_all(std::span<const int> tokens) = 0;
+
+  // Debug: when enabled, each forward records named per-layer activations of the last token.
+  virtual void set_debug(bool on) { debug_ = on; }
+  virtual std::vector<Activation> activations() const { return {}; }
+
+ protected:
+  bool debug_ = false;
+  // Shared argument checks: token in [0, vocab), pos in [0, position()] and < n_ctx().
+  void check_token(int token) const;
+  void check_pos(int pos) const;
+};
+
+struct BackendOptions {
+  std::string kind = "auto";  // "cpu" | "cuda" | "auto" (cuda when a GPU is present)
+  int n_ctx = 0;              // 0: the model's training context
+  int n_threads = 0;          // CPU backend: 0 = hardware concurrency
+};
+
+// Throws Error for an unknown kind, "cuda" without a GPU or without CUDA support in this build.
+std::unique_ptr<Backend> make_backend(const Model& m, const BackendOptions& opt);
+std::unique_ptr<Backend> make_cpu_backend(const Model& m, const BackendOptions& opt);
+#if defined(SMOLRT_HAVE_CUDA)
+std::unique_ptr<Backend> make_cuda_backend(const Model& m, const BackendOptions& opt);
+bool cuda_device_available();
+#endif
+
+}  // namespace smolrt

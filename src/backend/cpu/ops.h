@@ -1,0 +1,43 @@
+// CPU reference ops: straight-line fp32, the oracle ("CPU twin") every CUDA kernel is tested
+// against. Single-threaded unless a function says otherwise; no allocation inside.
+#pragma once
+
+#include <cstdint>
+
+#include "model/model.h"
+#include "quant/formats.h"
+
+namespace smolrt::cpu {
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n. out may alias x.
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
+
+// Row r of a weight in any computable type, dequantized to f32 (cols elements).
+void dequant_row(const TensorView& w, int64_t r, float* out);
+
+// out[r] = dot(W[r,:], x) for r in [r0, r1): dequantizes each row in f32, accumulates in f32.
+void matvec_rows(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1);
+// All rows, split over n_threads threads (0 = hardware concurrency).
+void matvec(float* out, const TensorView& w, const float* x, int n_threads = 1);
+
+// Embedding row `token` of token_embd (any computable type) -> f32 [cols].
+void embed(float* out, const TensorView& embd, int token);
+
+// RoPE, "normal" GGUF llama style: rotate adjacent pairs (2i, 2i+1), i < rope_dim/2, of each of
+// n_heads heads (head_dim apart) by angle pos * base^(-2i/rope_dim). In place.
+void rope(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base);
+
+// Causal grouped-query attention for one query token at position n_pos-1.
+// q: [n_heads*head_dim]; k_cache, v_cache: [n_pos][n_kv_heads*head_dim]; out: [n_heads*head_dim].
+// Query head h reads KV head h / (n_heads / n_kv_heads); scale 1/sqrt(head_dim).
+// scratch: at least n_pos floats.
+void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int n_pos,
+               int n_heads, int n_kv_heads, int head_dim, float* scratch);
+
+// out[i] = silu(gate[i]) * up[i]; silu(x) = x / (1 + exp(-x)).
+void silu_mul(float* out, const float* gate, const float* up, int n);
+
+// Index of the largest value; ties -> lowest index; NaN never wins (all-NaN -> 0).
+int argmax(const float* x, int n);
+
+}  // namespace smolrt::cpu
