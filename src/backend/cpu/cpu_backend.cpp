@@ -3,6 +3,7 @@
 // n_ctx positions are allocated once in the constructor, never inside a forward step.
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
@@ -30,6 +31,7 @@ class CpuBackend final : public Backend {
   std::vector<float> forward_prompt_all(std::span<const int> tokens) override;
 
   std::vector<Activation> activations() const override { return acts_; }
+  std::string device_name() const override;
 
  private:
   // Debug only: stores a copy of v as "blk.<layer>.<what>" (layer >= 0) or "<what>".
@@ -116,6 +118,20 @@ CpuBackend::CpuBackend(const Model& m, const BackendOptions& opt)
   const size_t kv = size_t(c_.n_layers) * n_ctx_ * kv_dim_;
   k_cache_.assign(kv, 0.0f);
   v_cache_.assign(kv, 0.0f);
+}
+
+std::string CpuBackend::device_name() const {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t c = line.find(':');
+      if (c != std::string::npos && c + 2 <= line.size()) {
+        return cat(line.substr(c + 2), " (", n_threads_, " threads)");
+      }
+    }
+  }
+  return cat("cpu (", n_threads_, " threads)");
 }
 
 void CpuBackend::rollback(int pos) {
