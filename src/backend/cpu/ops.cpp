@@ -94,6 +94,56 @@ inline const uint8_t* row_ptr(const TensorView& w, int64_t r) {
   return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride();
 }
 
+// dot(block b of a row, x[0..32)) for the quantized types, with the scale factored out of the
+// sum: d * sum(q * x) (+ m * sum(x) for Q4_1). Same f32 math as dequantize-then-dot up to
+// rounding order, and ~2x faster because the int->float nibble unpack and the multiply-add
+// vectorize together (8 independent lanes, no -ffast-math needed).
+template <GgmlType T>
+inline float block_dot(const uint8_t* row, int64_t b, const float* x) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  auto lanes = [&] {
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  };
+  if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) {
+    constexpr size_t kBytes = T == GgmlType::Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ4_1);
+    constexpr int kOff = T == GgmlType::Q4_0 ? 8 : 0;  // Q4_0 nibbles are offset by 8
+    const uint8_t* p = row + b * kBytes;
+    const uint8_t* qs = p + kBytes - 16;
+    for (int j = 0; j < 16; j += 8) {
+      for (int k = 0; k < 8; ++k) acc[k] += static_cast<float>((qs[j + k] & 15) - kOff) * x[j + k];
+    }
+    for (int j = 0; j < 16; j += 8) {
+      for (int k = 0; k < 8; ++k) {
+        acc[k] += static_cast<float>((qs[j + k] >> 4) - kOff) * x[16 + j + k];
+      }
+    }
+    uint16_t dh;
+    std::memcpy(&dh, p, 2);
+    if constexpr (T == GgmlType::Q4_0) {
+      return lanes() * fp16_to_f32(dh);
+    } else {
+      uint16_t mh;
+      std::memcpy(&mh, p + 2, 2);
+      const float qx = lanes();
+      for (int k = 0; k < 8; ++k) acc[k] = 0;
+      for (int j = 0; j < 32; j += 8) {
+        for (int k = 0; k < 8; ++k) acc[k] += x[j + k];
+      }
+      return qx * fp16_to_f32(dh) + lanes() * fp16_to_f32(mh);
+    }
+  } else {
+    static_assert(T == GgmlType::Q8_0);
+    const uint8_t* p = row + b * sizeof(BlockQ8_0);
+    const int8_t* qs = reinterpret_cast<const int8_t*>(p + 2);
+    for (int j = 0; j < 32; j += 8) {
+      for (int k = 0; k < 8; ++k) acc[k] += static_cast<float>(qs[j + k]) * x[j + k];
+    }
+    uint16_t dh;
+    std::memcpy(&dh, p, 2);
+    return lanes() * fp16_to_f32(dh);
+  }
+}
+
 // out[r] = dot(W[r,:], x), r in [r0, r1), or with x == nullptr: out = row r0 dequantized.
 template <GgmlType T>
 void rows_t(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1) {
@@ -108,8 +158,12 @@ void rows_t(float* out, const TensorView& w, const float* x, int64_t r0, int64_t
     }
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
-      dequant_block<T>(row, b, tmp);
-      acc += dot32(tmp, x + b * 32);
+      if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q8_0) {
+        acc += block_dot<T>(row, b, x + b * 32);
+      } else {
+        dequant_block<T>(row, b, tmp);
+        acc += dot32(tmp, x + b * 32);
+      }
     }
     for (int64_t i = nb * 32; i < w.cols; ++i) acc += elem(T, row, i) * x[i];
     out[r] = acc;
