@@ -1,5 +1,7 @@
-// CPU reference ops. Weights are dequantized on the fly, one 32-element block at a time into a
-// stack buffer: no memory beyond the mmap'ed file is used for weights of any type.
+// CPU reference ops. Weights are read straight from the mmap'ed file and dequantized on the fly,
+// one 32-element block at a time (F32/F16/BF16 via a 32-float stack buffer; Q4_0/Q4_1/Q8_0 as a
+// fused block dot with the fp16 scale applied to the block's partial sum). Memory cost for
+// weights: none beyond the mapping (128 bytes of stack per thread).
 #include "backend/cpu/ops.h"
 
 #include <algorithm>
