@@ -79,7 +79,7 @@ LlamaConfig load_config(const gguf::File& f) {
   if (!f.has("general.architecture")) {
     fail(f.path(),
          ": metadata 'general.architecture' is missing; this GGUF holds no model "
-         "(a vocab-only file?) — smolrt needs a llama model");
+         "(a vocab-only file?); smolrt needs a llama model");
   }
   c.arch = f.get_string("general.architecture");
   if (c.arch != "llama") {
