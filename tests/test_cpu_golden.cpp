@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "core/error.h"
 #include "model/model.h"
 #include "runtime/generator.h"
 #include "test_util.h"
@@ -108,9 +109,14 @@ TEST(CpuGolden, Stories260KGeneratorStopsAtContextAndEmptyPromptIsBos) {
 const char* kChatPrompt =
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 
-// Frozen greedy continuations (32 tokens, CPU backend) of kChatPrompt.
-const std::vector<int> kQ41Greedy32 = {};
-const std::vector<int> kQ40Greedy32 = {};
+// Frozen greedy continuations (up to 32 tokens, CPU backend) of kChatPrompt. Q4_1 (as shipped):
+// "The capital of France is Paris." then <|im_end|> (2) stops it. Q4_0: "The capital of France
+// is Paris, capital of the French language, culture, and culture. It is a major European city and
+// the largest European city, and it".
+const std::vector<int> kQ41Greedy32 = {504, 3575, 282, 4649, 314, 7042, 30, 2};
+const std::vector<int> kQ40Greedy32 = {
+    504,  3575, 282, 4649, 314, 7042, 28,   3575, 282, 260, 3432, 1789, 28,   2517, 28,  284,
+    2517, 30,   657, 314,  253, 1739, 3284, 2240, 284, 260, 3995, 3284, 2240, 28,   284, 357};
 
 GenerateResult chat_greedy(Loaded& l, int n) {
   Generator gen(*l.be, l.tok);
@@ -133,6 +139,8 @@ TEST(CpuGolden, SmolLM2Q4_1AnswersParis) {
   std::printf("q4_1 text: %s\n", r.text.c_str());
   EXPECT_NE(r.text.find("Paris"), std::string::npos) << r.text;
   EXPECT_EQ(r.generated_ids, kQ41Greedy32);
+  EXPECT_EQ(r.stop, StopReason::kEog);
+  EXPECT_EQ(r.text, "The capital of France is Paris.");
 }
 
 TEST(CpuGolden, SmolLM2Q4_0AnswersParis) {
@@ -143,8 +151,16 @@ TEST(CpuGolden, SmolLM2Q4_0AnswersParis) {
   std::printf("q4_0 text: %s\n", r.text.c_str());
   EXPECT_NE(r.text.find("Paris"), std::string::npos) << r.text;
   EXPECT_EQ(r.generated_ids, kQ40Greedy32);
+  EXPECT_EQ(r.stop, StopReason::kMaxTokens);
 }
 
+// Q4_0 here is the shipped Q4_1 requantized (dequantize, then the reference Q4_0 quantizer), so
+// the two differ by a second 4-bit rounding of every layer matrix. Measured on the 16-token chat
+// prompt (CPU backend): max |diff| 16.02 (position 15; tails of the distribution), mean |diff|
+// 2.78, mean softmax KL(q4_1 || q4_0) 0.26, top-1 agreement 12/16 positions, the same top token at
+// the last position (504, "The"). The bounds below allow ~1.5x the measured values: a different but
+// still correct Q4_0 quantizer (rounding ties, scale choice) moves them, while a broken kernel or
+// block layout gives logits that are unrelated (mean |diff| >> 4, KL >> 1, top-1 agreement ~0).
 TEST(CpuGolden, SmolLM2Q4_0CloseToQ4_1) {
   REQUIRE_DEFAULT_MODEL_Q4_1(p41);
   REQUIRE_DEFAULT_MODEL(p40);
@@ -154,24 +170,39 @@ TEST(CpuGolden, SmolLM2Q4_0CloseToQ4_1) {
   const std::vector<float> la = a.be->forward_prompt_all(prompt);
   const std::vector<float> lb = b.be->forward_prompt_all(prompt);
   ASSERT_EQ(la.size(), lb.size());
-  const size_t vocab = 49152;
-  double max_diff = 0, sum_diff = 0, max_abs = 0;
-  for (size_t i = 0; i < la.size(); ++i) {
-    const double d = std::fabs(la[i] - lb[i]);
-    max_diff = std::max(max_diff, d);
-    sum_diff += d;
-    max_abs = std::max(max_abs, double(std::fabs(la[i])));
+  const size_t vocab = 49152, n = prompt.size();
+  double max_diff = 0, sum_diff = 0, sum_kl = 0;
+  int agree = 0;
+  for (size_t t = 0; t < n; ++t) {
+    const float* pa = la.data() + t * vocab;
+    const float* pb = lb.data() + t * vocab;
+    double ma = -1e30, mb = -1e30, za = 0, zb = 0, kl = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      const double d = std::fabs(pa[i] - pb[i]);
+      max_diff = std::max(max_diff, d);
+      sum_diff += d;
+      ma = std::max(ma, double(pa[i]));
+      mb = std::max(mb, double(pb[i]));
+    }
+    for (size_t i = 0; i < vocab; ++i) za += std::exp(pa[i] - ma), zb += std::exp(pb[i] - mb);
+    for (size_t i = 0; i < vocab; ++i) {
+      const double lpa = pa[i] - ma - std::log(za), lpb = pb[i] - mb - std::log(zb);
+      kl += std::exp(lpa) * (lpa - lpb);
+    }
+    sum_kl += kl;
+    agree += cpu::argmax(pa, vocab) == cpu::argmax(pb, vocab);
   }
-  const size_t last = la.size() - vocab;
-  const int top_a = cpu::argmax(la.data() + last, vocab),
-            top_b = cpu::argmax(lb.data() + last, vocab);
+  const double mean_diff = sum_diff / la.size(), mean_kl = sum_kl / n;
   std::printf(
-      "q4_0 vs q4_1 over %zu positions: max |diff| %.4f, mean |diff| %.4f, max |logit| %.3f, top "
-      "%d vs %d\n",
-      prompt.size(), max_diff, sum_diff / la.size(), max_abs, top_a, top_b);
-  EXPECT_EQ(top_a, top_b);
-  EXPECT_LT(max_diff, 1e9);
-  EXPECT_LT(sum_diff / la.size(), 1e9);
+      "q4_0 vs q4_1, %zu positions: max |diff| %.3f, mean |diff| %.3f, mean KL %.3f, "
+      "top-1 agreement %d/%zu\n",
+      n, max_diff, mean_diff, mean_kl, agree, n);
+  EXPECT_EQ(cpu::argmax(la.data() + (n - 1) * vocab, vocab),
+            cpu::argmax(lb.data() + (n - 1) * vocab, vocab));
+  EXPECT_LT(max_diff, 24.0);
+  EXPECT_LT(mean_diff, 4.0);
+  EXPECT_LT(mean_kl, 0.5);
+  EXPECT_GE(agree, static_cast<int>(n) * 10 / 16);
 }
 
 }  // namespace
