@@ -32,7 +32,7 @@ int run_quantize(const QuantizeArgs& a) {
   QuantizedModel q = quantize_model(*in, target, [quiet](const std::string& line) {
     if (!quiet || line.rfind("note:", 0) == 0) std::fprintf(stderr, "%s\n", line.c_str());
   });
-  q.writer.write(a.out);
+  q.writer.write(a.out);  // atomic: writes a .tmp beside it, then renames
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr,
                "quantize: wrote %s: %llu tensors, %.2f M params, %.2f MiB of tensor data "

@@ -29,7 +29,7 @@ int run_synth(const SynthArgs& a) {
   synth_preset(o.preset);  // validate before any work
   SynthModel m = synth_model(o);
   const auto t1 = std::chrono::steady_clock::now();
-  m.writer.write(a.out);
+  m.writer.write(a.out);  // atomic: writes a .tmp beside it, then renames
   const auto t2 = std::chrono::steady_clock::now();
   std::fprintf(stderr,
                "synth: wrote %s: preset %s, type %s, seed %llu, vocab %d, %llu tensors, "
