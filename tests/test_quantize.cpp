@@ -210,6 +210,66 @@ TEST(QuantQ8_0, NegativeMaxHalfScale) {
   EXPECT_EQ(y.qs[0], 0);
 }
 
+// --- random data: byte-exact against a literal transcription of the reference rules -------------
+
+// The facts.md rules written as plainly as possible (libm roundf, no shortcuts).
+void ref_q4_0(const float* x, BlockQ4_0& y) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+  }
+  const float d = max / -8, id = d ? 1.0f / d : 0.0f;
+  y.d = f32_to_fp16(d);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::min<int8_t>(15, (int8_t)(x[j] * id + 8.5f));
+    const int hi = std::min<int8_t>(15, (int8_t)(x[j + 16] * id + 8.5f));
+    y.qs[j] = (uint8_t)(lo | hi << 4);
+  }
+}
+void ref_q4_1(const float* x, BlockQ4_1& y) {
+  float mn = x[0], mx = x[0];
+  for (int j = 0; j < 32; ++j) mn = std::min(mn, x[j]), mx = std::max(mx, x[j]);
+  const float d = (mx - mn) / 15, id = d ? 1.0f / d : 0.0f;
+  y.d = f32_to_fp16(d);
+  y.m = f32_to_fp16(mn);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::min<int8_t>(15, (int8_t)((x[j] - mn) * id + 0.5f));
+    const int hi = std::min<int8_t>(15, (int8_t)((x[j + 16] - mn) * id + 0.5f));
+    y.qs[j] = (uint8_t)(lo | hi << 4);
+  }
+}
+void ref_q8_0(const float* x, BlockQ8_0& y) {
+  float amax = 0;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+  y.d = f32_to_fp16(d);
+  for (int j = 0; j < 32; ++j) y.qs[j] = (int8_t)std::roundf(x[j] * id);
+}
+
+TEST(QuantReference, ByteExactOnRandomBlocks) {
+  // Mixed scales and many exact halves (values on a 1/64 grid) to hit the rounding edges.
+  const int64_t nb = 4000, n = nb * 32;
+  std::vector<float> x = test::randn(n, 31, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 3 == 0) x[i] = std::round(x[i] * 64) / 64;
+    x[i] *= std::ldexp(1.0f, static_cast<int>(i / 32 % 9) - 4);
+  }
+  std::vector<BlockQ4_0> a0(nb), b0(nb);
+  std::vector<BlockQ4_1> a1(nb), b1(nb);
+  std::vector<BlockQ8_0> a8(nb), b8(nb);
+  quantize_row(GgmlType::Q4_0, x.data(), a0.data(), n);
+  quantize_row(GgmlType::Q4_1, x.data(), a1.data(), n);
+  quantize_row(GgmlType::Q8_0, x.data(), a8.data(), n);
+  for (int64_t b = 0; b < nb; ++b) {
+    ref_q4_0(&x[b * 32], b0[b]);
+    ref_q4_1(&x[b * 32], b1[b]);
+    ref_q8_0(&x[b * 32], b8[b]);
+    ASSERT_EQ(std::memcmp(&a0[b], &b0[b], sizeof(BlockQ4_0)), 0) << "q4_0 block " << b;
+    ASSERT_EQ(std::memcmp(&a1[b], &b1[b], sizeof(BlockQ4_1)), 0) << "q4_1 block " << b;
+    ASSERT_EQ(std::memcmp(&a8[b], &b8[b], sizeof(BlockQ8_0)), 0) << "q8_0 block " << b;
+  }
+}
+
 // --- random data: dequantize(quantize(x)) within the format's bound ----------------------------
 
 // fp16 relative rounding error (half an ulp of a 10-bit mantissa).
@@ -328,8 +388,7 @@ TEST(RoundTripExact, HalfAndBf16BitsSurviveF32) {
   EXPECT_EQ(back, all);
 }
 
-// --- convert_row
-// ----------------------------------------------------------------------------------
+// --- convert_row ---------------------------------------------------------------------------------
 
 TEST(ConvertRow, RequantizeEqualsDequantThenQuantize) {
   const int64_t n = 32 * 300;  // more than one 4096-element chunk, not a multiple of it
@@ -369,8 +428,7 @@ TEST(ConvertRow, BadLengthsAndTypes) {
   }
 }
 
-// --- non-finite policy
-// ----------------------------------------------------------------------------
+// --- non-finite policy ---------------------------------------------------------------------------
 
 std::string quant_error(GgmlType t, const std::vector<float>& x) {
   std::vector<uint8_t> out(x.size() * 4 + 64);

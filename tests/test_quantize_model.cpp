@@ -109,9 +109,7 @@ TEST_P(Stories, QuantizedWithinBoundsNormsF32) {
 INSTANTIATE_TEST_SUITE_P(Targets, Stories,
                          ::testing::Values(Case{GgmlType::Q8_0, 7}, Case{GgmlType::Q4_0, 2},
                                            Case{GgmlType::F16, 1}),
-                         [](const auto& info) {
-                           return std::string(type_name(info.param.target));
-                         });
+                         [](const auto& tp) { return std::string(type_name(tp.param.target)); });
 
 TEST(QuantizeModel, RequantizesFromQ4_1ExactlyLikeConvertRow) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");

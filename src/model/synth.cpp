@@ -11,8 +11,7 @@ namespace smolrt {
 
 namespace {
 
-// --- presets
-// --------------------------------------------------------------------------------------
+// --- presets -------------------------------------------------------------------------------------
 
 const std::vector<SynthPreset> kPresets = {
     // SmolLM2-135M: head_dim 64, tied embeddings.
@@ -38,29 +37,66 @@ uint64_t stream_key(uint64_t seed, const std::string& name) {
   return mix64(mix64(seed) ^ h);
 }
 
-// out[k] = mean + std * z(first + k), z(i) ~ N(0,1) from hash(key, i / 2) via Box-Muller
-// (the pair's cosine for even i, sine for odd i). Float math: 134 M values in about a second.
-void fill_normal(uint64_t key, uint64_t first, int64_t n, float mean, float std, float* out) {
-  constexpr float k24 = 1.0f / 16777216.0f;
-  constexpr float kTwoPi = 6.28318530717958647692f;
-  for (int64_t k = 0; k < n;) {
-    const uint64_t i = first + static_cast<uint64_t>(k);
-    const uint64_t h = mix64(key + (i >> 1) * 0xd1b54a32d192ed03ull);
-    const float u1 = (static_cast<float>(h >> 40) + 1.0f) * k24;  // (0, 1]
-    const float u2 = static_cast<float>((h >> 16) & 0xffffffu) * k24;
-    const float r = std::sqrt(-2.0f * std::log(u1));
-    const float th = kTwoPi * u2;
-    if ((i & 1u) == 0) {
-      out[k++] = mean + std * r * std::cos(th);
-      if (k < n) out[k++] = mean + std * r * std::sin(th);
-    } else {
-      out[k++] = mean + std * r * std::sin(th);
-    }
-  }
+// Inverse of the standard normal CDF by P. J. Acklam's rational approximation (relative error
+// 1.2e-9 in double; evaluated in float here), for p in (0, 0.5]. The central region
+// (p >= 0.02425, 95% of draws) is one rational function without a libm call, computed for a
+// whole row in a branch-free loop the compiler vectorizes; the tails are patched afterwards.
+// About 4x cheaper than Box-Muller's log + sqrt + sincos per element.
+constexpr float kA[6] = {-3.969683028665376e+01f, 2.209460984245205e+02f,  -2.759285104469687e+02f,
+                         1.383577518672690e+02f,  -3.066479806614716e+01f, 2.506628277459239e+00f};
+constexpr float kB[5] = {-5.447609879822406e+01f, 1.615858368580409e+02f, -1.556989798598866e+02f,
+                         6.680131188771972e+01f, -1.328068155288572e+01f};
+constexpr float kC[6] = {-7.784894002430293e-03f, -3.223964580411365e-01f, -2.400758277161838e+00f,
+                         -2.549732539343734e+00f, 4.374664141464968e+00f,  2.938163982698783e+00f};
+constexpr float kD[4] = {7.784695709041462e-03f, 3.224671290700398e-01f, 2.445134137142996e+00f,
+                         3.754408661907416e+00f};
+constexpr float kPLow = 0.02425f;
+
+inline float inv_cdf_central(float p) {
+  const float q = p - 0.5f, r = q * q;
+  return (((((kA[0] * r + kA[1]) * r + kA[2]) * r + kA[3]) * r + kA[4]) * r + kA[5]) * q /
+         (((((kB[0] * r + kB[1]) * r + kB[2]) * r + kB[3]) * r + kB[4]) * r + 1.0f);
 }
 
-// --- GPT-2 byte-to-unicode
-// -------------------------------------------------------------------------
+inline float inv_cdf_tail(float p) {
+  const float q = std::sqrt(-2.0f * std::log(p));
+  return (((((kC[0] * q + kC[1]) * q + kC[2]) * q + kC[3]) * q + kC[4]) * q + kC[5]) /
+         ((((kD[0] * q + kD[1]) * q + kD[2]) * q + kD[3]) * q + 1.0f);
+}
+
+// Two 23-bit draws per hash of a pair index: element 2j takes the high bits of hash(key, j),
+// element 2j + 1 the low bits, so any row split gives the same values.
+inline uint64_t pair_hash(uint64_t key, uint64_t j) {
+  return mix64(key + j * 0xd1b54a32d192ed03ull);
+}
+
+// out[k] = mean + std * z(first + k), z ~ N(0, 1). A draw b (23 bits) means p = (b + 0.5) / 2^23,
+// exact in float. The upper half uses the mirror integer (z(b) = -z(2^23 - 1 - b)), so 1 - p is
+// never formed: no rounding to 1, no log(0), exact symmetry, |z| <= 5.3. `bits` is scratch for n
+// values.
+void fill_normal(uint64_t key, uint64_t first, int64_t n, float mean, float std, float* out,
+                 uint32_t* bits) {
+  for (int64_t k = 0; k < n; ++k) {  // scalar: 64-bit multiplies do not vectorize on SSE2
+    const uint64_t i = first + static_cast<uint64_t>(k);
+    const uint64_t h = pair_hash(key, i >> 1);
+    bits[k] = (i & 1u) ? static_cast<uint32_t>(h >> 8) & 0x7fffffu : static_cast<uint32_t>(h >> 41);
+  }
+  for (int64_t k = 0; k < n; ++k) {  // branch-free: vectorizes
+    const uint32_t upper = bits[k] >> 22;
+    const uint32_t b = bits[k] ^ ((0u - upper) & 0x7fffffu);
+    const float z = inv_cdf_central((static_cast<float>(b) + 0.5f) * (1.0f / 8388608.0f));
+    out[k] = bits_to_f32(f32_to_bits(z) ^ (upper << 31));
+  }
+  for (int64_t k = 0; k < n; ++k) {  // tails: 4.85% of draws
+    const uint32_t upper = bits[k] >> 22;
+    const uint32_t b = bits[k] ^ ((0u - upper) & 0x7fffffu);
+    const float p = (static_cast<float>(b) + 0.5f) * (1.0f / 8388608.0f);
+    if (p < kPLow) out[k] = upper ? -inv_cdf_tail(p) : inv_cdf_tail(p);
+  }
+  for (int64_t k = 0; k < n; ++k) out[k] = mean + std * out[k];
+}
+
+// --- GPT-2 byte-to-unicode ------------------------------------------------------------------
 
 void append_utf8(std::string& s, uint32_t cp) {
   if (cp < 0x80) {
@@ -98,8 +134,7 @@ const char* kChatMl =
 
 }  // namespace
 
-// --- public API
-// -------------------------------------------------------------------------------------
+// --- public API ----------------------------------------------------------------------------------
 
 const std::vector<SynthPreset>& synth_presets() {
   return kPresets;
@@ -216,9 +251,10 @@ SynthModel synth_model(const SynthOptions& o) {
     const float mean = vec ? 1.0f : 0.0f, std = vec ? 0.05f : 0.02f;
     parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
       std::vector<float> row(s.cols);
+      std::vector<uint32_t> bits(s.cols);
       for (int64_t r = r0; r < r1; ++r) {
         fill_normal(key, static_cast<uint64_t>(r) * s.cols, static_cast<int64_t>(s.cols), mean, std,
-                    row.data());
+                    row.data(), bits.data());
         quantize_row(t, row.data(), buf.data() + static_cast<size_t>(r) * rb,
                      static_cast<int64_t>(s.cols));
       }

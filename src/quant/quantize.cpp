@@ -11,8 +11,7 @@ namespace smolrt {
 
 namespace {
 
-// --- error helpers
-// --------------------------------------------------------------------------------
+// --- error helpers -------------------------------------------------------------------------------
 
 [[noreturn]] void non_finite(float v, int64_t idx) {
   fail("non-finite value ", v, " at element ", idx,
@@ -30,10 +29,22 @@ namespace {
        ", which overflows fp16 (max 65504); keep this tensor in f16/f32");
 }
 
+// Branch-free scan first (vectorizes), then the index of the first bad value only on failure.
 inline void check_finite_block(const float* x, int64_t n, int64_t base) {
+  uint32_t bad = 0;
+  for (int64_t j = 0; j < n; ++j) bad |= (f32_to_bits(x[j]) & 0x7f800000u) == 0x7f800000u;
+  if (!bad) return;
   for (int64_t j = 0; j < n; ++j) {
     if (!std::isfinite(x[j])) non_finite(x[j], base + j);
   }
+}
+
+// (int)roundf(v) (halves away from zero) for |v| < 2^23 without the libm call: the integer part
+// and the remainder v - t are exact in float.
+inline int round_half_away(float v) {
+  const int t = static_cast<int>(v);
+  const float frac = v - static_cast<float>(t);
+  return t + (frac >= 0.5f) - (frac <= -0.5f);
 }
 
 inline uint16_t scale_to_fp16(float d, int64_t base, const char* fmt) {
@@ -49,8 +60,7 @@ inline float inverse_scale(float d) {
   return std::isfinite(id) ? id : 0.0f;
 }
 
-// --- block quantizers (base = index of x[0] in the caller's row, for messages)
-// --------------------
+// --- block quantizers (base = index of x[0] in the caller's row, for messages) -------------------
 
 void q4_0_block(const float* x, BlockQ4_0& y, int64_t base) {
   check_finite_block(x, kQK, base);
@@ -98,11 +108,10 @@ void q8_0_block(const float* x, BlockQ8_0& y, int64_t base) {
   const float d = amax / 127.0f;
   const float id = inverse_scale(d);
   y.d = scale_to_fp16(d, base, "q8_0");
-  for (int j = 0; j < kQK; ++j) y.qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+  for (int j = 0; j < kQK; ++j) y.qs[j] = static_cast<int8_t>(round_half_away(x[j] * id));
 }
 
-// --- whole-row encoders with an element offset for messages
-// ---------------------------------------
+// --- whole-row encoders with an element offset for messages --------------------------------------
 
 void encode(GgmlType type, const float* x, void* dst, int64_t n, int64_t base) {
   switch (type) {
@@ -153,8 +162,7 @@ void encode(GgmlType type, const float* x, void* dst, int64_t n, int64_t base) {
 
 }  // namespace
 
-// --- public API
-// -----------------------------------------------------------------------------------
+// --- public API ----------------------------------------------------------------------------------
 
 bool is_convertible(GgmlType t) {
   switch (t) {
