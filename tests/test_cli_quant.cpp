@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -126,6 +127,28 @@ TEST_F(CliQuant, SynthBadFlags) {
   r = run_smolrt("synth --preset tiny --seed banana -o '" + tmp("x.gguf") + "'");
   EXPECT_NE(r.code, 0);
   EXPECT_FALSE(fs::exists(tmp("x.gguf")));
+}
+
+// gguf-py (ggml's Python package) as an independent oracle: every q4_0 / q4_1 / q8_0 / f16 tensor
+// that `smolrt quantize` writes must be byte-identical to gguf.quants.quantize() of the source.
+// Skips visibly when the package is missing (scripts/test-requirements.txt installs it).
+TEST(QuantOracle, ByteExactAgainstGgufPy) {
+  const char* py = std::getenv("SMOLRT_PYTHON");
+  const std::string script = std::string(SMOLRT_SOURCE_DIR) + "/tests/oracle/gguf_quant_oracle.py";
+  const std::string cmd = std::string(py ? py : "python3") + " '" + script + "' --smolrt '" +
+                          SMOLRT_BINARY + "' --fixtures '" + fixtures_dir().string() + "' 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  if (code == 77) GTEST_SKIP() << "skipped: " << out;
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("0 mismatched"), std::string::npos) << out;
+  std::printf("%s", out.c_str());
 }
 
 }  // namespace
