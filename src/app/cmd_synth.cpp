@@ -51,7 +51,8 @@ REGISTER_COMMAND(Command{
           ->capture_default_str();
       sub.add_option("--tokenizer", a->tokenizer,
                      "Hugging Face tokenizer.json to embed (default: a built-in byte-level vocab)");
-      sub.add_option("-t,--type", a->type, "q4_0 (embedding q8_0) | q8_0 | f16 | f32")
+      sub.add_option("-t,--type", a->type,
+                     "q4_0 (embedding q8_0) | q4_1 (embedding q8_0) | q8_0 | f16 | bf16 | f32")
           ->capture_default_str();
       sub.add_option("-s,--seed", a->seed, "random seed (same seed, same bytes)")
           ->capture_default_str();

@@ -184,8 +184,9 @@ VocabData builtin_byte_vocab(int pad_to) {
 
 SynthModel synth_model(const SynthOptions& o) {
   const SynthPreset& p = synth_preset(o.preset);
-  if (!is_convertible(o.type) || o.type == GgmlType::Q4_1 || o.type == GgmlType::BF16) {
-    fail("synth --type ", type_name(o.type), " is not offered; use q4_0, q8_0, f16 or f32");
+  if (!is_convertible(o.type)) {
+    fail("synth --type ", type_name(o.type),
+         " is not offered; use q4_0, q4_1, q8_0, f16, bf16 or f32");
   }
   const VocabData vocab = o.tokenizer_json.empty() ? builtin_byte_vocab(p.vocab_size)
                                                    : vocab_from_hf_json(o.tokenizer_json);
