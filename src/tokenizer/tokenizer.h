@@ -34,9 +34,9 @@ struct VocabData {
   std::vector<float> scores;         // SPM merge scores (empty for gpt2)
   std::vector<std::string> merges;   // BPE merges "a b", rank = index (empty for SPM)
   int bos = -1, eos = -1, unk = -1, pad = -1, eot = -1;  // -1 = none
-  bool add_bos = false;              // SPM: true when absent
+  bool add_bos = false;                                  // SPM: true when absent
   bool add_eos = false;
-  std::string chat_template;         // tokenizer.chat_template ("" when absent)
+  std::string chat_template;  // tokenizer.chat_template ("" when absent)
 };
 
 // Throws Error naming the key when the metadata is missing or malformed.
