@@ -72,11 +72,19 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
     int32_t rank, pos, left, right, merged;
     bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  const int n = static_cast<int>(word.size());
-  std::vector<Sym> sym(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    sym[i] = {byte_id_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  // Initial symbols: one per byte. A byte without a token becomes unk, or is dropped before
+  // merging (so its neighbours may merge), as Hugging Face's BPE does.
+  std::vector<Sym> sym;
+  sym.reserve(word.size());
+  for (unsigned char b : word) {
+    const int id = byte_id_[b] >= 0 ? byte_id_[b] : unk_;
+    if (id < 0) continue;
+    const int i = static_cast<int>(sym.size());
+    sym.push_back({id, i - 1, -1});
+    if (i > 0) sym[i - 1].next = i;
   }
+  const int n = static_cast<int>(sym.size());
+  if (n == 0) return;
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
   auto consider = [&](int l) {
     if (l < 0 || sym[l].next < 0) return;
@@ -99,13 +107,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
     consider(l.prev);
     consider(c.pos);
   }
-  for (int i = 0; i >= 0; i = sym[i].next) {
-    if (sym[i].id >= 0) {
-      out.push_back(sym[i].id);
-    } else if (unk_ >= 0) {  // a byte without a token (see the constructor)
-      out.push_back(unk_);
-    }
-  }
+  for (int i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
 }
 
 }  // namespace smolrt
