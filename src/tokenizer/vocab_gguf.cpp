@@ -89,8 +89,13 @@ void vocab_to_gguf(const VocabData& v, gguf::Writer& w) {
   if (!v.pre.empty()) w.set("tokenizer.ggml.pre", Value::str(v.pre));
   w.set("tokenizer.ggml.tokens", Value::string_array(v.tokens));
   if (!v.token_types.empty()) w.set("tokenizer.ggml.token_type", Value::i32_array(v.token_types));
-  if (!v.scores.empty()) w.set("tokenizer.ggml.scores", Value::f32_array(v.scores));
-  if (!v.merges.empty()) w.set("tokenizer.ggml.merges", Value::string_array(v.merges));
+  // Always written for the model that reads them (vocab_from_gguf requires them), even if empty.
+  if (!v.scores.empty() || v.model == "llama") {
+    w.set("tokenizer.ggml.scores", Value::f32_array(v.scores));
+  }
+  if (!v.merges.empty() || v.model == "gpt2") {
+    w.set("tokenizer.ggml.merges", Value::string_array(v.merges));
+  }
   const std::pair<const char*, int> ids[] = {{"tokenizer.ggml.bos_token_id", v.bos},
                                              {"tokenizer.ggml.eos_token_id", v.eos},
                                              {"tokenizer.ggml.unknown_token_id", v.unk},
