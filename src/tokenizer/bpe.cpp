@@ -1,6 +1,7 @@
 #include "tokenizer/bpe.h"
 
-#include <queue>
+#include <algorithm>
+#include <functional>
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
@@ -74,8 +75,11 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
   };
   // Initial symbols: one per byte. A byte without a token becomes unk, or is dropped before
   // merging (so its neighbours may merge), as Hugging Face's BPE does.
-  std::vector<Sym> sym;
-  sym.reserve(word.size());
+  // Scratch reused across words (no allocation per word on the hot path).
+  thread_local std::vector<Sym> sym;
+  thread_local std::vector<Cand> heap;  // min-heap on (rank, pos)
+  sym.clear();
+  heap.clear();
   for (unsigned char b : word) {
     const int id = byte_id_[b] >= 0 ? byte_id_[b] : unk_;
     if (id < 0) continue;
@@ -85,17 +89,18 @@ void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {
   }
   const int n = static_cast<int>(sym.size());
   if (n == 0) return;
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
   auto consider = [&](int l) {
     if (l < 0 || sym[l].next < 0) return;
     auto it = merges_.find(key(sym[l].id, sym[sym[l].next].id));
     if (it == merges_.end()) return;
-    heap.push({it->second.rank, l, sym[l].id, sym[sym[l].next].id, it->second.merged});
+    heap.push_back({it->second.rank, l, sym[l].id, sym[sym[l].next].id, it->second.merged});
+    std::push_heap(heap.begin(), heap.end(), std::greater<Cand>());
   };
   for (int i = 0; i + 1 < n; ++i) consider(i);
   while (!heap.empty()) {
-    const Cand c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<Cand>());
+    const Cand c = heap.back();
+    heap.pop_back();
     Sym& l = sym[c.pos];
     // Stale entries: the left symbol merged away or changed, or its neighbour changed.
     if (l.id != c.left || l.next < 0 || sym[l.next].id != c.right) continue;
