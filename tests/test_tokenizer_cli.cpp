@@ -35,6 +35,7 @@ TEST(TokenizeCli, JsonIdsOnlyAndNoSpecial) {
   EXPECT_EQ(rc, 0);
   EXPECT_NE(plain.rfind("1 ", 0), 0u) << plain;  // does not start with the control id
   EXPECT_EQ(run("printf 'Hello world' | " + base + "--ids-only", &rc), "19556 905\n");  // stdin
+  EXPECT_EQ(run("echo never-read | " + base + "--ids-only ''", &rc), "\n");  // "" is empty text
   EXPECT_EQ(run("printf '\"a b\"\\n\"\"\\n' | " + base + "--jsonl", &rc),
             "{\"ids\":[81,278],\"text\":\"a b\"}\n{\"ids\":[],\"text\":\"\"}\n");
 }

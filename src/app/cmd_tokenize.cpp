@@ -19,6 +19,7 @@ struct TokenizeOpts {
   std::string model;
   std::string tokenizer_json;
   std::string text;
+  bool text_given = false;  // an explicit "" is empty text, not "read stdin"
   bool json = false;
   bool ids_only = false;
   bool no_special = false;
@@ -65,7 +66,7 @@ int run_tokenize(const TokenizeOpts& o) {
   const Tokenizer tok = load_tokenizer(o);
   if (o.jsonl) return run_jsonl(tok, !o.no_special);
   std::string text = o.text;
-  if (text.empty()) text.assign(std::istreambuf_iterator<char>(std::cin), {});
+  if (!o.text_given) text.assign(std::istreambuf_iterator<char>(std::cin), {});
   const auto ids = tok.encode(text, !o.no_special);
   if (o.ids_only) {
     for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
@@ -95,8 +96,11 @@ REGISTER_COMMAND(Command{
       sub.add_flag("--jsonl", o->jsonl,
                    "Batch mode: stdin has one JSON string per line; prints one "
                    "{\"ids\", \"text\"} object per line");
-      sub.add_option("text", o->text, "Text to tokenize (default: all of stdin)");
-      return [o] { return run_tokenize(*o); };
+      auto* text = sub.add_option("text", o->text, "Text to tokenize (default: all of stdin)");
+      return [o, text] {
+        o->text_given = text->count() > 0;
+        return run_tokenize(*o);
+      };
     }});
 
 }  // namespace
