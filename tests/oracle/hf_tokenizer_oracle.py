@@ -101,6 +101,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--smolrt", required=True, help="path of the smolrt binary")
     ap.add_argument("--tokenizer", default=default_tokenizer_json(), help="tokenizer.json")
+    ap.add_argument("--model", help="run smolrt on this GGUF (e.g. from `smolrt synth "
+                    "--tokenizer`) instead of loading the tokenizer.json directly")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--random", type=int, default=600, help="random strings in the corpus")
     args = ap.parse_args()
@@ -116,7 +118,8 @@ def main():
     oracle = tokenizers.Tokenizer.from_file(args.tokenizer)
     corpus = build_corpus(args.seed, args.random)
     stdin = "".join(json.dumps(s) + "\n" for s in corpus)
-    proc = subprocess.run([args.smolrt, "tokenize", "--tokenizer-json", args.tokenizer, "--jsonl"],
+    source = ["-m", args.model] if args.model else ["--tokenizer-json", args.tokenizer]
+    proc = subprocess.run([args.smolrt, "tokenize", *source, "--jsonl"],
                           input=stdin.encode(), capture_output=True, timeout=300)
     if proc.returncode != 0:
         print(f"FAIL: smolrt exited {proc.returncode}: {proc.stderr.decode(errors='replace')}")
