@@ -366,7 +366,7 @@ void File::parse_all(const uint8_t* p, uint64_t n) {
     }
     t.type = ti->type;
     if (t.ne[0] % static_cast<uint64_t>(ti->block_size) != 0) {
-      c.bad(field + " ne[0]", at,
+      c.bad(field + " ne[0]", dims_at + 4,
             cat("ne[0] = ", t.ne[0], " is not a multiple of the ", ti->name, " block size ",
                 ti->block_size));
     }
@@ -411,9 +411,9 @@ void File::parse_all(const uint8_t* p, uint64_t n) {
     const TensorInfo& a = *order[i - 1];
     const TensorInfo& b = *order[i];
     if (a.offset + a.nbytes > b.offset) {
-      fail(path_, ": tensors '", a.name, "' (data offset ", a.offset, ", ", a.nbytes,
-           " bytes) and '", b.name, "' (data offset ", b.offset,
-           ") overlap in the data section; the file is corrupt");
+      fail(path_, ": tensors '", a.name, "' (bytes ", data_offset_ + a.offset, " to ",
+           data_offset_ + a.offset + a.nbytes, ") and '", b.name, "' (from byte offset ",
+           data_offset_ + b.offset, ") overlap in the data section; the file is corrupt");
     }
   }
 }
