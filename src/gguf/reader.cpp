@@ -54,16 +54,17 @@ class Cursor {
   [[noreturn]] void bad(const std::string& field, uint64_t at, const std::string& problem) const {
     fail(file_, ": ", field, " at byte offset ", at, ": ", problem);
   }
-  void need(uint64_t bytes, const std::string& field) const {
+  // `suffix` completes the field name; it is joined only when reporting (this runs per token).
+  void need(uint64_t bytes, const std::string& field, const char* suffix = "") const {
     if (bytes > left()) {
-      bad(field, pos_,
+      bad(field + suffix, pos_,
           cat("needs ", bytes, " bytes but the file ends at byte ", n_,
               "; the file is truncated (re-download or re-convert it)"));
     }
   }
   template <class T>
-  T read(const std::string& field) {
-    need(sizeof(T), field);
+  T read(const std::string& field, const char* suffix = "") {
+    need(sizeof(T), field, suffix);
     T v;
     std::memcpy(&v, p_ + pos_, sizeof(T));  // GGUF is little-endian, as is every supported host
     pos_ += sizeof(T);
@@ -71,7 +72,7 @@ class Cursor {
   }
   std::string read_string(const std::string& field) {
     const uint64_t at = pos_;
-    const uint64_t len = read<uint64_t>(field + " length");
+    const uint64_t len = read<uint64_t>(field, " length");
     if (len > left()) {
       bad(field, at,
           cat("string length ", len, " exceeds the ", left(),
