@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "backend/backend.h"
+#include "core/error.h"
+#include "cpu_test_util.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/generator.h"
@@ -63,6 +65,25 @@ TEST(CpuSynth, SmolLM135MQ4_0RunsEndToEnd) {
   EXPECT_EQ(r1.generated_ids, r2.generated_ids);
   EXPECT_EQ(r1.generated_ids, r3.generated_ids);
   EXPECT_EQ(r1.text, r2.text);
+}
+
+// Empty-prompt policy: [BOS] when the vocab has one, else an Error (nothing to condition on).
+TEST(CpuSynth, EmptyPromptPolicy) {
+  const auto tm = test::make_tiny_model({}, 3);
+  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu", 0, 1});
+  VocabData v = builtin_byte_vocab();
+  v.bos = 1;
+  const Tokenizer with_bos(v);
+  EXPECT_EQ(Generator(*be, with_bos).tokenize_prompt(""), std::vector<int>{1});
+  v.bos = -1;
+  const Tokenizer no_bos(v);
+  try {
+    Generator(*be, no_bos).tokenize_prompt("");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BOS"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(Generator(*be, no_bos).tokenize_prompt("hi").empty());
 }
 
 }  // namespace

@@ -37,10 +37,10 @@ class CpuBackend final : public Backend {
   // Debug only: stores a copy of v as "blk.<layer>.<what>" (layer >= 0) or "<what>".
   void record(int layer, const char* what, const float* v, int n);
   float* k_at(int layer, int pos) {
-    return k_cache_.data() + (size_t(layer) * n_ctx_ + pos) * kv_dim_;
+    return k_cache_.get() + (size_t(layer) * n_ctx_ + pos) * kv_dim_;
   }
   float* v_at(int layer, int pos) {
-    return v_cache_.data() + (size_t(layer) * n_ctx_ + pos) * kv_dim_;
+    return v_cache_.get() + (size_t(layer) * n_ctx_ + pos) * kv_dim_;
   }
 
   LlamaConfig c_;
@@ -64,8 +64,10 @@ class CpuBackend final : public Backend {
   std::vector<float> hb2_;     // [hidden_dim] up
   std::vector<float> att_;     // [n_ctx] attention scores
   std::vector<float> logits_;  // [vocab_size]
-  // KV cache: [n_layers][n_ctx][kv_dim] each.
-  std::vector<float> k_cache_, v_cache_;
+  // KV cache: [n_layers][n_ctx][kv_dim] each. Left uninitialized on purpose: positions are written
+  // before they are read, and the OS commits pages only as positions get used, so a default
+  // 8192-token context (377 MB for SmolLM2) costs memory only for what a session fills.
+  std::unique_ptr<float[]> k_cache_, v_cache_;
 
   std::vector<Activation> acts_;
 };
@@ -116,8 +118,8 @@ CpuBackend::CpuBackend(const Model& m, const BackendOptions& opt)
   att_.resize(n_ctx_);
   logits_.resize(c_.vocab_size);
   const size_t kv = size_t(c_.n_layers) * n_ctx_ * kv_dim_;
-  k_cache_.assign(kv, 0.0f);
-  v_cache_.assign(kv, 0.0f);
+  k_cache_.reset(new float[kv]);
+  v_cache_.reset(new float[kv]);
 }
 
 std::string CpuBackend::device_name() const {
