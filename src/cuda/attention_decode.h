@@ -1,0 +1,31 @@
+// Decode attention (one query token) over a KV cache of any length up to n_ctx, flash-decoding
+// style: the context is cut into kAttnChunk-position splits, one block per (head, split) computes
+// a partial softmax (max m, sum l, unnormalized acc[head_dim]); the last block of each head to
+// finish (atomic counter) combines the partials. Splits past the current position exit at once,
+// so the grid is fixed by n_ctx and one captured CUDA graph serves every position.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace smolrt::cuda {
+
+constexpr int kAttnChunk = 128;  // positions per split (= threads per block)
+
+inline int attn_max_splits(int n_ctx) { return (n_ctx + kAttnChunk - 1) / kAttnChunk; }
+
+// Scratch for one attention launch (reused by every layer; launches are serialized).
+//   partials: [n_heads][attn_max_splits(n_ctx)][head_dim + 2] floats
+//   counters: [n_heads] ints, zero before the first launch; the kernel leaves them zero.
+struct AttnScratch {
+  float* partials = nullptr;
+  int* counters = nullptr;
+};
+
+// q: [n_heads*head_dim] (already rotated); k_cache, v_cache: [n_ctx][n_kv_heads*head_dim] for
+// this layer; pos: device pointer, attends to positions [0, *pos]; out: [n_heads*head_dim].
+// head_dim in {4, 8, 16, 32, 64, 128}; n_heads a multiple of n_kv_heads; *pos < n_ctx.
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
+                      const AttnScratch& scratch, cudaStream_t s);
+
+}  // namespace smolrt::cuda

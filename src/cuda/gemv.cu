@@ -1,0 +1,364 @@
+// Decode matrix-vector kernels (see gemv.h). Memory-bound: the only goal is to stream the weight
+// bytes with wide loads while keeping enough rows in flight; x lives in registers (no shared
+// memory, no __syncthreads), each warp is independent.
+#include "cuda/gemv.h"
+
+#include <cstddef>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.h"
+
+namespace smolrt::cuda {
+namespace {
+
+enum class Epi { Plain, Qkv, GateUp };
+
+struct GemvParams {
+  DevMat m0, m1, m2;  // Plain: m0. Qkv: q, k, v. GateUp: gate, up.
+  int off1, off2;     // Qkv: first row of K and of V in the concatenated [Q; K; V] row space
+  int n_items;        // warps of work (each produces two rows)
+  const float* x;
+  const float* norm_w;
+  float eps;
+  float* out0;
+  float* out1;
+  float* out2;
+  int accumulate;
+  int head_dim, rope_dim, kv_dim, rope;
+  float rope_base;
+  const int* pos;
+};
+
+constexpr bool is_quant(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+
+// Column of register slot j for this lane (quant: lane owns blocks lane+32k, 32 slots each;
+// F32/F16: lane owns columns lane+32j).
+template <GgmlType T>
+__device__ __forceinline__ int slot_col(int j, int lane) {
+  if constexpr (is_quant(T)) {
+    return (lane + 32 * (j / 32)) * 32 + (j % 32);
+  } else {
+    return lane + 32 * j;
+  }
+}
+
+template <GgmlType T, int NX>
+__device__ __forceinline__ void load_x(float (&xr)[NX], const float* x, const float* norm_w,
+                                       float eps, int cols, int lane) {
+  if constexpr (is_quant(T)) {
+    const int nb = cols / 32;
+#pragma unroll
+    for (int k = 0; k < NX / 32; ++k) {
+      const int b = lane + 32 * k;
+      const float4* src = reinterpret_cast<const float4*>(x + b * 32);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float4 f = b < nb ? src[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        xr[k * 32 + 4 * i + 0] = f.x;
+        xr[k * 32 + 4 * i + 1] = f.y;
+        xr[k * 32 + 4 * i + 2] = f.z;
+        xr[k * 32 + 4 * i + 3] = f.w;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < NX; ++j) {
+      const int c = lane + 32 * j;
+      xr[j] = c < cols ? x[c] : 0.f;
+    }
+  }
+  if (norm_w != nullptr) {
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < NX; ++j) ss += xr[j] * xr[j];
+    ss = warp_sum(ss);
+    const float scale = rsqrtf(ss / (float)cols + eps);
+#pragma unroll
+    for (int j = 0; j < NX; ++j) {
+      const int c = slot_col<T>(j, lane);
+      xr[j] = c < cols ? xr[j] * scale * norm_w[c] : 0.f;
+    }
+  }
+}
+
+// Partial dot products of rows ra of ma and rb of mb with this lane's slice of x.
+template <GgmlType T, int NX>
+__device__ __forceinline__ void dot2(const DevMat& ma, int ra, const DevMat& mb, int rb,
+                                     const float (&xr)[NX], int lane, float& pa, float& pb) {
+  float sa = 0.f, sb = 0.f;
+  const int cols = ma.cols;
+  if constexpr (T == GgmlType::Q4_0) {
+    const int nb = cols / 32;
+    const uint4* qa = static_cast<const uint4*>(ma.q) + (size_t)ra * nb;
+    const uint4* qb = static_cast<const uint4*>(mb.q) + (size_t)rb * nb;
+    const uint16_t* da = ma.d + (size_t)ra * nb;
+    const uint16_t* db = mb.d + (size_t)rb * nb;
+#pragma unroll
+    for (int k = 0; k < NX / 32; ++k) {
+      const int b = lane + 32 * k;
+      if (b < nb) {
+        // Both rows' 16-byte loads are issued before any math: two loads in flight per lane.
+        const uint4 wa = __ldg(qa + b);
+        const uint4 wb = __ldg(qb + b);
+        const float ka = half_bits_to_float(__ldg(da + b));
+        const float kb = half_bits_to_float(__ldg(db + b));
+        const uint32_t wwa[4] = {wa.x, wa.y, wa.z, wa.w};
+        const uint32_t wwb[4] = {wb.x, wb.y, wb.z, wb.w};
+        float ta = 0.f, tb = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = 4 * i + e;
+            const float x_lo = xr[k * 32 + j];
+            const float x_hi = xr[k * 32 + j + 16];
+            ta += (float)((int)((wwa[i] >> (8 * e)) & 15u) - 8) * x_lo +
+                  (float)((int)((wwa[i] >> (8 * e + 4)) & 15u) - 8) * x_hi;
+            tb += (float)((int)((wwb[i] >> (8 * e)) & 15u) - 8) * x_lo +
+                  (float)((int)((wwb[i] >> (8 * e + 4)) & 15u) - 8) * x_hi;
+          }
+        }
+        sa += ka * ta;
+        sb += kb * tb;
+      }
+    }
+  } else if constexpr (T == GgmlType::Q8_0) {
+    const int nb = cols / 32;
+    const uint4* qa = static_cast<const uint4*>(ma.q) + (size_t)ra * nb * 2;
+    const uint4* qb = static_cast<const uint4*>(mb.q) + (size_t)rb * nb * 2;
+    const uint16_t* da = ma.d + (size_t)ra * nb;
+    const uint16_t* db = mb.d + (size_t)rb * nb;
+#pragma unroll
+    for (int k = 0; k < NX / 32; ++k) {
+      const int b = lane + 32 * k;
+      if (b < nb) {
+        const uint4 wa0 = __ldg(qa + 2 * b), wa1 = __ldg(qa + 2 * b + 1);
+        const uint4 wb0 = __ldg(qb + 2 * b), wb1 = __ldg(qb + 2 * b + 1);
+        const float ka = half_bits_to_float(__ldg(da + b));
+        const float kb = half_bits_to_float(__ldg(db + b));
+        const uint32_t wwa[8] = {wa0.x, wa0.y, wa0.z, wa0.w, wa1.x, wa1.y, wa1.z, wa1.w};
+        const uint32_t wwb[8] = {wb0.x, wb0.y, wb0.z, wb0.w, wb1.x, wb1.y, wb1.z, wb1.w};
+        float ta = 0.f, tb = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float xv = xr[k * 32 + 4 * i + e];
+            ta += (float)(int8_t)(wwa[i] >> (8 * e)) * xv;
+            tb += (float)(int8_t)(wwb[i] >> (8 * e)) * xv;
+          }
+        }
+        sa += ka * ta;
+        sb += kb * tb;
+      }
+    }
+  } else {
+    const size_t oa = (size_t)ra * cols, ob = (size_t)rb * cols;
+#pragma unroll
+    for (int j = 0; j < NX; ++j) {
+      const int c = lane + 32 * j;
+      if (c < cols) {
+        if constexpr (T == GgmlType::F32) {
+          sa += __ldg(static_cast<const float*>(ma.q) + oa + c) * xr[j];
+          sb += __ldg(static_cast<const float*>(mb.q) + ob + c) * xr[j];
+        } else {
+          sa += half_bits_to_float(__ldg(static_cast<const uint16_t*>(ma.q) + oa + c)) * xr[j];
+          sb += half_bits_to_float(__ldg(static_cast<const uint16_t*>(mb.q) + ob + c)) * xr[j];
+        }
+      }
+    }
+  }
+  pa = sa;
+  pb = sb;
+}
+
+template <GgmlType T, int NX, Epi E>
+__global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
+  pdl_wait();
+  pdl_trigger();
+  const int lane = threadIdx.x & 31;
+  const int item = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (item >= p.n_items) return;
+
+  float xr[NX];
+  load_x<T, NX>(xr, p.x, p.norm_w, p.eps, p.m0.cols, lane);
+
+  float va, vb;
+  if constexpr (E == Epi::Plain) {
+    const int ra = 2 * item;
+    const int rb = ra + 1 < p.m0.rows ? ra + 1 : ra;  // odd row count: recompute, drop
+    dot2<T, NX>(p.m0, ra, p.m0, rb, xr, lane, va, vb);
+    va = warp_sum(va);
+    vb = warp_sum(vb);
+    if (lane == 0) {
+      p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
+      if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
+    }
+  } else if constexpr (E == Epi::GateUp) {
+    dot2<T, NX>(p.m0, item, p.m1, item, xr, lane, va, vb);
+    va = warp_sum(va);
+    vb = warp_sum(vb);
+    if (lane == 0) p.out0[item] = va / (1.f + expf(-va)) * vb;
+  } else {
+    const int g = 2 * item;
+    const int seg = g < p.off1 ? 0 : (g < p.off2 ? 1 : 2);
+    const int r = g - (seg == 0 ? 0 : (seg == 1 ? p.off1 : p.off2));
+    const DevMat& m = seg == 0 ? p.m0 : (seg == 1 ? p.m1 : p.m2);
+    dot2<T, NX>(m, r, m, r + 1, xr, lane, va, vb);
+    va = warp_sum(va);
+    vb = warp_sum(vb);
+    if (lane == 0) {
+      const int pos = *p.pos;
+      if (p.rope && seg < 2) {
+        const int i = (r % p.head_dim) / 2;
+        if (2 * i < p.rope_dim) {
+          const float theta = (float)pos * powf(p.rope_base, -(float)(2 * i) / (float)p.rope_dim);
+          float sn, cs;
+          sincosf(theta, &sn, &cs);
+          const float a = va, b = vb;
+          va = a * cs - b * sn;
+          vb = a * sn + b * cs;
+        }
+      }
+      float* dst = seg == 0 ? p.out0 : (seg == 1 ? p.out1 : p.out2);
+      if (seg > 0 && p.rope) dst += (size_t)pos * p.kv_dim;
+      dst[r] = va;
+      dst[r + 1] = vb;
+    }
+  }
+}
+
+template <GgmlType T, Epi E>
+void launch_t(const GemvParams& p, int cols, cudaStream_t s) {
+  const int wpb = p.n_items >= 132 * 8 ? 4 : (p.n_items >= 132 * 4 ? 2 : 1);
+  const dim3 grid((p.n_items + wpb - 1) / wpb), block(32 * wpb);
+  if (cols <= 1024) {
+    launch_kernel(gemv_kernel<T, 32, E>, grid, block, 0, s, p);
+  } else {
+    launch_kernel(gemv_kernel<T, 64, E>, grid, block, 0, s, p);
+  }
+}
+
+// The one dispatch place from runtime weight type to kernel template.
+template <Epi E>
+void dispatch(const GemvParams& p, cudaStream_t s) {
+  const int cols = p.m0.cols;
+  switch (p.m0.type) {
+    case GgmlType::F32: return launch_t<GgmlType::F32, E>(p, cols, s);
+    case GgmlType::F16: return launch_t<GgmlType::F16, E>(p, cols, s);
+    case GgmlType::Q4_0: return launch_t<GgmlType::Q4_0, E>(p, cols, s);
+    case GgmlType::Q8_0: return launch_t<GgmlType::Q8_0, E>(p, cols, s);
+    default:
+      fail("gemv: no CUDA matrix-vector kernel for type ", type_name(p.m0.type),
+           "; supported: f32, f16, q4_0, q8_0");
+  }
+}
+
+void check_mat(const DevMat& w, const char* what) {
+  if (w.q == nullptr || w.rows <= 0 || w.cols <= 0) fail("gemv: ", what, " is empty");
+  if (w.cols > kGemvMaxCols) {
+    fail("gemv: ", what, " has ", w.cols, " columns; the CUDA decode matvec supports at most ",
+         kGemvMaxCols);
+  }
+  if (is_quant(w.type) && (w.cols % 32 != 0 || w.d == nullptr)) {
+    fail("gemv: ", what, " is ", type_name(w.type), " with ", w.cols,
+         " columns (need a multiple of 32 and scales)");
+  }
+}
+
+GemvParams base_params(const float* x, const float* norm_w, float eps) {
+  GemvParams p = {};
+  p.x = x;
+  p.norm_w = norm_w;
+  p.eps = eps;
+  p.pos = nullptr;
+  return p;
+}
+
+}  // namespace
+
+bool& pdl_enabled() {
+  static bool on = false;
+  return on;
+}
+
+void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
+          bool accumulate, cudaStream_t s) {
+  check_mat(w, "W");
+  if (x == nullptr || out == nullptr) fail("gemv: null x or out");
+  GemvParams p = base_params(x, norm_w, eps);
+  p.m0 = w;
+  p.n_items = (w.rows + 1) / 2;
+  p.out0 = out;
+  p.accumulate = accumulate ? 1 : 0;
+  dispatch<Epi::Plain>(p, s);
+}
+
+void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
+  check_mat(a.wq, "Wq");
+  check_mat(a.wk, "Wk");
+  check_mat(a.wv, "Wv");
+  if (a.wk.cols != a.wq.cols || a.wv.cols != a.wq.cols || a.wk.rows != a.wv.rows) {
+    fail("gemv_qkv: Wq/Wk/Wv shapes disagree");
+  }
+  if (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.rope_dim > a.head_dim || a.rope_dim % 2 != 0 ||
+      a.wq.rows % a.head_dim != 0 || a.wk.rows % a.head_dim != 0) {
+    fail("gemv_qkv: head_dim ", a.head_dim, " / rope_dim ", a.rope_dim,
+         " do not fit the projections (need even sizes dividing the rows)");
+  }
+  if (a.pos == nullptr) fail("gemv_qkv: null device position");
+  GemvParams p = base_params(a.x, a.norm_w, a.eps);
+  p.head_dim = a.head_dim;
+  p.rope_dim = a.rope_dim;
+  p.rope_base = a.rope_base;
+  p.kv_dim = a.wk.rows;
+  p.rope = a.rope ? 1 : 0;
+  p.pos = a.pos;
+  if (a.wq.type == a.wk.type && a.wq.type == a.wv.type) {
+    p.m0 = a.wq;
+    p.m1 = a.wk;
+    p.m2 = a.wv;
+    p.off1 = a.wq.rows;
+    p.off2 = a.wq.rows + a.wk.rows;
+    p.n_items = (a.wq.rows + 2 * a.wk.rows) / 2;
+    p.out0 = a.q_out;
+    p.out1 = a.k_out;
+    p.out2 = a.v_out;
+    dispatch<Epi::Qkv>(p, s);
+    return;
+  }
+  // Mixed types: one launch per matrix, the segment selected through the row offsets.
+  const DevMat* ms[3] = {&a.wq, &a.wk, &a.wv};
+  float* outs[3] = {a.q_out, a.k_out, a.v_out};
+  for (int i = 0; i < 3; ++i) {
+    GemvParams q = p;
+    q.m0 = q.m1 = q.m2 = *ms[i];
+    q.out0 = q.out1 = q.out2 = outs[i];
+    // Put this matrix's rows in segment i: segments before it are empty.
+    q.off1 = i == 0 ? ms[i]->rows : 0;
+    q.off2 = i == 2 ? 0 : ms[i]->rows;
+    q.n_items = ms[i]->rows / 2;
+    if (i == 1) q.off2 = ms[i]->rows;
+    dispatch<Epi::Qkv>(q, s);
+  }
+}
+
+void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
+                  float eps, float* out, cudaStream_t s) {
+  check_mat(wg, "W_gate");
+  check_mat(wu, "W_up");
+  if (wg.rows != wu.rows || wg.cols != wu.cols || wg.type != wu.type) {
+    fail("gemv_gate_up: W_gate and W_up differ in shape or type (", type_name(wg.type), " vs ",
+         type_name(wu.type), ")");
+  }
+  GemvParams p = base_params(x, norm_w, eps);
+  p.m0 = wg;
+  p.m1 = wu;
+  p.n_items = wg.rows;
+  p.out0 = out;
+  dispatch<Epi::GateUp>(p, s);
+}
+
+}  // namespace smolrt::cuda
