@@ -26,10 +26,9 @@ __device__ float block_reduce(float v, bool is_max, float* red) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    attention_decode_kernel(float* out, const float* q, const float* k_cache,
-                            const float* v_cache, const int* pos_ptr, int n_heads,
-                            int n_kv_heads, int head_dim, int max_splits, float* partials,
-                            int* counters) {
+    attention_decode_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
+                            const int* pos_ptr, int n_heads, int n_kv_heads, int head_dim,
+                            int max_splits, float* partials, int* counters) {
   pdl_wait();
   pdl_trigger();
   __shared__ __align__(16) float sq[128];
@@ -129,8 +128,8 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
   }
   const int max_splits = attn_max_splits(n_ctx);
   launch_kernel(attention_decode_kernel, dim3(n_heads, max_splits), dim3(kThreads), 0, s, out, q,
-                k_cache, v_cache, pos, n_heads, n_kv_heads, head_dim, max_splits,
-                scratch.partials, scratch.counters);
+                k_cache, v_cache, pos, n_heads, n_kv_heads, head_dim, max_splits, scratch.partials,
+                scratch.counters);
 }
 
 }  // namespace smolrt::cuda

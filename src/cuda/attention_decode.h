@@ -11,7 +11,9 @@ namespace smolrt::cuda {
 
 constexpr int kAttnChunk = 128;  // positions per split (= threads per block)
 
-inline int attn_max_splits(int n_ctx) { return (n_ctx + kAttnChunk - 1) / kAttnChunk; }
+inline int attn_max_splits(int n_ctx) {
+  return (n_ctx + kAttnChunk - 1) / kAttnChunk;
+}
 
 // Scratch for one attention launch (reused by every layer; launches are serialized).
 //   partials: [n_heads][attn_max_splits(n_ctx)][head_dim + 2] floats

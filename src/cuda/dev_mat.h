@@ -17,13 +17,15 @@ namespace smolrt::cuda {
 
 struct DevMat {
   GgmlType type = GgmlType::F32;
-  int rows = 0;                // output dimension
-  int cols = 0;                // input dimension (multiple of 32 for Q4_0/Q8_0)
-  const void* q = nullptr;     // F32/F16 elements, or the quant bytes of the split layout
-  const uint16_t* d = nullptr; // split layout: fp16 scales [rows][cols/32]; nullptr for F32/F16
+  int rows = 0;                 // output dimension
+  int cols = 0;                 // input dimension (multiple of 32 for Q4_0/Q8_0)
+  const void* q = nullptr;      // F32/F16 elements, or the quant bytes of the split layout
+  const uint16_t* d = nullptr;  // split layout: fp16 scales [rows][cols/32]; nullptr for F32/F16
 };
 
 // Bytes of quants per 32-weight block in the split layout.
-constexpr int split_qbytes(GgmlType t) { return t == GgmlType::Q4_0 ? 16 : 32; }
+constexpr int split_qbytes(GgmlType t) {
+  return t == GgmlType::Q4_0 ? 16 : 32;
+}
 
 }  // namespace smolrt::cuda

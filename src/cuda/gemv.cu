@@ -31,7 +31,9 @@ struct GemvParams {
   const int* pos;
 };
 
-constexpr bool is_quant(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+constexpr bool is_quant(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
+}
 
 // Column of register slot j for this lane (quant: lane owns blocks lane+32k, 32 slots each;
 // F32/F16: lane owns columns lane+32j).
@@ -246,10 +248,14 @@ template <Epi E>
 void dispatch(const GemvParams& p, cudaStream_t s) {
   const int cols = p.m0.cols;
   switch (p.m0.type) {
-    case GgmlType::F32: return launch_t<GgmlType::F32, E>(p, cols, s);
-    case GgmlType::F16: return launch_t<GgmlType::F16, E>(p, cols, s);
-    case GgmlType::Q4_0: return launch_t<GgmlType::Q4_0, E>(p, cols, s);
-    case GgmlType::Q8_0: return launch_t<GgmlType::Q8_0, E>(p, cols, s);
+    case GgmlType::F32:
+      return launch_t<GgmlType::F32, E>(p, cols, s);
+    case GgmlType::F16:
+      return launch_t<GgmlType::F16, E>(p, cols, s);
+    case GgmlType::Q4_0:
+      return launch_t<GgmlType::Q4_0, E>(p, cols, s);
+    case GgmlType::Q8_0:
+      return launch_t<GgmlType::Q8_0, E>(p, cols, s);
     default:
       fail("gemv: no CUDA matrix-vector kernel for type ", type_name(p.m0.type),
            "; supported: f32, f16, q4_0, q8_0");

@@ -28,17 +28,17 @@ void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float
 // appends K and V at row *pos of the layer's caches; with rope=false Q, K, V are written raw to
 // q_out, k_out, v_out (k_cache/v_cache unused) for the separate rope_qk_kv_append kernel.
 struct QkvArgs {
-  DevMat wq, wk, wv;       // rows q_dim, kv_dim, kv_dim; cols dim
-  const float* x;          // [dim]
-  const float* norm_w;     // [dim] attn_norm weight for the fused RMSNorm, or nullptr
+  DevMat wq, wk, wv;    // rows q_dim, kv_dim, kv_dim; cols dim
+  const float* x;       // [dim]
+  const float* norm_w;  // [dim] attn_norm weight for the fused RMSNorm, or nullptr
   float eps;
   int head_dim, rope_dim;  // head_dim even, rope_dim <= head_dim
   float rope_base;
-  const int* pos;          // device: position of this token
+  const int* pos;  // device: position of this token
   bool rope;
-  float* q_out;            // [q_dim]
-  float* k_out;            // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
-  float* v_out;            // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
+  float* q_out;  // [q_dim]
+  float* k_out;  // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
+  float* v_out;  // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
 };
 void gemv_qkv(const QkvArgs& a, cudaStream_t s);
 

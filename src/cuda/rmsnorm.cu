@@ -8,8 +8,8 @@
 namespace smolrt::cuda {
 namespace {
 
-__global__ void __launch_bounds__(256) rmsnorm_kernel(float* out, const float* x, const float* w,
-                                                      int n, float eps) {
+__global__ void __launch_bounds__(256)
+    rmsnorm_kernel(float* out, const float* x, const float* w, int n, float eps) {
   pdl_wait();
   pdl_trigger();
   __shared__ float partial[8];

@@ -17,8 +17,10 @@
 #include "model/model.h"
 #include "quant/formats.h"
 
-#define REQUIRE_GPU()                                                 \
-  if (!::smolrt::cuda_device_available()) GTEST_SKIP() << "skipped: no CUDA GPU"
+#define REQUIRE_GPU()                      \
+  if (::smolrt::cuda_device_available()) { \
+  } else                                   \
+    GTEST_SKIP() << "skipped: no CUDA GPU"
 
 namespace smolrt::test {
 

@@ -20,11 +20,11 @@ namespace smolrt {
 namespace {
 
 const std::vector<int> kPrompt = {1, 403, 407, 261, 378};
-const std::vector<int> kGolden = {
-    432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
-    410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394,
-    261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432,
-    398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
+const std::vector<int> kGolden = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401,
+                                  396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433,
+                                  426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388,
+                                  426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267,
+                                  414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
 
 std::unique_ptr<Backend> backend(const Model& m, const std::string& kind, int n_ctx = 0) {
   BackendOptions o;
@@ -117,7 +117,9 @@ TEST(CudaBackendStories, GraphReplayEqualsPlainLaunches) {
             << "graph " << o.use_graph << " pdl " << o.pdl << " position " << i;
       }
     }
-    if (o.use_graph) EXPECT_GT(gpu->stats().kernels_per_step, 0);
+    if (o.use_graph) {
+      EXPECT_GT(gpu->stats().kernels_per_step, 0);
+    }
   }
   for (CudaOptions o : {CudaOptions{true, true, true}, CudaOptions{false, true, true}}) {
     gpu->set_options(o);
@@ -224,7 +226,10 @@ TEST(CudaBackendErrors, OutOfMemoryIsAnError) {
 }
 
 TEST(CudaBackendErrors, NoGpuIsAnError) {
-  if (cuda_device_available()) GTEST_SKIP() << "skipped: a CUDA GPU is present";
+  if (!cuda_device_available()) {
+  } else {
+    GTEST_SKIP() << "skipped: a CUDA GPU is present";
+  }
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   Model m = load_model(path.string());
   try {

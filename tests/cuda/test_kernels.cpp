@@ -261,8 +261,8 @@ TEST(KernelGateUp, SiluMulMatchesCpu) {
 // --- attention -------------------------------------------------------------------------------
 
 void check_attention(int n_heads, int n_kv, int head_dim, int n_ctx, int n_pos) {
-  SCOPED_TRACE(testing::Message() << n_heads << "/" << n_kv << "x" << head_dim << " n_pos "
-                                  << n_pos << " n_ctx " << n_ctx);
+  SCOPED_TRACE(testing::Message() << n_heads << "/" << n_kv << "x" << head_dim << " n_pos " << n_pos
+                                  << " n_ctx " << n_ctx);
   const int kv_dim = n_kv * head_dim, q_dim = n_heads * head_dim;
   std::vector<float> q = test::randn(q_dim, 31, 2.f);
   std::vector<float> kc = test::randn((size_t)n_ctx * kv_dim, 32);
@@ -324,10 +324,10 @@ TEST(KernelArgmax, Cases) {
   ties[4000] = 50.f;
   ties[1234] = 50.f;
   EXPECT_EQ(gpu_argmax(ties), 1234);
-  EXPECT_EQ(gpu_argmax({NAN, 1.f, NAN, 3.f, NAN}), 3);           // NaN never wins
-  EXPECT_EQ(gpu_argmax({-inf, NAN, -inf}), 0);                   // -inf is a value, NaN is not
-  EXPECT_EQ(gpu_argmax({1.f, inf, NAN, inf, 2.f}), 1);           // +inf wins, first of ties
-  EXPECT_EQ(gpu_argmax({NAN, NAN, NAN}), 0);                     // all NaN -> 0
+  EXPECT_EQ(gpu_argmax({NAN, 1.f, NAN, 3.f, NAN}), 3);  // NaN never wins
+  EXPECT_EQ(gpu_argmax({-inf, NAN, -inf}), 0);          // -inf is a value, NaN is not
+  EXPECT_EQ(gpu_argmax({1.f, inf, NAN, inf, 2.f}), 1);  // +inf wins, first of ties
+  EXPECT_EQ(gpu_argmax({NAN, NAN, NAN}), 0);            // all NaN -> 0
   EXPECT_EQ(gpu_argmax({-3.f}), 0);
   for (uint32_t seed = 0; seed < 4; ++seed) {
     std::vector<float> v = test::randn(49152, 50 + seed);

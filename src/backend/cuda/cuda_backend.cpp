@@ -29,21 +29,21 @@ bool env_flag(const char* name, bool def) {
 
 // Device scratch of one session, carved from one allocation (sizes from the config and n_ctx).
 struct Scratch {
-  int* params;         // [2] token, pos (written by an H2D copy before each step)
-  float* x;            // [dim] residual stream
-  float* xb;           // [dim] normalized x (unfused / debug path)
-  float* q;            // [q_dim]
-  float* k;            // [kv_dim] (debug path: raw K before RoPE)
-  float* v;            // [kv_dim] (debug path)
-  float* att;          // [q_dim] attention output
-  float* hb;           // [hidden_dim] silu(gate)*up
-  float* logits;       // [vocab]
-  float* kv;           // [n_layers][2][n_ctx][kv_dim] fp32
-  float* attn_part;    // [n_heads][max_splits][head_dim+2]
-  int* attn_count;     // [n_heads]
-  float* amax_v;       // [kArgmaxBlocks]
-  int* amax_i;         // [kArgmaxBlocks]
-  int* amax_out;       // [1]
+  int* params;       // [2] token, pos (written by an H2D copy before each step)
+  float* x;          // [dim] residual stream
+  float* xb;         // [dim] normalized x (unfused / debug path)
+  float* q;          // [q_dim]
+  float* k;          // [kv_dim] (debug path: raw K before RoPE)
+  float* v;          // [kv_dim] (debug path)
+  float* att;        // [q_dim] attention output
+  float* hb;         // [hidden_dim] silu(gate)*up
+  float* logits;     // [vocab]
+  float* kv;         // [n_layers][2][n_ctx][kv_dim] fp32
+  float* attn_part;  // [n_heads][max_splits][head_dim+2]
+  int* attn_count;   // [n_heads]
+  float* amax_v;     // [kArgmaxBlocks]
+  int* amax_i;       // [kArgmaxBlocks]
+  int* amax_out;     // [1]
 };
 
 void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
@@ -77,7 +77,8 @@ class CudaBackend final : public CudaBackendApi {
     }
     const int hd = cfg_.head_dim;
     if (hd < 4 || hd > 128 || hd % 4 != 0 || 128 % hd != 0) {
-      fail("head_dim ", hd, " has no CUDA attention kernel (supported 4..128, powers of two); use "
+      fail("head_dim ", hd,
+           " has no CUDA attention kernel (supported 4..128, powers of two); use "
            "--backend cpu");
     }
     if (cfg_.n_heads % cfg_.n_kv_heads != 0) {
@@ -155,6 +156,40 @@ class CudaBackend final : public CudaBackendApi {
 
   std::vector<Activation> activations() const override { return acts_; }
 
+  std::string device_name() const override {
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+      return "cuda";
+    }
+    return prop.name;
+  }
+
+  // A 1 GiB device-to-device cudaMemcpy, best of 5 after a warm-up, counting read + write bytes.
+  double copy_bandwidth_gbs() override {
+    if (copy_gbs_ > 0) return copy_gbs_;
+    const size_t n = size_t{1} << 30;
+    cuda::DeviceBuffer a(n, "bandwidth probe"), b(n, "bandwidth probe");
+    CUDA_CHECK(cudaMemset(a.get(), 1, n));
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float best = 1e30f;
+    for (int i = 0; i < 6; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, stream_));
+      CUDA_CHECK(cudaEventRecord(e1, stream_));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i > 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    copy_gbs_ = 2.0 * n / (best * 1e-3) / 1e9;
+    return copy_gbs_;
+  }
+
   void set_options(const CudaOptions& o) override {
     copt_ = o;
     drop_graph();
@@ -188,8 +223,7 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned params are free to overwrite
     hp[0] = token;
     hp[1] = pos;
-    CUDA_CHECK(
-        cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::pdl_enabled() = copt_.pdl;
     if (debug_) {
       acts_.clear();
@@ -225,8 +259,8 @@ class CudaBackend final : public CudaBackendApi {
     Activation a;
     a.name = name;
     a.values.resize(n);
-    CUDA_CHECK(cudaMemcpyAsync(a.values.data(), dev, sizeof(float) * n, cudaMemcpyDeviceToHost,
-                               stream_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(a.values.data(), dev, sizeof(float) * n, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     acts_.push_back(std::move(a));
   }
@@ -311,6 +345,7 @@ class CudaBackend final : public CudaBackendApi {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   int kernels_per_step_ = 0;
+  double copy_gbs_ = 0;
   std::vector<Activation> acts_;
 };
 
@@ -334,10 +369,11 @@ bool cuda_device_available() {
 }
 
 std::unique_ptr<CudaBackendApi> make_cuda_backend_ex(const Model& m, const BackendOptions& opt,
-                                                      const CudaOptions& copt) {
+                                                     const CudaOptions& copt) {
   if (!cuda_device_available()) {
-    fail("the CUDA backend was asked for but no CUDA GPU is visible (cudaGetDeviceCount found "
-         "none); use --backend cpu");
+    fail(
+        "the CUDA backend was asked for but no CUDA GPU is visible (cudaGetDeviceCount found "
+        "none); use --backend cpu");
   }
   return std::make_unique<CudaBackend>(m, opt, copt);
 }

@@ -24,10 +24,10 @@ CudaOptions cuda_options_from_env();
 
 // Facts about a CUDA session, for benchmarks and reports.
 struct CudaStats {
-  double upload_ms = 0;         // weight repack + host-to-device copy
-  size_t weight_bytes = 0;      // the weights' device allocation
-  size_t scratch_bytes = 0;     // activations + KV cache + scratch allocation
-  int kernels_per_step = 0;     // kernel nodes in the captured decode graph (0 before capture)
+  double upload_ms = 0;      // weight repack + host-to-device copy
+  size_t weight_bytes = 0;   // the weights' device allocation
+  size_t scratch_bytes = 0;  // activations + KV cache + scratch allocation
+  int kernels_per_step = 0;  // kernel nodes in the captured decode graph (0 before capture)
 };
 
 class CudaBackendApi : public Backend {
@@ -41,6 +41,6 @@ class CudaBackendApi : public Backend {
 // Throws Error when no GPU is present, when the GPU runs out of memory, or when a tensor's type
 // has no CUDA kernel (naming the tensor and type).
 std::unique_ptr<CudaBackendApi> make_cuda_backend_ex(const Model& m, const BackendOptions& opt,
-                                                      const CudaOptions& copt);
+                                                     const CudaOptions& copt);
 
 }  // namespace smolrt

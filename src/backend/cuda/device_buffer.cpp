@@ -10,8 +10,8 @@ void fail_alloc(cudaError_t err, size_t bytes, const std::string& what) {
   cudaMemGetInfo(&free_b, &total_b);
   const double mib = 1.0 / (1024.0 * 1024.0);
   if (err == cudaErrorMemoryAllocation) {
-    fail("GPU out of memory: allocating ", bytes * mib, " MiB for ", what, " failed (", free_b * mib,
-         " MiB free of ", total_b * mib,
+    fail("GPU out of memory: allocating ", bytes * mib, " MiB for ", what, " failed (",
+         free_b * mib, " MiB free of ", total_b * mib,
          " MiB); use a smaller --ctx, a smaller model, or free the GPU");
   }
   fail("CUDA error allocating ", bytes * mib, " MiB for ", what, ": ", cudaGetErrorName(err), " (",

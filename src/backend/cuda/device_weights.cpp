@@ -10,7 +10,9 @@
 namespace smolrt::cuda {
 namespace {
 
-bool is_quant(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+bool is_quant(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
+}
 
 void check_matrix(const TensorView& t, const char* role) {
   const GgmlType ty = t.type;
@@ -86,7 +88,8 @@ DeviceWeights upload_weights(const Weights& w, const LlamaConfig& c) {
     check_matrix(l.w_down, "FFN down");
     if (l.w_gate.type != l.w_up.type) {
       fail("tensors '", l.w_gate.name, "' (", type_name(l.w_gate.type), ") and '", l.w_up.name,
-           "' (", type_name(l.w_up.type), ") differ in type; the CUDA gate/up kernel needs one type");
+           "' (", type_name(l.w_up.type),
+           ") differ in type; the CUDA gate/up kernel needs one type");
     }
   }
   const bool tied = w.output.data == w.token_embd.data;
@@ -97,8 +100,8 @@ DeviceWeights upload_weights(const Weights& w, const LlamaConfig& c) {
   if (!tied) order.push_back(&w.output);
   order.push_back(&w.output_norm);
   for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate,
-                                &l.w_up, &l.w_down}) {
+    for (const TensorView* t :
+         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
       order.push_back(t);
     }
   }

@@ -26,8 +26,8 @@ struct DeviceWeights {
   const float* output_norm = nullptr;  // [dim]
   DevMat output;                       // rows vocab, cols dim (== token_embd's bytes when tied)
   std::vector<DevLayer> layers;
-  size_t bytes = 0;                    // size of the allocation
-  double upload_ms = 0;                // repack + host-to-device copy, wall time
+  size_t bytes = 0;      // size of the allocation
+  double upload_ms = 0;  // repack + host-to-device copy, wall time
 };
 
 // Checks every tensor has a CUDA kernel for its type and shape (Error names the tensor, its type
