@@ -85,29 +85,57 @@ __device__ __forceinline__ void load_x(float (&xr)[NX], const float* x, const fl
   }
 }
 
-// Partial dot products of rows ra of ma and rb of mb with this lane's slice of x.
+// Two rows' quantized weights held in registers. They are loaded BEFORE pdl_wait (weights never
+// depend on the previous kernel), so their DRAM latency overlaps the previous kernel's tail.
 template <GgmlType T, int NX>
-__device__ __forceinline__ void dot2(const DevMat& ma, int ra, const DevMat& mb, int rb,
-                                     const float (&xr)[NX], int lane, float& pa, float& pb) {
-  float sa = 0.f, sb = 0.f;
-  const int cols = ma.cols;
-  if constexpr (T == GgmlType::Q4_0) {
-    const int nb = cols / 32;
-    const uint4* qa = static_cast<const uint4*>(ma.q) + (size_t)ra * nb;
-    const uint4* qb = static_cast<const uint4*>(mb.q) + (size_t)rb * nb;
+struct WRegs {
+  static constexpr int NB = NX / 32;                      // blocks per lane
+  static constexpr int NV = T == GgmlType::Q8_0 ? 2 : 1;  // 16-byte loads per block
+  uint4 a[NB * NV], b[NB * NV];
+  float ka[NB], kb[NB];
+};
+
+template <GgmlType T, int NX>
+__device__ __forceinline__ void load_w(WRegs<T, NX>& w, const DevMat& ma, int ra, const DevMat& mb,
+                                       int rb, int lane) {
+  if constexpr (is_quant(T)) {
+    constexpr int NV = WRegs<T, NX>::NV;
+    const int nb = ma.cols / 32;
+    const uint4* qa = static_cast<const uint4*>(ma.q) + (size_t)ra * nb * NV;
+    const uint4* qb = static_cast<const uint4*>(mb.q) + (size_t)rb * nb * NV;
     const uint16_t* da = ma.d + (size_t)ra * nb;
     const uint16_t* db = mb.d + (size_t)rb * nb;
 #pragma unroll
     for (int k = 0; k < NX / 32; ++k) {
       const int b = lane + 32 * k;
       if (b < nb) {
-        // Both rows' 16-byte loads are issued before any math: two loads in flight per lane.
-        const uint4 wa = __ldg(qa + b);
-        const uint4 wb = __ldg(qb + b);
-        const float ka = half_bits_to_float(__ldg(da + b));
-        const float kb = half_bits_to_float(__ldg(db + b));
-        const uint32_t wwa[4] = {wa.x, wa.y, wa.z, wa.w};
-        const uint32_t wwb[4] = {wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+          w.a[k * NV + v] = __ldg(qa + b * NV + v);
+          w.b[k * NV + v] = __ldg(qb + b * NV + v);
+        }
+        w.ka[k] = half_bits_to_float(__ldg(da + b));
+        w.kb[k] = half_bits_to_float(__ldg(db + b));
+      }
+    }
+  }
+}
+
+// Partial dot products of rows ra of ma and rb of mb with this lane's slice of x (quant types:
+// from the registers load_w filled; F32/F16: loaded here, coalesced across the warp).
+template <GgmlType T, int NX>
+__device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, int ra,
+                                     const DevMat& mb, int rb, const float (&xr)[NX], int lane,
+                                     float& pa, float& pb) {
+  float sa = 0.f, sb = 0.f;
+  const int cols = ma.cols;
+  if constexpr (T == GgmlType::Q4_0) {
+    const int nb = cols / 32;
+#pragma unroll
+    for (int k = 0; k < NX / 32; ++k) {
+      if (lane + 32 * k < nb) {
+        const uint32_t wwa[4] = {w.a[k].x, w.a[k].y, w.a[k].z, w.a[k].w};
+        const uint32_t wwb[4] = {w.b[k].x, w.b[k].y, w.b[k].z, w.b[k].w};
         float ta = 0.f, tb = 0.f;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -122,26 +150,18 @@ __device__ __forceinline__ void dot2(const DevMat& ma, int ra, const DevMat& mb,
                   (float)((int)((wwb[i] >> (8 * e + 4)) & 15u) - 8) * x_hi;
           }
         }
-        sa += ka * ta;
-        sb += kb * tb;
+        sa += w.ka[k] * ta;
+        sb += w.kb[k] * tb;
       }
     }
   } else if constexpr (T == GgmlType::Q8_0) {
     const int nb = cols / 32;
-    const uint4* qa = static_cast<const uint4*>(ma.q) + (size_t)ra * nb * 2;
-    const uint4* qb = static_cast<const uint4*>(mb.q) + (size_t)rb * nb * 2;
-    const uint16_t* da = ma.d + (size_t)ra * nb;
-    const uint16_t* db = mb.d + (size_t)rb * nb;
 #pragma unroll
     for (int k = 0; k < NX / 32; ++k) {
-      const int b = lane + 32 * k;
-      if (b < nb) {
-        const uint4 wa0 = __ldg(qa + 2 * b), wa1 = __ldg(qa + 2 * b + 1);
-        const uint4 wb0 = __ldg(qb + 2 * b), wb1 = __ldg(qb + 2 * b + 1);
-        const float ka = half_bits_to_float(__ldg(da + b));
-        const float kb = half_bits_to_float(__ldg(db + b));
-        const uint32_t wwa[8] = {wa0.x, wa0.y, wa0.z, wa0.w, wa1.x, wa1.y, wa1.z, wa1.w};
-        const uint32_t wwb[8] = {wb0.x, wb0.y, wb0.z, wb0.w, wb1.x, wb1.y, wb1.z, wb1.w};
+      if (lane + 32 * k < nb) {
+        const uint4 a0 = w.a[2 * k], a1 = w.a[2 * k + 1], b0 = w.b[2 * k], b1 = w.b[2 * k + 1];
+        const uint32_t wwa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const uint32_t wwb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
         float ta = 0.f, tb = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -152,8 +172,8 @@ __device__ __forceinline__ void dot2(const DevMat& ma, int ra, const DevMat& mb,
             tb += (float)(int8_t)(wwb[i] >> (8 * e)) * xv;
           }
         }
-        sa += ka * ta;
-        sb += kb * tb;
+        sa += w.ka[k] * ta;
+        sb += w.kb[k] * tb;
       }
     }
   } else {
@@ -178,57 +198,64 @@ __device__ __forceinline__ void dot2(const DevMat& ma, int ra, const DevMat& mb,
 
 template <GgmlType T, int NX, Epi E>
 __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
-  pdl_wait();
-  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int item = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (item >= p.n_items) return;
+  const bool active = item < p.n_items;
+
+  // Which two rows this warp computes.
+  const DevMat* ma = &p.m0;
+  const DevMat* mb = &p.m0;
+  int ra = 0, rb = 0, seg = 0;
+  if constexpr (E == Epi::Plain) {
+    ra = 2 * item;
+    rb = ra + 1 < p.m0.rows ? ra + 1 : ra;  // odd row count: recompute, drop
+  } else if constexpr (E == Epi::GateUp) {
+    mb = &p.m1;
+    ra = rb = item;
+  } else {
+    const int g = 2 * item;
+    seg = g < p.off1 ? 0 : (g < p.off2 ? 1 : 2);
+    ma = mb = seg == 0 ? &p.m0 : (seg == 1 ? &p.m1 : &p.m2);
+    ra = g - (seg == 0 ? 0 : (seg == 1 ? p.off1 : p.off2));
+    rb = ra + 1;
+  }
+  WRegs<T, NX> w;
+  if (active) load_w<T, NX>(w, *ma, ra, *mb, rb, lane);
+
+  pdl_wait();
+  pdl_trigger();
+  if (!active) return;
 
   float xr[NX];
   load_x<T, NX>(xr, p.x, p.norm_w, p.eps, p.m0.cols, lane);
-
   float va, vb;
+  dot2<T, NX>(w, *ma, ra, *mb, rb, xr, lane, va, vb);
+  va = warp_sum(va);
+  vb = warp_sum(vb);
+  if (lane != 0) return;
+
   if constexpr (E == Epi::Plain) {
-    const int ra = 2 * item;
-    const int rb = ra + 1 < p.m0.rows ? ra + 1 : ra;  // odd row count: recompute, drop
-    dot2<T, NX>(p.m0, ra, p.m0, rb, xr, lane, va, vb);
-    va = warp_sum(va);
-    vb = warp_sum(vb);
-    if (lane == 0) {
-      p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
-      if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
-    }
+    p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
+    if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
   } else if constexpr (E == Epi::GateUp) {
-    dot2<T, NX>(p.m0, item, p.m1, item, xr, lane, va, vb);
-    va = warp_sum(va);
-    vb = warp_sum(vb);
-    if (lane == 0) p.out0[item] = va / (1.f + expf(-va)) * vb;
+    p.out0[item] = va / (1.f + expf(-va)) * vb;
   } else {
-    const int g = 2 * item;
-    const int seg = g < p.off1 ? 0 : (g < p.off2 ? 1 : 2);
-    const int r = g - (seg == 0 ? 0 : (seg == 1 ? p.off1 : p.off2));
-    const DevMat& m = seg == 0 ? p.m0 : (seg == 1 ? p.m1 : p.m2);
-    dot2<T, NX>(m, r, m, r + 1, xr, lane, va, vb);
-    va = warp_sum(va);
-    vb = warp_sum(vb);
-    if (lane == 0) {
-      const int pos = *p.pos;
-      if (p.rope && seg < 2) {
-        const int i = (r % p.head_dim) / 2;
-        if (2 * i < p.rope_dim) {
-          const float theta = (float)pos * powf(p.rope_base, -(float)(2 * i) / (float)p.rope_dim);
-          float sn, cs;
-          sincosf(theta, &sn, &cs);
-          const float a = va, b = vb;
-          va = a * cs - b * sn;
-          vb = a * sn + b * cs;
-        }
+    const int pos = *p.pos;
+    if (p.rope && seg < 2) {
+      const int i = (ra % p.head_dim) / 2;
+      if (2 * i < p.rope_dim) {
+        const float theta = (float)pos * powf(p.rope_base, -(float)(2 * i) / (float)p.rope_dim);
+        float sn, cs;
+        sincosf(theta, &sn, &cs);
+        const float a = va, b = vb;
+        va = a * cs - b * sn;
+        vb = a * sn + b * cs;
       }
-      float* dst = seg == 0 ? p.out0 : (seg == 1 ? p.out1 : p.out2);
-      if (seg > 0 && p.rope) dst += (size_t)pos * p.kv_dim;
-      dst[r] = va;
-      dst[r + 1] = vb;
     }
+    float* dst = seg == 0 ? p.out0 : (seg == 1 ? p.out1 : p.out2);
+    if (seg > 0 && p.rope) dst += (size_t)pos * p.kv_dim;
+    dst[ra] = va;
+    dst[ra + 1] = vb;
   }
 }
 
