@@ -10,7 +10,6 @@ set -uo pipefail
 DIR=${1:-.gpu}
 OUT=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$OUT"
-exec > >(tee "$OUT/gpu_check.log") 2>&1
 export PYTHONUNBUFFERED=1
 export SMOLRT_FIXTURES="$DIR/fixtures"
 SUMMARY=()
@@ -30,24 +29,25 @@ step() {
   return 0
 }
 
+main() {
 nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
 head -12 "$OUT/nvidia_smi.txt"
 
 SYNTH=/tmp/synth-smollm-135m-q4_0.gguf
-step synth 120 "$DIR/smolrt" synth --preset smollm-135m --type q4_0 \
+step synth 60 "$DIR/smolrt" synth --preset smollm-135m --type q4_0 \
   --tokenizer "$DIR/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$SYNTH"
 if [ -f "$SYNTH" ]; then export SMOLRT_SYNTH_MODEL=$SYNTH; fi
 
-step cuda_tests 300 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
+step cuda_tests 150 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
 # Without a visible GPU, asking for cuda must be a clear Error.
 step no_gpu_error 60 env CUDA_VISIBLE_DEVICES= "$DIR/smolrt_cuda_tests" \
   --gtest_filter='CudaBackendErrors.NoGpuIsAnError:KernelArgmax.*'
 
 if command -v compute-sanitizer > /dev/null; then
-  step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+  step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
     --log-file "$OUT/memcheck.log" "$DIR/smolrt_cuda_tests" \
     --gtest_filter='Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
-  step racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  step racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 9 \
     --log-file "$OUT/racecheck.log" "$DIR/smolrt_cuda_tests" \
     --gtest_filter='KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*'
 else
@@ -55,11 +55,14 @@ else
 fi
 
 if [ -f "$SYNTH" ]; then
-  step bench_decode 240 "$DIR/smolrt" bench-decode -m "$SYNTH" --json "$OUT/bench.jsonl"
+  step bench_decode 90 "$DIR/smolrt" bench-decode -m "$SYNTH" --json "$OUT/bench.jsonl"
 fi
 
+for s in "${SUMMARY[@]}"; do echo "STEP $s"; done
+}
+
+main 2>&1 | tee "$OUT/gpu_check.log"
 echo
 echo "=== summary"
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|worst|rel err|ERROR SUMMARY|RACECHECK SUMMARY" \
-  "$OUT/gpu_check.log" "$OUT"/memcheck.log "$OUT"/racecheck.log 2>/dev/null | tail -40
-for s in "${SUMMARY[@]}"; do echo "$s"; done
+grep -hE "^\[  (PASSED|FAILED) |tests? from .* ran|worst|rel err|ERROR SUMMARY|RACECHECK SUMMARY|^graph|^plain|^device|^STEP" \
+  "$OUT/gpu_check.log" "$OUT"/memcheck.log "$OUT"/racecheck.log 2>/dev/null | tail -60

@@ -104,6 +104,25 @@ int run(const Opts& o) {
       js << j.dump() << "\n";
     }
   }
+  // Where the time goes: GPU time per decode step of each kernel kind (default options).
+  b->set_options(CudaOptions{});
+  b->reset();
+  int tok = b->forward_token_greedy(1, 0);
+  for (int i = 0; i < 64; ++i) tok = b->forward_token_greedy(tok, b->position());
+  std::printf("GPU time per step by kernel kind at position %d (graph, %s):\n", b->position(),
+              CudaOptions{}.pdl ? "pdl" : "no pdl");
+  for (const auto& [name, us] : b->profile_parts(200)) {
+    std::printf("  %-22s %9.2f us\n", name.c_str(), us);
+    if (js) {
+      js << nlohmann::json{{"bench", "decode_parts"},
+                           {"part", name},
+                           {"us_per_step", us},
+                           {"position", b->position()},
+                           {"device", b->device_name()}}
+                .dump()
+         << "\n";
+    }
+  }
   return 0;
 }
 

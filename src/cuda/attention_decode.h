@@ -1,22 +1,25 @@
 // Decode attention (one query token) over a KV cache of any length up to n_ctx, flash-decoding
-// style: the context is cut into kAttnChunk-position splits, one block per (head, split) computes
-// a partial softmax (max m, sum l, unnormalized acc[head_dim]); the last block of each head to
-// finish (atomic counter) combines the partials. Splits past the current position exit at once,
-// so the grid is fixed by n_ctx and one captured CUDA graph serves every position.
+// style. The context [0, *pos] is cut into at most kAttnMaxSplits splits of C positions (C a
+// multiple of kAttnSub, chosen on the device from *pos, so one captured graph serves every
+// position); one block per (head, split) runs an online softmax over 32-position sub-chunks and
+// writes a partial (max m, sum l, unnormalized acc[head_dim]); the last block of each head to
+// finish (atomic counter) combines the partials. Splits past the context exit at once.
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace smolrt::cuda {
 
-constexpr int kAttnChunk = 128;  // positions per split (= threads per block)
+constexpr int kAttnSub = 128;       // positions scored together (one per 4 threads)
+constexpr int kAttnMaxSplits = 16;  // blocks per head at most
 
-inline int attn_max_splits(int n_ctx) {
-  return (n_ctx + kAttnChunk - 1) / kAttnChunk;
+inline int attn_splits(int n_ctx) {
+  const int subs = (n_ctx + kAttnSub - 1) / kAttnSub;
+  return subs < kAttnMaxSplits ? subs : kAttnMaxSplits;
 }
 
 // Scratch for one attention launch (reused by every layer; launches are serialized).
-//   partials: [n_heads][attn_max_splits(n_ctx)][head_dim + 2] floats
+//   partials: [n_heads][attn_splits(n_ctx)][head_dim + 2] floats
 //   counters: [n_heads] ints, zero before the first launch; the kernel leaves them zero.
 struct AttnScratch {
   float* partials = nullptr;

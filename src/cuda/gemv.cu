@@ -1,6 +1,7 @@
-// Decode matrix-vector kernels (see gemv.h). Memory-bound: the only goal is to stream the weight
-// bytes with wide loads while keeping enough rows in flight; x lives in registers (no shared
-// memory, no __syncthreads), each warp is independent.
+// Decode matrix-vector kernels (see gemv.h). At decode sizes these are latency-bound: weights are
+// fetched into registers before the PDL wait, x is staged once per block through padded shared
+// memory (coalesced global loads, conflict-free float4 reads), and each warp's slice of x then
+// lives in registers for the whole dot product.
 #include "cuda/gemv.h"
 
 #include <cstddef>
@@ -31,33 +32,119 @@ struct GemvParams {
   const int* pos;
 };
 
+// Threads per block, fixed: the staging loops' trip counts derive from it. Small matrices get fewer
+// blocks than SMs, which is fine: at decode sizes they are latency-bound, not bandwidth-bound.
+constexpr int kBlock = 128;
+
 constexpr bool is_quant(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
 }
 
-// Column of register slot j for this lane (quant: lane owns blocks lane+32k, 32 slots each;
-// F32/F16: lane owns columns lane+32j).
+// Shared-memory slot of column c. Quant types pad every 32-column block to 36 floats, so the
+// float4 reads of lanes owning consecutive blocks (144 B apart) hit distinct banks.
 template <GgmlType T>
-__device__ __forceinline__ int slot_col(int j, int lane) {
+__device__ __forceinline__ int xs_index(int c) {
   if constexpr (is_quant(T)) {
-    return (lane + 32 * (j / 32)) * 32 + (j % 32);
+    return (c >> 5) * 36 + (c & 31);
   } else {
-    return lane + 32 * j;
+    return c;
   }
 }
 
+template <GgmlType T>
+constexpr size_t xs_bytes(int cols) {
+  return (is_quant(T) ? (size_t)(cols / 32) * 36 : (size_t)cols) * sizeof(float);
+}
+
+// The block stages x (normalized when norm_w is set: one block reduction) in shared memory; each
+// lane then copies its slice into registers (quant: lane owns blocks lane+32k, 32 slots each;
+// F32/F16: lane owns columns lane+32j). All threads must call this. The global loads of x and
+// norm_w are unrolled (fixed trip count from NX) so they are all in flight at once: a rolled loop
+// here costs one L2 round trip per iteration, which dominated small matrices.
 template <GgmlType T, int NX>
-__device__ __forceinline__ void load_x(float (&xr)[NX], const float* x, const float* norm_w,
-                                       float eps, int cols, int lane) {
+__device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float* x,
+                                        const float* norm_w, float eps, int cols, int lane) {
+  __shared__ float red[4];
+  constexpr int nt = kBlock;
+  if constexpr (is_quant(T)) {
+    // cols <= 32*NX over kBlock threads: at most NX/16 float4 per thread.
+    constexpr int MV = NX * 32 / 4 / kBlock;
+    const int n4 = cols / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const float4* w4 = reinterpret_cast<const float4*>(norm_w);
+    float4 v[MV], w[MV];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < MV; ++i) {
+      const int c4 = threadIdx.x + i * nt;
+      v[i] = c4 < n4 ? x4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (norm_w != nullptr) w[i] = c4 < n4 ? w4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (norm_w != nullptr) {
+#pragma unroll
+      for (int i = 0; i < MV; ++i) {
+        ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) red[threadIdx.x >> 5] = ss;
+      __syncthreads();
+      float total = 0.f;
+#pragma unroll
+      for (int k = 0; k < nt / 32; ++k) total += red[k];
+      const float scale = rsqrtf(total / (float)cols + eps);
+#pragma unroll
+      for (int i = 0; i < MV; ++i) {
+        v[i].x = v[i].x * scale * w[i].x;
+        v[i].y = v[i].y * scale * w[i].y;
+        v[i].z = v[i].z * scale * w[i].z;
+        v[i].w = v[i].w * scale * w[i].w;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < MV; ++i) {
+      const int c4 = threadIdx.x + i * nt;
+      if (c4 < n4) *reinterpret_cast<float4*>(xs + xs_index<T>(4 * c4)) = v[i];
+    }
+  } else {
+    // cols <= 32*NX over kBlock threads: at most NX/4 scalars per thread.
+    constexpr int MS = NX * 32 / kBlock;
+    float v[MS], w[MS];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < MS; ++i) {
+      const int c = threadIdx.x + i * nt;
+      v[i] = c < cols ? x[c] : 0.f;
+      if (norm_w != nullptr) w[i] = c < cols ? norm_w[c] : 0.f;
+    }
+    if (norm_w != nullptr) {
+#pragma unroll
+      for (int i = 0; i < MS; ++i) ss += v[i] * v[i];
+      ss = warp_sum(ss);
+      if (lane == 0) red[threadIdx.x >> 5] = ss;
+      __syncthreads();
+      float total = 0.f;
+#pragma unroll
+      for (int k = 0; k < nt / 32; ++k) total += red[k];
+      const float scale = rsqrtf(total / (float)cols + eps);
+#pragma unroll
+      for (int i = 0; i < MS; ++i) v[i] = v[i] * scale * w[i];
+    }
+#pragma unroll
+    for (int i = 0; i < MS; ++i) {
+      const int c = threadIdx.x + i * nt;
+      if (c < cols) xs[c] = v[i];
+    }
+  }
+  __syncthreads();
   if constexpr (is_quant(T)) {
     const int nb = cols / 32;
 #pragma unroll
     for (int k = 0; k < NX / 32; ++k) {
       const int b = lane + 32 * k;
-      const float4* src = reinterpret_cast<const float4*>(x + b * 32);
+      const float4* src = reinterpret_cast<const float4*>(xs + b * 36);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        float4 f = b < nb ? src[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 f = b < nb ? src[i] : make_float4(0.f, 0.f, 0.f, 0.f);
         xr[k * 32 + 4 * i + 0] = f.x;
         xr[k * 32 + 4 * i + 1] = f.y;
         xr[k * 32 + 4 * i + 2] = f.z;
@@ -68,19 +155,7 @@ __device__ __forceinline__ void load_x(float (&xr)[NX], const float* x, const fl
 #pragma unroll
     for (int j = 0; j < NX; ++j) {
       const int c = lane + 32 * j;
-      xr[j] = c < cols ? x[c] : 0.f;
-    }
-  }
-  if (norm_w != nullptr) {
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < NX; ++j) ss += xr[j] * xr[j];
-    ss = warp_sum(ss);
-    const float scale = rsqrtf(ss / (float)cols + eps);
-#pragma unroll
-    for (int j = 0; j < NX; ++j) {
-      const int c = slot_col<T>(j, lane);
-      xr[j] = c < cols ? xr[j] * scale * norm_w[c] : 0.f;
+      xr[j] = c < cols ? xs[c] : 0.f;
     }
   }
 }
@@ -197,7 +272,7 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
 }
 
 template <GgmlType T, int NX, Epi E>
-__global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
+__global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   const int lane = threadIdx.x & 31;
   const int item = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const bool active = item < p.n_items;
@@ -224,10 +299,10 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
 
   pdl_wait();
   pdl_trigger();
-  if (!active) return;
-
+  extern __shared__ float4 smem_x4[];
   float xr[NX];
-  load_x<T, NX>(xr, p.x, p.norm_w, p.eps, p.m0.cols, lane);
+  stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane);
+  if (!active) return;
   float va, vb;
   dot2<T, NX>(w, *ma, ra, *mb, rb, xr, lane, va, vb);
   va = warp_sum(va);
@@ -261,12 +336,12 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
 
 template <GgmlType T, Epi E>
 void launch_t(const GemvParams& p, int cols, cudaStream_t s) {
-  const int wpb = p.n_items >= 132 * 8 ? 4 : (p.n_items >= 132 * 4 ? 2 : 1);
-  const dim3 grid((p.n_items + wpb - 1) / wpb), block(32 * wpb);
+  const int wpb = kBlock / 32;
+  const dim3 grid((p.n_items + wpb - 1) / wpb), block(kBlock);
   if (cols <= 1024) {
-    launch_kernel(gemv_kernel<T, 32, E>, grid, block, 0, s, p);
+    launch_kernel(gemv_kernel<T, 32, E>, grid, block, xs_bytes<T>(cols), s, p);
   } else {
-    launch_kernel(gemv_kernel<T, 64, E>, grid, block, 0, s, p);
+    launch_kernel(gemv_kernel<T, 64, E>, grid, block, xs_bytes<T>(cols), s, p);
   }
 }
 

@@ -3,11 +3,11 @@
 //
 // Work split: one warp computes two output rows; each lane owns whole 32-column blocks (quant
 // types, one 16-byte load per Q4_0 block, two per Q8_0 block) or strided columns (F32/F16), and
-// keeps its slice of x in registers, so x is read once per warp and the weights stream through.
+// keeps its slice of x in registers; x is staged once per block in shared memory.
 // cols <= kGemvMaxCols.
 //
-// Optional fused RMSNorm of the input (norm_w != nullptr): each warp normalizes its register copy
-// of x (sum of squares via one warp reduction) before the products: x*rsqrt(mean(x^2)+eps)*norm_w.
+// Optional fused RMSNorm of the input (norm_w != nullptr): each block normalizes its staged copy
+// of x (one block reduction) before the products: x*rsqrt(mean(x^2)+eps)*norm_w.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -273,7 +273,7 @@ void check_attention(int n_heads, int n_kv, int head_dim, int n_ctx, int n_pos) 
   cpu::attention(ref.data(), q.data(), kc.data(), vc.data(), n_pos, n_heads, n_kv, head_dim,
                  scratch.data());
   Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim);
-  Dev<float> part((size_t)n_heads * cuda::attn_max_splits(n_ctx) * (head_dim + 2));
+  Dev<float> part((size_t)n_heads * cuda::attn_splits(n_ctx) * (head_dim + 2));
   Dev<int> cnt(std::vector<int>(n_heads, 0));
   Dev<int> dpos(std::vector<int>{n_pos - 1});
   for (int rep = 0; rep < 2; ++rep) {  // twice: the split counters must reset themselves
@@ -291,10 +291,15 @@ void check_attention(int n_heads, int n_kv, int head_dim, int n_ctx, int n_pos) 
 
 TEST(KernelAttention, SplitContextMatchesCpu) {
   REQUIRE_GPU();
-  for (int n_pos : {1, 2, 7, 127, 128, 129, 300, 2048}) check_attention(9, 3, 64, 2048, n_pos);
+  // 1 split, several 32-position splits, 16 splits of 32, then longer splits (chunk 64, 128).
+  for (int n_pos : {1, 2, 31, 32, 33, 100, 512, 513, 1000, 2048}) {
+    check_attention(9, 3, 64, 2048, n_pos);
+  }
   for (int n_pos : {1, 5, 200}) check_attention(8, 4, 8, 256, n_pos);
   check_attention(4, 4, 128, 512, 333);
   check_attention(2, 1, 32, 700, 699);
+  check_attention(6, 2, 16, 96, 77);
+  check_attention(4, 2, 4, 64, 64);
 }
 
 TEST(KernelAttention, NoContextCap) {

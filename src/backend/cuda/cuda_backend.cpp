@@ -57,8 +57,7 @@ void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
   s.hb = c.take<float>(cfg.hidden_dim);
   s.logits = c.take<float>(cfg.vocab_size);
   s.kv = c.take<float>((size_t)cfg.n_layers * 2 * n_ctx * cfg.kv_dim());
-  s.attn_part =
-      c.take<float>((size_t)cfg.n_heads * cuda::attn_max_splits(n_ctx) * (cfg.head_dim + 2));
+  s.attn_part = c.take<float>((size_t)cfg.n_heads * cuda::attn_splits(n_ctx) * (cfg.head_dim + 2));
   s.attn_count = c.take<int>(cfg.n_heads);
   s.amax_v = c.take<float>(cuda::kArgmaxBlocks);
   s.amax_i = c.take<int>(cuda::kArgmaxBlocks);
@@ -266,12 +265,13 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   // Every kernel of one decode step, in stream order. debug: unfused kernels + readbacks.
-  void enqueue_step(bool debug) {
+  void enqueue_step(bool debug, unsigned mask = kAllParts) {
+    if (debug) mask = kAllParts;
     cudaStream_t st = stream_;
     const float eps = cfg_.norm_eps;
     const bool fused = copt_.fused_norm && !debug;
     const int* pos = s_.params + 1;
-    cuda::embed(w_.token_embd, s_.params, s_.x, st);
+    if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
     if (debug) record("embed", s_.x, cfg_.dim);
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const cuda::DevLayer& L = w_.layers[l];
@@ -290,7 +290,7 @@ class CudaBackend final : public CudaBackendApi {
         qa.x = s_.x;
         qa.norm_w = L.attn_norm;
       } else {
-        cuda::rmsnorm(s_.xb, s_.x, L.attn_norm, cfg_.dim, eps, st);
+        if (mask & kQkv) cuda::rmsnorm(s_.xb, s_.x, L.attn_norm, cfg_.dim, eps, st);
         if (debug) record(blk + "attn_norm", s_.xb, cfg_.dim);
         qa.x = s_.xb;
         qa.norm_w = nullptr;
@@ -306,23 +306,26 @@ class CudaBackend final : public CudaBackendApi {
         qa.rope = true;
         qa.k_out = kcache(l);
         qa.v_out = vcache(l);
-        cuda::gemv_qkv(qa, st);
+        if (mask & kQkv) cuda::gemv_qkv(qa, st);
       }
-      cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
-                             cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st);
-      cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st);
+      if (mask & kAttn)
+        cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
+                               cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st);
+      if (mask & kWo) cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st);
       if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
-      if (fused) {
+      if (!(mask & kGateUp)) {
+      } else if (fused) {
         cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st);
       } else {
         cuda::rmsnorm(s_.xb, s_.x, L.ffn_norm, cfg_.dim, eps, st);
         if (debug) record(blk + "ffn_norm", s_.xb, cfg_.dim);
         cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st);
       }
-      cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st);
+      if (mask & kDown) cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st);
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
-    if (fused) {
+    if (!(mask & kHead)) {
+    } else if (fused) {
       cuda::gemv(w_.output, s_.x, w_.output_norm, eps, s_.logits, false, st);
     } else {
       cuda::rmsnorm(s_.xb, s_.x, w_.output_norm, cfg_.dim, eps, st);
@@ -330,8 +333,67 @@ class CudaBackend final : public CudaBackendApi {
       cuda::gemv(w_.output, s_.xb, nullptr, eps, s_.logits, false, st);
     }
     if (debug) record("logits", s_.logits, cfg_.vocab_size);
-    cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st);
+    if (mask & kArgmax) {
+      cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st);
+    }
   }
+
+  // Time graphs holding only one kind of kernel (all layers' worth), replayed `reps` times.
+  std::vector<std::pair<std::string, double>> profile_parts(int reps) override {
+    if (pos_ == 0) fail("profile_parts: run at least one token first");
+    const std::pair<const char*, unsigned> parts[] = {{"embed", kEmbed},
+                                                      {"norm+qkv+rope+kv", kQkv},
+                                                      {"attention", kAttn},
+                                                      {"wo+residual", kWo},
+                                                      {"norm+gate_up+silu", kGateUp},
+                                                      {"down+residual", kDown},
+                                                      {"norm+lm_head", kHead},
+                                                      {"argmax", kArgmax},
+                                                      {"all", kAllParts}};
+    int* hp = static_cast<int*>(params_host_.get());
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    hp[0] = 1;
+    hp[1] = pos_ - 1;
+    CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    cuda::pdl_enabled() = copt_.pdl;
+    std::vector<std::pair<std::string, double>> out;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    for (const auto& [name, bits] : parts) {
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t ex = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      enqueue_step(false, bits);
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+      CUDA_CHECK(cudaGraphInstantiate(&ex, g, 0));
+      for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(ex, stream_));
+      CUDA_CHECK(cudaEventRecord(e0, stream_));
+      for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaGraphLaunch(ex, stream_));
+      CUDA_CHECK(cudaEventRecord(e1, stream_));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      out.emplace_back(name, 1000.0 * ms / reps);
+      cudaGraphExecDestroy(ex);
+      cudaGraphDestroy(g);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return out;
+  }
+
+  enum : unsigned {
+    kEmbed = 1,
+    kQkv = 2,
+    kAttn = 4,
+    kWo = 8,
+    kGateUp = 16,
+    kDown = 32,
+    kHead = 64,
+    kArgmax = 128,
+    kAllParts = 255
+  };
 
   LlamaConfig cfg_;
   CudaOptions copt_;

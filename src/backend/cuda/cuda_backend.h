@@ -9,6 +9,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -36,6 +39,10 @@ class CudaBackendApi : public Backend {
   virtual void set_options(const CudaOptions& o) = 0;
   virtual const CudaOptions& options() const = 0;
   virtual CudaStats stats() const = 0;
+  // Benchmark aid: GPU time (µs per decode step, CUDA events) of graphs holding only one kind of
+  // kernel for all layers ("norm+qkv+rope+kv", "attention", ...) plus "all", at the current
+  // position. Clobbers activations; the KV cache entry at position()-1 is rewritten.
+  virtual std::vector<std::pair<std::string, double>> profile_parts(int reps) = 0;
 };
 
 // Throws Error when no GPU is present, when the GPU runs out of memory, or when a tensor's type
