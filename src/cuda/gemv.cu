@@ -35,6 +35,7 @@ struct GemvParams {
 // Threads per block, fixed: the staging loops' trip counts derive from it. Small matrices get fewer
 // blocks than SMs, which is fine: at decode sizes they are latency-bound, not bandwidth-bound.
 constexpr int kBlock = 128;
+constexpr int kMaxBlocks = 132 * 4;
 
 constexpr bool is_quant(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
@@ -271,73 +272,100 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
   pb = sb;
 }
 
+// The two rows work item `item` computes (Qkv: seg = 0/1/2 for Q/K/V).
+template <Epi E>
+struct ItemRows {
+  const DevMat* ma;
+  const DevMat* mb;
+  int ra, rb, seg;
+  __device__ __forceinline__ ItemRows(const GemvParams& p, int item) {
+    ma = mb = &p.m0;
+    seg = 0;
+    if constexpr (E == Epi::Plain) {
+      ra = 2 * item;
+      rb = ra + 1 < p.m0.rows ? ra + 1 : ra;  // odd row count: recompute, drop
+    } else if constexpr (E == Epi::GateUp) {
+      mb = &p.m1;
+      ra = rb = item;
+    } else {
+      const int g = 2 * item;
+      seg = g < p.off1 ? 0 : (g < p.off2 ? 1 : 2);
+      ma = mb = seg == 0 ? &p.m0 : (seg == 1 ? &p.m1 : &p.m2);
+      ra = g - (seg == 0 ? 0 : (seg == 1 ? p.off1 : p.off2));
+      rb = ra + 1;
+    }
+  }
+};
+
+// Warps stride over work items (grid capped for large matrices such as the lm_head, so the x
+// staging is amortized over several items); the next item's weights are loaded while the current
+// one is computed.
 template <GgmlType T, int NX, Epi E>
 __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   const int lane = threadIdx.x & 31;
-  const int item = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const bool active = item < p.n_items;
+  const int stride = gridDim.x * (kBlock / 32);
+  int item = blockIdx.x * (kBlock / 32) + (threadIdx.x >> 5);
 
-  // Which two rows this warp computes.
-  const DevMat* ma = &p.m0;
-  const DevMat* mb = &p.m0;
-  int ra = 0, rb = 0, seg = 0;
-  if constexpr (E == Epi::Plain) {
-    ra = 2 * item;
-    rb = ra + 1 < p.m0.rows ? ra + 1 : ra;  // odd row count: recompute, drop
-  } else if constexpr (E == Epi::GateUp) {
-    mb = &p.m1;
-    ra = rb = item;
-  } else {
-    const int g = 2 * item;
-    seg = g < p.off1 ? 0 : (g < p.off2 ? 1 : 2);
-    ma = mb = seg == 0 ? &p.m0 : (seg == 1 ? &p.m1 : &p.m2);
-    ra = g - (seg == 0 ? 0 : (seg == 1 ? p.off1 : p.off2));
-    rb = ra + 1;
-  }
   WRegs<T, NX> w;
-  if (active) load_w<T, NX>(w, *ma, ra, *mb, rb, lane);
+  if (item < p.n_items) {
+    const ItemRows<E> ir(p, item);
+    load_w<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, lane);
+  }
 
   pdl_wait();
   pdl_trigger();
   extern __shared__ float4 smem_x4[];
   float xr[NX];
   stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane);
-  if (!active) return;
-  float va, vb;
-  dot2<T, NX>(w, *ma, ra, *mb, rb, xr, lane, va, vb);
-  va = warp_sum(va);
-  vb = warp_sum(vb);
-  if (lane != 0) return;
 
-  if constexpr (E == Epi::Plain) {
-    p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
-    if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
-  } else if constexpr (E == Epi::GateUp) {
-    p.out0[item] = va / (1.f + expf(-va)) * vb;
-  } else {
-    const int pos = *p.pos;
-    if (p.rope && seg < 2) {
-      const int i = (ra % p.head_dim) / 2;
-      if (2 * i < p.rope_dim) {
-        const float theta = (float)pos * powf(p.rope_base, -(float)(2 * i) / (float)p.rope_dim);
-        float sn, cs;
-        sincosf(theta, &sn, &cs);
-        const float a = va, b = vb;
-        va = a * cs - b * sn;
-        vb = a * sn + b * cs;
-      }
+  for (; item < p.n_items; item += stride) {
+    const ItemRows<E> ir(p, item);
+    WRegs<T, NX> wn;
+    if (item + stride < p.n_items) {
+      const ItemRows<E> nr(p, item + stride);
+      load_w<T, NX>(wn, *nr.ma, nr.ra, *nr.mb, nr.rb, lane);
     }
-    float* dst = seg == 0 ? p.out0 : (seg == 1 ? p.out1 : p.out2);
-    if (seg > 0 && p.rope) dst += (size_t)pos * p.kv_dim;
-    dst[ra] = va;
-    dst[ra + 1] = vb;
+    float va, vb;
+    dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, lane, va, vb);
+    w = wn;
+    va = warp_sum(va);
+    vb = warp_sum(vb);
+    if (lane != 0) continue;
+
+    const int ra = ir.ra, rb = ir.rb, seg = ir.seg;
+    if constexpr (E == Epi::Plain) {
+      p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
+      if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
+    } else if constexpr (E == Epi::GateUp) {
+      p.out0[item] = va / (1.f + expf(-va)) * vb;
+    } else {
+      const int pos = *p.pos;
+      if (p.rope && seg < 2) {
+        const int i = (ra % p.head_dim) / 2;
+        if (2 * i < p.rope_dim) {
+          const float theta = (float)pos * powf(p.rope_base, -(float)(2 * i) / (float)p.rope_dim);
+          float sn, cs;
+          sincosf(theta, &sn, &cs);
+          const float a = va, b = vb;
+          va = a * cs - b * sn;
+          vb = a * sn + b * cs;
+        }
+      }
+      float* dst = seg == 0 ? p.out0 : (seg == 1 ? p.out1 : p.out2);
+      if (seg > 0 && p.rope) dst += (size_t)pos * p.kv_dim;
+      dst[ra] = va;
+      dst[ra + 1] = vb;
+    }
   }
 }
 
 template <GgmlType T, Epi E>
 void launch_t(const GemvParams& p, int cols, cudaStream_t s) {
+  // At most 4 blocks per SM of a 132-SM Hopper (all resident at once); beyond that warps loop.
   const int wpb = kBlock / 32;
-  const dim3 grid((p.n_items + wpb - 1) / wpb), block(kBlock);
+  int blocks = (p.n_items + wpb - 1) / wpb;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  const dim3 grid(blocks), block(kBlock);
   if (cols <= 1024) {
     launch_kernel(gemv_kernel<T, 32, E>, grid, block, xs_bytes<T>(cols), s, p);
   } else {

@@ -88,12 +88,15 @@ struct Shape {
 
 TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
   REQUIRE_GPU();
-  const Shape quant_shapes[] = {{576, 576}, {193, 1536}, {64, 2048}, {4097, 576}, {3, 32}};
-  const Shape float_shapes[] = {{172, 64}, {64, 172}, {33, 70}, {577, 576}, {5, 1}, {9, 2048}};
+  // {9001, 576} and {5001, 64}: more row pairs than the capped grid has warps, so warps loop.
+  const Shape quant_shapes[] = {{576, 576},  {193, 1536}, {64, 2048},
+                                {4097, 576}, {3, 32},     {9001, 576}};
+  const Shape float_shapes[] = {{172, 64}, {64, 172}, {33, 70},  {577, 576},
+                                {5, 1},    {9, 2048}, {5001, 64}};
   for (GgmlType t : kTypes) {
     const bool q = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
     const Shape* shapes = q ? quant_shapes : float_shapes;
-    const int n_shapes = q ? 5 : 6;
+    const int n_shapes = q ? 6 : 7;
     for (int si = 0; si < n_shapes; ++si) {
       const Shape sh = shapes[si];
       SCOPED_TRACE(testing::Message() << type_name(t) << " " << sh.rows << "x" << sh.cols);
