@@ -33,8 +33,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // 0 = off
   int64_t seed = -1;               // host PRNG seed; -1 = a random seed (reported by the CLI)
 
-  bool greedy() const { return temp <= 0.0f; }
-  bool has_penalties() const {
+  // constexpr: callable from device code (--expt-relaxed-constexpr) by the GPU sampler.
+  constexpr bool greedy() const { return temp <= 0.0f; }
+  constexpr bool has_penalties() const {
     return repeat_last_n != 0 &&
            (repeat_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f);
   }
