@@ -9,6 +9,7 @@
 
 #include "backend/cpu/sample.h"
 #include "core/cuda_check.h"
+#include "core/error.h"
 #include "cuda/sample.h"
 #include "runtime/sampler.h"
 
@@ -33,17 +34,15 @@ std::vector<float> random_logits(int n, uint32_t seed, float scale) {
 
 struct GpuSampler {
   int n;
-  float *logits = nullptr, *work = nullptr;
+  float* logits = nullptr;
   int *hist = nullptr, *out = nullptr;
   explicit GpuSampler(int n_) : n(n_) {
     CUDA_CHECK(cudaMalloc(&logits, n * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&work, n * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&hist, 8192 * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&out, sizeof(int)));
   }
   ~GpuSampler() {
     cudaFree(logits);
-    cudaFree(work);
     cudaFree(hist);
     cudaFree(out);
   }
@@ -55,9 +54,8 @@ struct GpuSampler {
     if (!w.empty()) {
       CUDA_CHECK(cudaMemcpy(hist, w.data(), w.size() * sizeof(int), cudaMemcpyHostToDevice));
     }
-    CUDA_CHECK(cudaMemset(work, 0xff, n * sizeof(float)));  // poison: NaN scratch
-    CUDA_CHECK(cudaMemset(out, 0x7f, sizeof(int)));         // poison: a huge id
-    cuda::sample(logits, n, p, u, hist, static_cast<int>(w.size()), work, out, nullptr);
+    CUDA_CHECK(cudaMemset(out, 0x7f, sizeof(int)));  // poison: a huge id
+    cuda::sample(logits, n, p, u, hist, static_cast<int>(w.size()), out, nullptr);
     int r = 0;
     CUDA_CHECK(cudaMemcpy(&r, out, sizeof(int), cudaMemcpyDeviceToHost));
     return r;
@@ -156,6 +154,11 @@ TEST(CudaSample, TooManyCandidatesAsksForTheHostPath) {
   EXPECT_EQ(g.sample(p, 0.5f, {}), -1);
   p.top_k = 5000;  // a top-k above the GPU limit
   EXPECT_EQ(g.sample(p, 0.5f, {}), -1);
+  // A vocabulary past the shared-memory limit is an Error, not a silent wrong answer.
+  EXPECT_GE(cuda::sample_max_vocab(), kVocab);
+  EXPECT_THROW(
+      cuda::sample(g.logits, cuda::sample_max_vocab() + 1, p, 0.5f, nullptr, 0, g.out, nullptr),
+      Error);
 }
 
 }  // namespace
