@@ -54,6 +54,8 @@ struct Shared {
   unsigned long long sort_key[kThreads];  // composite keys before ranking
   float e_raw[kThreads];                  // exp(l - l_max) per sorted candidate
   float e_temp[kThreads];                 // exp((l - l_max) / temp)
+  uint32_t thread_max[kThreads];          // each thread's largest key (top-k fast path)
+  uint32_t thr;
   int n_cand;
   uint32_t prefix;
   int k_rem;
@@ -63,6 +65,7 @@ struct Shared {
 };
 
 __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh);
+__device__ bool top_k_fast(const uint32_t* keys, int n, int k_eff, Shared& sh);
 
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* __restrict__ logits, int n, SamplingParams p, float u,
@@ -114,6 +117,7 @@ __global__ void __launch_bounds__(kThreads)
     valid += k != 0u;
     if (k > mine.k) mine = KeyIdx{k, i};  // i ascends per thread: ties keep the lowest
   }
+  sh.thread_max[tid] = mine.k;
   const KeyIdx best = cub::BlockReduce<KeyIdx, kThreads>(sh.tmp.reduce_ki).Reduce(mine, BestOf());
   if (tid == 0) sh.best = best;
   __syncthreads();
@@ -136,7 +140,7 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   if (use_top_k) {
-    select_top_k(keys, n, k_eff, sh);
+    if (!top_k_fast(keys, n, k_eff, sh)) select_top_k(keys, n, k_eff, sh);
   } else {
     // No top-k cut: the top-p denominator is over every valid token; the candidates are the
     // tokens at or above the min-p cut (all of them when min-p is off).
@@ -167,23 +171,24 @@ __global__ void __launch_bounds__(kThreads)
   // 5. order candidates by (logit desc, id asc): each thread ranks one candidate against all
   // (m <= 1024 compares from shared memory; cheaper than a block radix sort at k = 40).
   // Composite key (float key << 32) | ~id is unique, so ranks are a permutation.
-  const int m = sh.n_cand;
+  const int n_sort = sh.n_cand;
   unsigned long long mine_key = 0ull;
   int mine_id = -1;
-  if (tid < m) {
+  if (tid < n_sort) {
     mine_id = sh.cand_id[tid];
     mine_key = (static_cast<unsigned long long>(keys[mine_id]) << 32) |
                static_cast<unsigned long long>(~static_cast<uint32_t>(mine_id));
     sh.sort_key[tid] = mine_key;
   }
   __syncthreads();
-  if (tid < m) {
+  if (tid < n_sort) {
     int rank = 0;
-    for (int j = 0; j < m; ++j) rank += sh.sort_key[j] > mine_key;
+    for (int j = 0; j < n_sort; ++j) rank += sh.sort_key[j] > mine_key;
     sh.cand_id[rank] = mine_id;
     sh.cand_key[rank] = static_cast<uint32_t>(mine_key >> 32);
   }
   __syncthreads();
+  const int m = use_top_k ? k_eff : n_sort;  // the fast top-k path collects a few extra
   // Per-candidate exponentials in parallel; thread 0 then sums them in order like the CPU.
   const float inv_t = 1.0f / p.temp;
   if (tid < m) {
@@ -294,6 +299,48 @@ __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh) 
   __syncthreads();
   if (tid == 0) sh.n_cand = k_eff;
   return k_eff;
+}
+
+// Top-k in two shared-memory passes for the usual case: T = the k-th largest of the threads'
+// maxima (a bitonic sort of 1024 values), so at least k keys are >= T; when at most kThreads keys
+// are, collect them all into sh.cand_id (sh.n_cand = their count); the rank sort then orders
+// them and the caller keeps the first k. Exact, ties included. Returns false (nothing written)
+// when T is 0 or too many keys reach it; the radix select handles those.
+__device__ bool top_k_fast(const uint32_t* keys, int n, int k_eff, Shared& sh) {
+  const int tid = threadIdx.x;
+  // Bitonic sort of the 1024 thread maxima, descending (55 compare-exchange steps).
+  uint32_t* tm = sh.thread_max;
+  for (int size = 2; size <= kThreads; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      const int j = tid ^ stride;
+      if (j > tid) {
+        const uint32_t a = tm[tid], b = tm[j];
+        if ((tid & size) == 0 ? a < b : a > b) {
+          tm[tid] = b;
+          tm[j] = a;
+        }
+      }
+    }
+  }
+  if (tid == 0) {
+    sh.thr = tm[k_eff - 1];
+    sh.n_cand = 0;
+  }
+  __syncthreads();
+  const uint32_t thr = sh.thr;
+  if (thr == 0u) return false;  // block-uniform
+  int cnt = 0;
+  for (int i = tid; i < n; i += kThreads) cnt += keys[i] >= thr;
+  cnt = cub::BlockReduce<int, kThreads>(sh.tmp.reduce_i).Sum(cnt);
+  if (tid == 0) sh.valid = cnt;
+  __syncthreads();
+  if (sh.valid > kThreads) return false;  // block-uniform
+  for (int i = tid; i < n; i += kThreads) {
+    if (keys[i] >= thr) sh.cand_id[atomicAdd(&sh.n_cand, 1)] = i;
+  }
+  __syncthreads();
+  return true;
 }
 
 }  // namespace
