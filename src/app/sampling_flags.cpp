@@ -24,9 +24,12 @@ void add_sampling_flags(CLI::App& sub, SamplingParams& p, std::vector<std::strin
   sub.add_option("--frequency-penalty", p.frequency_penalty,
                  "subtracted per occurrence of a seen token; 0 = off")
       ->capture_default_str();
-  sub.add_option("--seed", p.seed, "PRNG seed; -1 = random (the seed used is printed)")
+  sub.add_option("--seed", p.seed, "PRNG seed; -1 = random (chat prints the seed it used)")
       ->capture_default_str();
-  sub.add_option("--stop", stops, "stop when the output contains this text (repeatable)");
+  // One value per --stop (repeat the flag for more), so `--stop a b` cannot eat a positional.
+  sub.add_option("--stop", stops, "stop when the output contains this text (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 }  // namespace smolrt::app

@@ -137,6 +137,10 @@ TurnResult ChatSession::turn(std::string_view user,
       r.stop = StopCause::kStopString;
       break;
     }
+    if (opt_.max_tokens >= 0 && static_cast<int>(r.tokens.size()) >= opt_.max_tokens) {
+      r.stop = StopCause::kMaxTokens;  // checked before the forward: no wasted step
+      break;
+    }
     if (be_.position() >= be_.n_ctx()) {  // no room to run `t` through the model
       r.stop = StopCause::kContextFull;
       break;
@@ -149,8 +153,8 @@ TurnResult ChatSession::turn(std::string_view user,
   }
   r.decode_s = seconds_since(t1);
 
-  // The reply enters the conversation as generated (the last token is not in the KV cache
-  // yet), closed by the end marker whatever stopped it.
+  // The reply enters the conversation as generated (its last token never ran through the model,
+  // so the KV cache ends one short of it), closed by the end marker whatever stopped it.
   tokens_.insert(tokens_.end(), r.tokens.begin(), r.tokens.end());
   tokens_.insert(tokens_.end(), end_ids_.begin(), end_ids_.end());
   messages_.push_back({"user", std::string(user)});
