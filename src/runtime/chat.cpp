@@ -63,8 +63,8 @@ int ChatSession::drop_oldest_until_fits(std::string_view user) {
 }
 
 int ChatSession::pick_first(std::span<const int> prefill) {
-  const float u = opt_.sampling.greedy() ? 0.0f : sampler_.draw();
-  return be_.forward_prompt_sample(prefill, opt_.sampling, u, sampler_.history());
+  return be_.forward_prompt_sample(prefill, opt_.sampling, sampler_.step_draw(),
+                                   sampler_.history());
 }
 
 int ChatSession::pick_next(int token) {
@@ -72,8 +72,8 @@ int ChatSession::pick_next(int token) {
   if (opt_.sampling.greedy() && !opt_.sampling.has_penalties()) {
     return be_.forward_token_greedy(token, pos);  // argmax on the device
   }
-  const float u = opt_.sampling.greedy() ? 0.0f : sampler_.draw();
-  return be_.forward_token_sample(token, pos, opt_.sampling, u, sampler_.history());
+  return be_.forward_token_sample(token, pos, opt_.sampling, sampler_.step_draw(),
+                                  sampler_.history());
 }
 
 TurnResult ChatSession::turn(std::string_view user,

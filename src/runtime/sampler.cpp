@@ -45,7 +45,7 @@ TokenSampler::TokenSampler(const SamplingParams& p)
       draws_(seed_) {}
 
 int TokenSampler::sample(std::span<const float> logits) {
-  const float u = p_.greedy() ? 0.0f : draw();
+  const float u = step_draw();
   return cpu::sample(logits, p_, u, history_, scratch_);
 }
 

@@ -44,12 +44,16 @@ class TokenSampler {
   uint64_t seed() const { return seed_; }
 
   float draw() { return draws_.next(); }
+  // The draw for one sampling step: the next draw, or 0 without consuming one when greedy (so a
+  // greedy step never shifts the sequence).
+  float step_draw() { return p_.greedy() ? 0.0f : draws_.next(); }
   // Samples from host logits with the next draw (no draw consumed when greedy).
   int sample(std::span<const float> logits);
   // Records a token that entered the context (prompt or generated) for the penalties.
   void accept(int token);
   void accept(std::span<const int> tokens);
-  // The penalty history (oldest first); trimmed to repeat_last_n when that is >= 0.
+  // The penalty history (oldest first); holds at least the last repeat_last_n tokens (trimmed
+  // lazily; penalty_window() takes the window).
   std::span<const int> history() const { return history_; }
   void clear_history() { history_.clear(); }
 
