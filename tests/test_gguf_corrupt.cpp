@@ -118,6 +118,10 @@ TEST(GgufCorrupt, BadMagicVersionAndCounts) {
     poke<uint32_t>(x, 4, v);
     expect_error(x, cat("GGUF version ", v, " is not supported"));
   }
+  Bytes v2 = b;  // version 2 has the same layout (u64 counts) and is accepted
+  poke<uint32_t>(v2, 4, 2);
+  EXPECT_EQ(File::parse(v2, "v2.gguf")->version(), 2u);
+  EXPECT_EQ(File::parse(v2, "v2.gguf")->tensors().size(), 48u);
   Bytes be = b;
   poke<uint32_t>(be, 4, 0x03000000u);
   expect_error(be, "big-endian");
@@ -263,6 +267,7 @@ TEST(GgufCorrupt, TensorDims) {
   poke<uint32_t>(blk, at.type, 8);
   poke<uint64_t>(blk, at.ne, 48);
   expect_error(blk, "ne[0] = 48 is not a multiple of the q8_0 block size 32");
+  expect_error(blk, cat("'blk.0.attn_q.weight' ne[0] at byte offset ", at.ne));
 }
 
 TEST(GgufCorrupt, TensorOffsets) {
@@ -278,6 +283,7 @@ TEST(GgufCorrupt, TensorOffsets) {
   Bytes over = b;
   poke<uint64_t>(over, at.offset, first.offset);
   expect_error(over, "overlap in the data section");
+  expect_error(over, cat("(from byte offset ", f->data_offset() + first.offset, ")"));
   Bytes past = b;
   poke<uint64_t>(past, at.offset, ~uint64_t{31});
   expect_error(past, "extends past the end of the file");

@@ -19,9 +19,10 @@ struct RunResult {
   std::string out;  // stdout (and stderr when merged)
 };
 
-RunResult run(const std::string& args, bool merge_stderr) {
+// Runs the smolrt binary with `args` (and `env` assignments before it) through the shell.
+RunResult run(const std::string& args, bool merge_stderr, const std::string& env = "") {
   const std::string cmd =
-      cat("'", SMOLRT_BINARY, "' ", args, merge_stderr ? " 2>&1" : " 2>/dev/null");
+      cat(env, " '", SMOLRT_BINARY, "' ", args, merge_stderr ? " 2>&1" : " 2>/dev/null");
   RunResult r{-1, ""};
   std::FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -143,6 +144,17 @@ TEST(GgufInfo, MissingAndCorruptFilesFailClearly) {
   const RunResult c = run(cat("info -m '", SMOLRT_BINARY, "'"), true);
   EXPECT_EQ(c.exit_code, 1) << c.out;
   EXPECT_NE(c.out.find("not 'GGUF'"), std::string::npos) << c.out;
+}
+
+TEST(GgufInfo, WithoutModelFlagUsesTheDefaultModel) {
+  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+  const RunResult r = run("info --json", false, cat("SMOLRT_MODEL='", path.string(), "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["n_layers"], 5);
+  const RunResult m = run("info", true, "SMOLRT_MODEL=/nonexistent/default.gguf");
+  EXPECT_EQ(m.exit_code, 1) << m.out;
+  EXPECT_NE(m.out.find("/nonexistent/default.gguf"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("scripts/fetch_model.sh"), std::string::npos) << m.out;
 }
 
 TEST(GgufFiles, DefaultModel) {

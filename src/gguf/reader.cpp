@@ -54,16 +54,17 @@ class Cursor {
   [[noreturn]] void bad(const std::string& field, uint64_t at, const std::string& problem) const {
     fail(file_, ": ", field, " at byte offset ", at, ": ", problem);
   }
-  void need(uint64_t bytes, const std::string& field) const {
+  // `suffix` completes the field name; it is joined only when reporting (this runs per token).
+  void need(uint64_t bytes, const std::string& field, const char* suffix = "") const {
     if (bytes > left()) {
-      bad(field, pos_,
+      bad(field + suffix, pos_,
           cat("needs ", bytes, " bytes but the file ends at byte ", n_,
               "; the file is truncated (re-download or re-convert it)"));
     }
   }
   template <class T>
-  T read(const std::string& field) {
-    need(sizeof(T), field);
+  T read(const std::string& field, const char* suffix = "") {
+    need(sizeof(T), field, suffix);
     T v;
     std::memcpy(&v, p_ + pos_, sizeof(T));  // GGUF is little-endian, as is every supported host
     pos_ += sizeof(T);
@@ -71,7 +72,7 @@ class Cursor {
   }
   std::string read_string(const std::string& field) {
     const uint64_t at = pos_;
-    const uint64_t len = read<uint64_t>(field + " length");
+    const uint64_t len = read<uint64_t>(field, " length");
     if (len > left()) {
       bad(field, at,
           cat("string length ", len, " exceeds the ", left(),
@@ -366,7 +367,7 @@ void File::parse_all(const uint8_t* p, uint64_t n) {
     }
     t.type = ti->type;
     if (t.ne[0] % static_cast<uint64_t>(ti->block_size) != 0) {
-      c.bad(field + " ne[0]", at,
+      c.bad(field + " ne[0]", dims_at + 4,
             cat("ne[0] = ", t.ne[0], " is not a multiple of the ", ti->name, " block size ",
                 ti->block_size));
     }
@@ -411,9 +412,9 @@ void File::parse_all(const uint8_t* p, uint64_t n) {
     const TensorInfo& a = *order[i - 1];
     const TensorInfo& b = *order[i];
     if (a.offset + a.nbytes > b.offset) {
-      fail(path_, ": tensors '", a.name, "' (data offset ", a.offset, ", ", a.nbytes,
-           " bytes) and '", b.name, "' (data offset ", b.offset,
-           ") overlap in the data section; the file is corrupt");
+      fail(path_, ": tensors '", a.name, "' (bytes ", data_offset_ + a.offset, " to ",
+           data_offset_ + a.offset + a.nbytes, ") and '", b.name, "' (from byte offset ",
+           data_offset_ + b.offset, ") overlap in the data section; the file is corrupt");
     }
   }
 }

@@ -34,9 +34,9 @@ struct VocabData {
   std::vector<float> scores;         // SPM merge scores (empty for gpt2)
   std::vector<std::string> merges;   // BPE merges "a b", rank = index (empty for SPM)
   int bos = -1, eos = -1, unk = -1, pad = -1, eot = -1;  // -1 = none
-  bool add_bos = false;              // SPM: true when absent
+  bool add_bos = false;                                  // SPM: true when absent
   bool add_eos = false;
-  std::string chat_template;         // tokenizer.chat_template ("" when absent)
+  std::string chat_template;  // tokenizer.chat_template ("" when absent)
 };
 
 // Throws Error naming the key when the metadata is missing or malformed.
@@ -53,8 +53,11 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  // parse_special: control/user-defined tokens written in the text become their ids.
-  // add_bos: -1 = as the vocab says, 0 = no, 1 = yes. Invalid UTF-8 is tokenized as bytes.
+  // parse_special: control (and unknown) tokens written in the text become their ids;
+  // user-defined tokens always do (as in Hugging Face and llama.cpp). SPM prepends "▁" to the
+  // text and to each text run after a special token. add_bos: -1 = as the vocab says, 0 = no,
+  // 1 = yes (add_eos follows the vocab unless add_bos is 0). Invalid UTF-8 is tokenized as
+  // bytes; a byte the vocab has no token for becomes unk, or is dropped when there is no unk.
   std::vector<int> encode(std::string_view text, bool parse_special = true, int add_bos = -1) const;
   // Exact inverse of encoding (control tokens render as their text only when `special` is true).
   std::string decode(std::span<const int> ids, bool special = false) const;
@@ -71,7 +74,9 @@ class Tokenizer {
 };
 
 // Streaming decoder: feed ids one at a time, get text that never ends inside a UTF-8 character;
-// handles SPM's leading space. flush() returns whatever bytes are still held.
+// handles SPM's leading space (dropped from the first piece, and after control tokens, exactly as
+// decode() does, so the concatenated output equals decode() of the same ids). flush() returns
+// whatever bytes are still held (an unfinished character) and starts a new sequence.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& t, bool special = false);

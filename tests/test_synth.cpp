@@ -1,0 +1,216 @@
+// smolrt synth: determinism, the SmolLM-135M Q4_0 layout (272 tensors, 134,515,008 params,
+// 89,941,248 bytes = 85.77 MiB), weight statistics, and that the files load as models.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "quant/quantize.h"
+#include "test_util.h"
+
+namespace smolrt {
+namespace {
+
+std::shared_ptr<gguf::File> synth_file(const SynthOptions& o, std::vector<uint8_t>* bytes_out) {
+  SynthModel m = synth_model(o);
+  std::vector<uint8_t> bytes = m.writer.to_bytes();
+  auto f = gguf::File::parse(bytes, "synth:" + o.preset);
+  if (bytes_out) *bytes_out = std::move(bytes);
+  return f;
+}
+
+TEST(Synth, SameSeedSameBytesOtherSeedOtherBytes) {
+  SynthOptions o;
+  o.preset = "tiny";
+  o.seed = 7;
+  const std::vector<uint8_t> a = synth_model(o).writer.to_bytes();
+  const std::vector<uint8_t> b = synth_model(o).writer.to_bytes();
+  EXPECT_EQ(a, b);
+  o.seed = 8;
+  const std::vector<uint8_t> c = synth_model(o).writer.to_bytes();
+  ASSERT_EQ(a.size(), c.size());  // same layout (the seed is only in general.name's digits)
+  EXPECT_NE(a, c);
+  // Not just the name: the tensor data differs.
+  auto fa = gguf::File::parse(a, "a"), fc = gguf::File::parse(c, "c");
+  const auto* ta = fa->find_tensor("blk.1.ffn_up.weight");
+  const auto* tc = fc->find_tensor("blk.1.ffn_up.weight");
+  ASSERT_TRUE(ta && tc);
+  EXPECT_NE(std::memcmp(ta->data, tc->data, ta->nbytes), 0);
+}
+
+TEST(Synth, SmolLM135MQ4_0LayoutAndCounts) {
+  SynthOptions o;
+  o.preset = "smollm-135m";
+  o.type = GgmlType::Q4_0;
+  const auto t0 = std::chrono::steady_clock::now();
+  SynthModel m = synth_model(o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("synth smollm-135m q4_0: %.2f s\n", secs);
+  EXPECT_EQ(m.n_tensors, 272u);
+  EXPECT_EQ(m.n_params, 134515008u);
+  // 210 Q4_0 matrices: 30 * 3,538,944 / 32 * 18 = 59,719,680; Q8_0 embedding: 49152 * 576 / 32
+  // * 34 = 30,081,024; 61 F32 norms: (60 + 1) * 576 * 4 = 140,544.
+  EXPECT_EQ(m.tensor_bytes, 89941248u);
+  EXPECT_NEAR(m.tensor_bytes / 1048576.0, 85.77, 0.005);
+  EXPECT_EQ(m.vocab_size, 49152);
+
+  const std::vector<uint8_t> bytes = m.writer.to_bytes();
+  auto f = gguf::File::parse(bytes, "synth-135m");
+  std::map<GgmlType, int> count;
+  uint64_t params = 0, nbytes = 0;
+  for (const auto& t : f->tensors()) {
+    ++count[t.type];
+    params += t.n_elements();
+    nbytes += t.nbytes;
+  }
+  EXPECT_EQ(f->tensors().size(), 272u);
+  EXPECT_EQ(count[GgmlType::Q4_0], 210);
+  EXPECT_EQ(count[GgmlType::Q8_0], 1);
+  EXPECT_EQ(count[GgmlType::F32], 61);
+  EXPECT_EQ(params, 134515008u);
+  EXPECT_EQ(nbytes, 89941248u);
+  const auto* emb = f->find_tensor("token_embd.weight");
+  ASSERT_NE(emb, nullptr);
+  EXPECT_EQ(emb->type, GgmlType::Q8_0);
+  EXPECT_EQ(emb->ne[0], 576u);
+  EXPECT_EQ(emb->ne[1], 49152u);
+  EXPECT_EQ(f->find_tensor("output.weight"), nullptr);  // tied
+  EXPECT_EQ(f->get_uint("general.file_type"), 2u);
+  EXPECT_EQ(f->get_string_array("tokenizer.ggml.tokens").size(), 49152u);
+
+  const LlamaConfig c = load_config(*f);
+  EXPECT_EQ(c.dim, 576);
+  EXPECT_EQ(c.n_layers, 30);
+  EXPECT_EQ(c.n_heads, 9);
+  EXPECT_EQ(c.n_kv_heads, 3);
+  EXPECT_EQ(c.hidden_dim, 1536);
+  EXPECT_EQ(c.n_ctx_train, 8192);
+  EXPECT_FLOAT_EQ(c.rope_base, 100000.0f);
+  EXPECT_FLOAT_EQ(c.norm_eps, 1e-5f);
+  const Weights w = load_weights(*f, c);
+  EXPECT_EQ(w.layers.size(), 30u);
+  EXPECT_EQ(w.output.data, w.token_embd.data);  // tied lm_head
+}
+
+TEST(Synth, SmolLM360MPreset) {
+  // Generating 362 M weights takes seconds; the shapes come from the preset table, checked here.
+  const SynthPreset& p = synth_preset("smollm-360m");
+  EXPECT_EQ(p.dim, 960);
+  EXPECT_EQ(p.n_layers, 32);
+  EXPECT_EQ(p.n_heads, 15);
+  EXPECT_EQ(p.n_kv_heads, 5);
+  EXPECT_EQ(p.hidden_dim, 2560);
+  EXPECT_EQ(p.vocab_size, 49152);
+  EXPECT_EQ(synth_presets().size(), 3u);
+}
+
+TEST(Synth, WeightStatisticsLookTrained) {
+  SynthOptions o;
+  o.preset = "tiny";
+  o.type = GgmlType::F32;
+  auto f = synth_file(o, nullptr);
+  // Matrices ~ N(0, 0.02): check mean, std and the one-sigma mass over all matrices.
+  double s = 0, s2 = 0, within = 0, within2 = 0, n = 0;
+  for (const auto& t : f->tensors()) {
+    if (t.n_dims != 2) continue;
+    ASSERT_EQ(t.type, GgmlType::F32);
+    const float* x = reinterpret_cast<const float*>(t.data);
+    for (uint64_t i = 0; i < t.n_elements(); ++i) {
+      s += x[i], s2 += double(x[i]) * x[i], n += 1;
+      within += std::fabs(x[i]) < 0.02f;
+      within2 += std::fabs(x[i]) < 0.04f;
+    }
+  }
+  ASSERT_GT(n, 50000);
+  const double mean = s / n, sd = std::sqrt(s2 / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.0005);
+  EXPECT_NEAR(sd, 0.02, 0.0005);
+  EXPECT_NEAR(within / n, 0.6827, 0.01);    // normal: 68.27% within 1 sigma
+  EXPECT_NEAR(within2 / n, 0.9545, 0.005);  // and 95.45% within 2 sigma
+  // Norm weights ~ 1 + N(0, 0.05).
+  const auto* norm = f->find_tensor("output_norm.weight");
+  ASSERT_NE(norm, nullptr);
+  const float* g = reinterpret_cast<const float*>(norm->data);
+  double gs = 0;
+  for (uint64_t i = 0; i < norm->n_elements(); ++i) {
+    EXPECT_GT(g[i], 0.7f);
+    EXPECT_LT(g[i], 1.3f);
+    gs += g[i];
+  }
+  EXPECT_NEAR(gs / norm->n_elements(), 1.0, 0.03);
+}
+
+TEST(Synth, TinyVocabMatchesEmbeddingRows) {
+  SynthOptions o;
+  o.preset = "tiny";
+  auto f = synth_file(o, nullptr);
+  const auto tokens = f->get_string_array("tokenizer.ggml.tokens");
+  const auto* emb = f->find_tensor("token_embd.weight");
+  ASSERT_NE(emb, nullptr);
+  EXPECT_EQ(emb->ne[1], tokens.size());
+  EXPECT_EQ(f->get_uint("llama.vocab_size"), tokens.size());
+  EXPECT_EQ(f->get_string("tokenizer.ggml.model"), "gpt2");
+  // GPT-2 byte-to-unicode: byte b is token 3 + b; space -> "Ġ", newline -> "Ċ", 'A' -> "A".
+  ASSERT_GE(tokens.size(), 259u);
+  EXPECT_EQ(tokens[3 + ' '], "\xC4\xA0");
+  EXPECT_EQ(tokens[3 + '\n'], "\xC4\x8A");
+  EXPECT_EQ(tokens[3 + 'A'], "A");
+  EXPECT_EQ(tokens[3 + 0xff], "\xC3\xBF");
+  EXPECT_EQ(tokens[1], "<|im_start|>");
+  const LlamaConfig c = load_config(*f);
+  EXPECT_EQ(c.vocab_size, static_cast<int>(tokens.size()));
+  EXPECT_NO_THROW(load_weights(*f, c));
+}
+
+TEST(Synth, BuiltinVocabRoundTripsThroughGguf) {
+  SynthOptions o;
+  o.preset = "tiny";
+  auto f = synth_file(o, nullptr);
+  const VocabData want = builtin_byte_vocab();
+  const VocabData got = vocab_from_gguf(*f);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.merges, want.merges);
+  EXPECT_EQ(got.bos, 1);
+  EXPECT_EQ(got.eos, 2);
+  Tokenizer tok(got);
+  const std::string text = "the cat in the hat\n\nsings";
+  const std::vector<int> ids = tok.encode(text, true, 0);
+  EXPECT_EQ(tok.decode(ids), text);
+  EXPECT_LT(ids.size(), text.size());  // the merges fired
+}
+
+TEST(Synth, WithHfTokenizer) {
+  REQUIRE_FIXTURE(tj, "tokenizers/smollm2-135m/tokenizer.json");
+  SynthOptions o;
+  o.preset = "tiny";
+  o.tokenizer_json = tj.string();
+  auto f = synth_file(o, nullptr);
+  EXPECT_EQ(f->get_string_array("tokenizer.ggml.tokens").size(), 49152u);
+  EXPECT_EQ(f->find_tensor("token_embd.weight")->ne[1], 49152u);
+  EXPECT_EQ(f->get_string("tokenizer.ggml.pre"), "smollm");
+}
+
+TEST(Synth, BadOptions) {
+  SynthOptions o;
+  o.preset = "gpt-5";
+  try {
+    synth_model(o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown preset 'gpt-5'"), std::string::npos);
+  }
+  o.preset = "tiny";
+  o.type = GgmlType::Q6_K;
+  EXPECT_THROW(synth_model(o), Error);
+  o.type = GgmlType::Q4_0;
+  o.tokenizer_json = "/nonexistent/tokenizer.json";
+  EXPECT_THROW(synth_model(o), Error);
+}
+
+}  // namespace
+}  // namespace smolrt
