@@ -164,3 +164,31 @@ TEST(ChatSession, SameSeedSameReply) {
 
 }  // namespace
 }  // namespace smolrt
+
+namespace smolrt {
+namespace {
+
+// With SmolLM2's real tokenizer, the pieces a session tokenizes turn by turn (first turn, reply,
+// end marker, "\n" + next turn) are exactly the tokens of the whole rendered conversation: the
+// special tokens split the text, so the KV-cached conversation equals a fresh full render.
+TEST(ChatSession, TurnByTurnTokensEqualTheFullRenderWithSmolLM2Tokenizer) {
+  REQUIRE_FIXTURE(path, "tokenizers/smollm2-135m/tokenizer.json");
+  const Tokenizer tok(vocab_from_hf_json(path.string()));
+  const std::vector<ChatMessage> conv = {{"system", "You are a helpful assistant."},
+                                         {"user", "What is 2+2?"},
+                                         {"assistant", "2 + 2 = 4."},
+                                         {"user", "And 3 + 3?\nShort answer."}};
+  std::vector<int> pieces = tok.encode(render_chatml(std::span(conv).first(2), true), true, -1);
+  for (int t : tok.encode(conv[2].content, true, 0)) pieces.push_back(t);
+  const std::vector<int> end = tok.encode("<|im_end|>", true, 0);
+  ASSERT_EQ(end, std::vector<int>{2});  // one control token, also the EOS
+  EXPECT_TRUE(tok.is_eog(end[0]));
+  pieces.insert(pieces.end(), end.begin(), end.end());
+  for (int t : tok.encode("\n" + render_chatml(std::span(conv).subspan(3), true), true, 0)) {
+    pieces.push_back(t);
+  }
+  EXPECT_EQ(pieces, tok.encode(render_chatml(conv, true), true, -1));
+}
+
+}  // namespace
+}  // namespace smolrt
