@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The one-call GPU check. Usage (on the GPU machine, from the repository root):
+#   bash DIR/gpu_check.sh DIR
+# DIR (made by scripts/gpu_stage.sh) holds the binaries smolrt and smolrt_cuda_tests and
+# fixtures/{models/stories260K.gguf, tokenizers/smollm2-135m/tokenizer.json}.
+# Runs nvidia-smi, synth model generation, every GPU test (gtest XML + log), compute-sanitizer
+# memcheck and racecheck on a kernel-test subset, and the decode benchmark. Logs and JSON lines
+# go to $OUT (at most 8 files); a summary table is printed last.
+set -uo pipefail
+DIR=${1:-.gpu}
+OUT=${OUT:-/tmp/gpu_check_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export SMOLRT_FIXTURES="$DIR/fixtures"
+SUMMARY=()
+
+# step NAME TIMEOUT CMD...: runs CMD with a time limit, records rc and seconds.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name: $*"
+  local t0 rc t
+  t0=$(date +%s.%N)
+  timeout "$limit" "$@"
+  rc=$?
+  t=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
+  SUMMARY+=("$(printf '%-14s rc=%-4s %7ss' "$name" "$rc" "$t")")
+  echo "{\"step\":\"$name\",\"rc\":$rc,\"seconds\":$t}" >> "$OUT/summary.jsonl"
+  return 0
+}
+
+main() {
+nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
+head -12 "$OUT/nvidia_smi.txt"
+
+SYNTH=/tmp/synth-smollm-135m-q4_0.gguf
+step synth 60 "$DIR/smolrt" synth --preset smollm-135m --type q4_0 \
+  --tokenizer "$DIR/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$SYNTH"
+if [ -f "$SYNTH" ]; then export SMOLRT_SYNTH_MODEL=$SYNTH; fi
+
+step cuda_tests 150 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
+# Without a visible GPU, asking for cuda must be a clear Error.
+step no_gpu_error 60 env CUDA_VISIBLE_DEVICES= "$DIR/smolrt_cuda_tests" \
+  --gtest_filter='CudaBackendErrors.NoGpuIsAnError:KernelArgmax.*'
+
+if command -v compute-sanitizer > /dev/null; then
+  step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    --log-file "$OUT/memcheck.log" "$DIR/smolrt_cuda_tests" \
+    --gtest_filter='Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
+  step racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    --log-file "$OUT/racecheck.log" "$DIR/smolrt_cuda_tests" \
+    --gtest_filter='KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*'
+else
+  SUMMARY+=("sanitizers     not installed")
+fi
+
+if [ -f "$SYNTH" ]; then
+  step bench_decode 90 "$DIR/smolrt" bench-decode -m "$SYNTH" --json "$OUT/bench.jsonl"
+fi
+
+for s in "${SUMMARY[@]}"; do echo "STEP $s"; done
+}
+
+main 2>&1 | tee "$OUT/gpu_check.log"
+echo
+echo "=== summary"
+grep -hE "^\[  (PASSED|FAILED) |tests? from .* ran|worst|rel err|ERROR SUMMARY|RACECHECK SUMMARY|^graph|^plain|^device|^STEP" \
+  "$OUT/gpu_check.log" "$OUT"/memcheck.log "$OUT"/racecheck.log 2>/dev/null | tail -60

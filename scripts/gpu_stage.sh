@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Stages what scripts/gpu_check.sh needs into a carry folder of the coordinator's checkout:
+#   scripts/gpu_stage.sh BUILD_DIR DEST   (e.g. build /work/main/.gpu-cuda)
+set -euo pipefail
+BUILD=${1:-build}
+DEST=${2:?destination folder}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SHARED=${SMOLRT_FIXTURES:-$ROOT/../shared}
+rm -rf "$DEST"
+mkdir -p "$DEST/fixtures/models" "$DEST/fixtures/tokenizers/smollm2-135m"
+cp "$BUILD/smolrt" "$BUILD/smolrt_cuda_tests" "$DEST/"
+cp "$ROOT/scripts/gpu_check.sh" "$DEST/"
+cp "$SHARED/models/stories260K.gguf" "$DEST/fixtures/models/"
+cp "$SHARED/tokenizers/smollm2-135m/tokenizer.json" "$SHARED/tokenizers/smollm2-135m/config.json" \
+  "$DEST/fixtures/tokenizers/smollm2-135m/"
+strip "$DEST/smolrt" "$DEST/smolrt_cuda_tests" 2>/dev/null || true
+du -sh "$DEST"

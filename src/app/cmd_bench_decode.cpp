@@ -1,0 +1,143 @@
+// `smolrt bench-decode` (hidden): batch-1 CUDA decode speed of one model under each CUDA-backend
+// switch (graph/PDL/fused norm), with load + upload time, the device's measured copy bandwidth and
+// kernels per decode step. One JSON line per configuration (--json), a table on stdout.
+#if defined(SMOLRT_HAVE_CUDA)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app/command.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "runtime/bench.h"
+
+namespace smolrt::app {
+namespace {
+
+struct Opts {
+  std::string model;
+  std::string json;
+  int tokens = 128;
+  int reps = 5;
+  int ctx = 1024;
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run(const Opts& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Model m = load_model(resolve_model_path(o.model));
+  const double load_ms = ms_since(t0);
+  BackendOptions bo;
+  bo.kind = "cuda";
+  bo.n_ctx = std::min(o.ctx, m.config.n_ctx_train > 0 ? m.config.n_ctx_train : o.ctx);
+  if (o.tokens + 2 > bo.n_ctx) fail("--tokens ", o.tokens, " does not fit --ctx ", bo.n_ctx);
+  auto b = make_cuda_backend_ex(m, bo, CudaOptions{});
+  const CudaStats st0 = b->stats();
+  const double copy_gbs = b->copy_bandwidth_gbs();
+  const size_t wbytes = decode_weight_bytes(m);
+  std::printf(
+      "device %s, copy bandwidth %.0f GB/s; load %.1f ms, upload %.1f ms (%.2f MiB "
+      "weights on device, %.2f MiB read per token)\n",
+      b->device_name().c_str(), copy_gbs, load_ms, st0.upload_ms, st0.weight_bytes / 1048576.0,
+      wbytes / 1048576.0);
+  struct Cfg {
+    const char* name;
+    CudaOptions opt;
+  };
+  const Cfg cfgs[] = {{"graph+pdl+fused_norm", {true, true, true}},
+                      {"graph+fused_norm", {true, true, false}},
+                      {"graph+pdl+unfused_norm", {true, false, true}},
+                      {"graph+unfused_norm", {true, false, false}},
+                      {"plain+fused_norm", {false, true, false}}};
+  std::ofstream js;
+  if (!o.json.empty()) js.open(o.json, std::ios::app);
+  std::printf("%-24s %10s %10s %10s %12s %9s %8s\n", "config", "tok/s", "min", "max", "us/token",
+              "GB/s", "kernels");
+  for (const Cfg& c : cfgs) {
+    b->set_options(c.opt);
+    std::vector<double> tps;
+    int first = 0;
+    for (int r = 0; r <= o.reps; ++r) {  // r == 0: warm-up (graph capture)
+      b->reset();
+      int tok = b->forward_token_greedy(1, 0);
+      first = tok;
+      const auto t1 = std::chrono::steady_clock::now();
+      for (int i = 0; i < o.tokens; ++i) tok = b->forward_token_greedy(tok, b->position());
+      const double s = ms_since(t1) / 1000.0;
+      if (r > 0) tps.push_back(o.tokens / s);
+    }
+    const Stat s = stat_of(tps);
+    const double us = 1e6 / s.median;
+    const double gbs = wbytes / (us * 1e-6) / 1e9;
+    const int kernels = b->stats().kernels_per_step;
+    std::printf("%-24s %10.1f %10.1f %10.1f %12.2f %9.0f %8d\n", c.name, s.median, s.min, s.max, us,
+                gbs, kernels);
+    if (js) {
+      nlohmann::json j = {{"bench", "decode"},
+                          {"config", c.name},
+                          {"device", b->device_name()},
+                          {"commit", build_commit()},
+                          {"model", o.model},
+                          {"tokens", o.tokens},
+                          {"reps", o.reps},
+                          {"tok_s", s.median},
+                          {"tok_s_min", s.min},
+                          {"tok_s_max", s.max},
+                          {"us_per_token", us},
+                          {"weight_bytes_per_token", wbytes},
+                          {"weight_gb_s", gbs},
+                          {"copy_gb_s", copy_gbs},
+                          {"pct_of_copy_bw", 100.0 * gbs / copy_gbs},
+                          {"kernels_per_step", kernels},
+                          {"load_ms", load_ms},
+                          {"upload_ms", st0.upload_ms},
+                          {"first_token", first}};
+      js << j.dump() << "\n";
+    }
+  }
+  // Where the time goes: GPU time per decode step of each kernel kind (default options).
+  b->set_options(CudaOptions{});
+  b->reset();
+  int tok = b->forward_token_greedy(1, 0);
+  for (int i = 0; i < 64; ++i) tok = b->forward_token_greedy(tok, b->position());
+  std::printf("GPU time per step by kernel kind at position %d (graph, %s):\n", b->position(),
+              CudaOptions{}.pdl ? "pdl" : "no pdl");
+  for (const auto& [name, us] : b->profile_parts(200)) {
+    std::printf("  %-22s %9.2f us\n", name.c_str(), us);
+    if (js) {
+      js << nlohmann::json{{"bench", "decode_parts"},
+                           {"part", name},
+                           {"us_per_step", us},
+                           {"position", b->position()},
+                           {"device", b->device_name()}}
+                .dump()
+         << "\n";
+    }
+  }
+  return 0;
+}
+
+REGISTER_COMMAND(Command{"bench-decode", "CUDA batch-1 decode benchmark (developer tool)", 990,
+                         [](CLI::App& sub) -> std::function<int()> {
+                           auto o = std::make_shared<Opts>();
+                           sub.group("");  // hidden from --help
+                           sub.add_option("-m,--model", o->model, "GGUF model");
+                           sub.add_option("-n,--tokens", o->tokens, "decoded tokens per rep");
+                           sub.add_option("--reps", o->reps, "timed repetitions");
+                           sub.add_option("--ctx", o->ctx, "KV capacity");
+                           sub.add_option("--json", o->json, "append JSON lines here");
+                           return [o] { return run(*o); };
+                         }});
+
+}  // namespace
+}  // namespace smolrt::app
+#endif

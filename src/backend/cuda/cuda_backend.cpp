@@ -1,0 +1,447 @@
+// The CUDA backend: session buffers, the decode step (enqueue_step), CUDA-graph capture/replay
+// and the Backend interface. Kernels live in src/cuda/.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_weights.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "cuda/argmax.h"
+#include "cuda/attention_decode.h"
+#include "cuda/embed.h"
+#include "cuda/gemv.h"
+#include "cuda/launch.h"
+#include "cuda/rmsnorm.h"
+#include "cuda/rope_kv.h"
+
+namespace smolrt {
+namespace {
+
+bool env_flag(const char* name, bool def) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return def;
+  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
+}
+
+// Device scratch of one session, carved from one allocation (sizes from the config and n_ctx).
+struct Scratch {
+  int* params;       // [2] token, pos (written by an H2D copy before each step)
+  float* x;          // [dim] residual stream
+  float* xb;         // [dim] normalized x (unfused / debug path)
+  float* q;          // [q_dim]
+  float* k;          // [kv_dim] (debug path: raw K before RoPE)
+  float* v;          // [kv_dim] (debug path)
+  float* att;        // [q_dim] attention output
+  float* hb;         // [hidden_dim] silu(gate)*up
+  float* logits;     // [vocab]
+  float* kv;         // [n_layers][2][n_ctx][kv_dim] fp32
+  float* attn_part;  // [n_heads][max_splits][head_dim+2]
+  int* attn_count;   // [n_heads]
+  float* amax_v;     // [kArgmaxBlocks]
+  int* amax_i;       // [kArgmaxBlocks]
+  int* amax_out;     // [1]
+};
+
+void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
+  s.params = c.take<int>(2);
+  s.x = c.take<float>(cfg.dim);
+  s.xb = c.take<float>(cfg.dim);
+  s.q = c.take<float>(cfg.q_dim());
+  s.k = c.take<float>(cfg.kv_dim());
+  s.v = c.take<float>(cfg.kv_dim());
+  s.att = c.take<float>(cfg.q_dim());
+  s.hb = c.take<float>(cfg.hidden_dim);
+  s.logits = c.take<float>(cfg.vocab_size);
+  s.kv = c.take<float>((size_t)cfg.n_layers * 2 * n_ctx * cfg.kv_dim());
+  s.attn_part = c.take<float>((size_t)cfg.n_heads * cuda::attn_splits(n_ctx) * (cfg.head_dim + 2));
+  s.attn_count = c.take<int>(cfg.n_heads);
+  s.amax_v = c.take<float>(cuda::kArgmaxBlocks);
+  s.amax_i = c.take<int>(cuda::kArgmaxBlocks);
+  s.amax_out = c.take<int>(1);
+}
+
+class CudaBackend final : public CudaBackendApi {
+ public:
+  CudaBackend(const Model& m, const BackendOptions& opt, const CudaOptions& copt)
+      : cfg_(m.config), copt_(copt) {
+    n_ctx_ = opt.n_ctx > 0 ? opt.n_ctx : cfg_.n_ctx_train;
+    if (n_ctx_ <= 0) fail("the model has no context length; pass --ctx N");
+    if (cfg_.n_ctx_train > 0 && n_ctx_ > cfg_.n_ctx_train) {
+      fail("--ctx ", n_ctx_, " exceeds the model's training context of ", cfg_.n_ctx_train,
+           " tokens; pass --ctx ", cfg_.n_ctx_train, " or less");
+    }
+    const int hd = cfg_.head_dim;
+    if (hd < 4 || hd > 128 || hd % 4 != 0 || 128 % hd != 0) {
+      fail("head_dim ", hd,
+           " has no CUDA attention kernel (supported 4..128, powers of two); use "
+           "--backend cpu");
+    }
+    if (cfg_.n_heads % cfg_.n_kv_heads != 0) {
+      fail("n_heads ", cfg_.n_heads, " is not a multiple of n_kv_heads ", cfg_.n_kv_heads);
+    }
+    w_ = cuda::upload_weights(m.weights, cfg_);
+
+    cuda::Carver sizer;
+    carve(sizer, s_, cfg_, n_ctx_);
+    scratch_ = cuda::DeviceBuffer(sizer.used(), "activations, KV cache and scratch");
+    cuda::Carver placer(static_cast<char*>(scratch_.get()));
+    carve(placer, s_, cfg_, n_ctx_);
+    // Poison everything once (NaN bytes) so a kernel reading unwritten scratch shows up in tests;
+    // the attention split counters must start at zero.
+    CUDA_CHECK(cudaMemset(scratch_.get(), 0xff, scratch_.size()));
+    CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
+
+    params_host_ = cuda::PinnedBuffer(2 * sizeof(int) + sizeof(int), "step parameters");
+    logits_host_ = cuda::PinnedBuffer(sizeof(float) * cfg_.vocab_size, "logits readback");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    debug_ = env_flag("SMOLRT_DEBUG_ACTIVATIONS", false);
+  }
+
+  ~CudaBackend() override {
+    drop_graph();
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  const LlamaConfig& config() const override { return cfg_; }
+  int n_ctx() const override { return n_ctx_; }
+  int position() const override { return pos_; }
+  void reset() override { pos_ = 0; }
+  void rollback(int pos) override {
+    if (pos < 0 || pos > pos_) {
+      fail("rollback to position ", pos, " is invalid: the KV cache holds ", pos_, " tokens");
+    }
+    pos_ = pos;
+  }
+
+  std::span<const float> forward_token(int token, int pos) override {
+    step(token, pos);
+    CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), s_.logits, sizeof(float) * cfg_.vocab_size,
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return {static_cast<const float*>(logits_host_.get()), (size_t)cfg_.vocab_size};
+  }
+
+  int forward_token_greedy(int token, int pos) override {
+    step(token, pos);
+    int* out = static_cast<int*>(params_host_.get()) + 2;
+    CUDA_CHECK(cudaMemcpyAsync(out, s_.amax_out, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return *out;
+  }
+
+  // The batched-prefill seam: until a batched path (run_layers_batched) lands, prompts run one
+  // decode step per token.
+  std::span<const float> forward_prompt(std::span<const int> tokens) override {
+    if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
+    std::span<const float> out;
+    for (int t : tokens) out = forward_token(t, pos_);
+    return out;
+  }
+
+  std::vector<float> forward_prompt_all(std::span<const int> tokens) override {
+    std::vector<float> all;
+    all.reserve(tokens.size() * cfg_.vocab_size);
+    for (int t : tokens) {
+      std::span<const float> l = forward_token(t, pos_);
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    return all;
+  }
+
+  std::vector<Activation> activations() const override { return acts_; }
+
+  std::string device_name() const override {
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+      return "cuda";
+    }
+    return prop.name;
+  }
+
+  // A 1 GiB device-to-device cudaMemcpy, best of 5 after a warm-up, counting read + write bytes.
+  double copy_bandwidth_gbs() override {
+    if (copy_gbs_ > 0) return copy_gbs_;
+    const size_t n = size_t{1} << 30;
+    cuda::DeviceBuffer a(n, "bandwidth probe"), b(n, "bandwidth probe");
+    CUDA_CHECK(cudaMemset(a.get(), 1, n));
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float best = 1e30f;
+    for (int i = 0; i < 6; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, stream_));
+      CUDA_CHECK(cudaEventRecord(e1, stream_));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i > 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    copy_gbs_ = 2.0 * n / (best * 1e-3) / 1e9;
+    return copy_gbs_;
+  }
+
+  void set_options(const CudaOptions& o) override {
+    copt_ = o;
+    drop_graph();
+  }
+  const CudaOptions& options() const override { return copt_; }
+  CudaStats stats() const override {
+    CudaStats st;
+    st.upload_ms = w_.upload_ms;
+    st.weight_bytes = w_.bytes;
+    st.scratch_bytes = scratch_.size();
+    st.kernels_per_step = kernels_per_step_;
+    return st;
+  }
+
+ private:
+  float* kcache(int l) const { return s_.kv + (size_t)(2 * l) * n_ctx_ * cfg_.kv_dim(); }
+  float* vcache(int l) const { return s_.kv + (size_t)(2 * l + 1) * n_ctx_ * cfg_.kv_dim(); }
+
+  void drop_graph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    exec_ = nullptr;
+    graph_ = nullptr;
+    kernels_per_step_ = 0;
+  }
+
+  void step(int token, int pos) {
+    check_token(token);
+    check_pos(pos);
+    int* hp = static_cast<int*>(params_host_.get());
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned params are free to overwrite
+    hp[0] = token;
+    hp[1] = pos;
+    CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    cuda::pdl_enabled() = copt_.pdl;
+    if (debug_) {
+      acts_.clear();
+      enqueue_step(true);
+    } else if (copt_.use_graph) {
+      if (!exec_) capture();
+      CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+    } else {
+      enqueue_step(false);
+    }
+    pos_ = pos + 1;
+  }
+
+  void capture() {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_step(false);
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+    CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+    size_t n = 0;
+    CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &n));
+    kernels_per_step_ = (int)n;  // every captured node is a kernel launch
+  }
+
+  // Debug: copy a device vector into the named activation list (synchronous; plain launches).
+  void record(const std::string& name, const float* dev, int n) {
+    Activation a;
+    a.name = name;
+    a.values.resize(n);
+    CUDA_CHECK(
+        cudaMemcpyAsync(a.values.data(), dev, sizeof(float) * n, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    acts_.push_back(std::move(a));
+  }
+
+  // Every kernel of one decode step, in stream order. debug: unfused kernels + readbacks.
+  void enqueue_step(bool debug, unsigned mask = kAllParts) {
+    if (debug) mask = kAllParts;
+    cudaStream_t st = stream_;
+    const float eps = cfg_.norm_eps;
+    const bool fused = copt_.fused_norm && !debug;
+    const int* pos = s_.params + 1;
+    if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
+    if (debug) record("embed", s_.x, cfg_.dim);
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      const cuda::DevLayer& L = w_.layers[l];
+      const std::string blk = "blk." + std::to_string(l) + ".";
+      cuda::QkvArgs qa;
+      qa.wq = L.wq;
+      qa.wk = L.wk;
+      qa.wv = L.wv;
+      qa.eps = eps;
+      qa.head_dim = cfg_.head_dim;
+      qa.rope_dim = cfg_.rope_dim;
+      qa.rope_base = cfg_.rope_base;
+      qa.pos = pos;
+      qa.q_out = s_.q;
+      if (fused) {
+        qa.x = s_.x;
+        qa.norm_w = L.attn_norm;
+      } else {
+        if (mask & kQkv) cuda::rmsnorm(s_.xb, s_.x, L.attn_norm, cfg_.dim, eps, st);
+        if (debug) record(blk + "attn_norm", s_.xb, cfg_.dim);
+        qa.x = s_.xb;
+        qa.norm_w = nullptr;
+      }
+      if (debug) {
+        qa.rope = false;
+        qa.k_out = s_.k;
+        qa.v_out = s_.v;
+        cuda::gemv_qkv(qa, st);
+        cuda::rope_qk_kv_append(s_.q, s_.k, s_.v, kcache(l), vcache(l), pos, cfg_.n_heads,
+                                cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.rope_base, st);
+      } else {
+        qa.rope = true;
+        qa.k_out = kcache(l);
+        qa.v_out = vcache(l);
+        if (mask & kQkv) cuda::gemv_qkv(qa, st);
+      }
+      if (mask & kAttn)
+        cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
+                               cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st);
+      if (mask & kWo) cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st);
+      if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
+      if (!(mask & kGateUp)) {
+      } else if (fused) {
+        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st);
+      } else {
+        cuda::rmsnorm(s_.xb, s_.x, L.ffn_norm, cfg_.dim, eps, st);
+        if (debug) record(blk + "ffn_norm", s_.xb, cfg_.dim);
+        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st);
+      }
+      if (mask & kDown) cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st);
+      if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
+    }
+    if (!(mask & kHead)) {
+    } else if (fused) {
+      cuda::gemv(w_.output, s_.x, w_.output_norm, eps, s_.logits, false, st);
+    } else {
+      cuda::rmsnorm(s_.xb, s_.x, w_.output_norm, cfg_.dim, eps, st);
+      if (debug) record("output_norm", s_.xb, cfg_.dim);
+      cuda::gemv(w_.output, s_.xb, nullptr, eps, s_.logits, false, st);
+    }
+    if (debug) record("logits", s_.logits, cfg_.vocab_size);
+    if (mask & kArgmax) {
+      cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st);
+    }
+  }
+
+  // Time graphs holding only one kind of kernel (all layers' worth), replayed `reps` times.
+  std::vector<std::pair<std::string, double>> profile_parts(int reps) override {
+    if (pos_ == 0) fail("profile_parts: run at least one token first");
+    const std::pair<const char*, unsigned> parts[] = {{"embed", kEmbed},
+                                                      {"norm+qkv+rope+kv", kQkv},
+                                                      {"attention", kAttn},
+                                                      {"wo+residual", kWo},
+                                                      {"norm+gate_up+silu", kGateUp},
+                                                      {"down+residual", kDown},
+                                                      {"norm+lm_head", kHead},
+                                                      {"argmax", kArgmax},
+                                                      {"all", kAllParts}};
+    int* hp = static_cast<int*>(params_host_.get());
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    hp[0] = 1;
+    hp[1] = pos_ - 1;
+    CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    cuda::pdl_enabled() = copt_.pdl;
+    std::vector<std::pair<std::string, double>> out;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    for (const auto& [name, bits] : parts) {
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t ex = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      enqueue_step(false, bits);
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+      CUDA_CHECK(cudaGraphInstantiate(&ex, g, 0));
+      for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(ex, stream_));
+      CUDA_CHECK(cudaEventRecord(e0, stream_));
+      for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaGraphLaunch(ex, stream_));
+      CUDA_CHECK(cudaEventRecord(e1, stream_));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      out.emplace_back(name, 1000.0 * ms / reps);
+      cudaGraphExecDestroy(ex);
+      cudaGraphDestroy(g);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return out;
+  }
+
+  enum : unsigned {
+    kEmbed = 1,
+    kQkv = 2,
+    kAttn = 4,
+    kWo = 8,
+    kGateUp = 16,
+    kDown = 32,
+    kHead = 64,
+    kArgmax = 128,
+    kAllParts = 255
+  };
+
+  LlamaConfig cfg_;
+  CudaOptions copt_;
+  int n_ctx_ = 0;
+  int pos_ = 0;
+  cuda::DeviceWeights w_;
+  cuda::DeviceBuffer scratch_;
+  Scratch s_ = {};
+  cuda::PinnedBuffer params_host_, logits_host_;
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  int kernels_per_step_ = 0;
+  double copy_gbs_ = 0;
+  std::vector<Activation> acts_;
+};
+
+}  // namespace
+
+CudaOptions cuda_options_from_env() {
+  CudaOptions o;
+  o.use_graph = env_flag("SMOLRT_CUDA_GRAPH", true);
+  o.fused_norm = env_flag("SMOLRT_CUDA_FUSED_NORM", true);
+  o.pdl = env_flag("SMOLRT_CUDA_PDL", true);
+  return o;
+}
+
+bool cuda_device_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+std::unique_ptr<CudaBackendApi> make_cuda_backend_ex(const Model& m, const BackendOptions& opt,
+                                                     const CudaOptions& copt) {
+  if (!cuda_device_available()) {
+    fail(
+        "the CUDA backend was asked for but no CUDA GPU is visible (cudaGetDeviceCount found "
+        "none); use --backend cpu");
+  }
+  return std::make_unique<CudaBackend>(m, opt, copt);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const Model& m, const BackendOptions& opt) {
+  return make_cuda_backend_ex(m, opt, cuda_options_from_env());
+}
+
+}  // namespace smolrt

@@ -1,0 +1,53 @@
+// CudaBackend: batch-1 decode on one NVIDIA GPU. Weights live in one device allocation
+// (device_weights.h); activations, the fp32 KV cache and every scratch buffer are carved out of a
+// second allocation made once per session; only readback buffers are pinned host memory.
+//
+// One decode step = embed, 5 kernels per layer (RMSNorm+QKV+RoPE+KV append, split attention,
+// Wo+residual, RMSNorm+gate/up+SiLU·up, down+residual), RMSNorm+lm_head, 2-stage argmax. The
+// step is captured ONCE as a CUDA graph; the token and position are read from device memory
+// (an 8-byte H2D copy before each replay), so nothing is re-captured per token.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace smolrt {
+
+// Run-time switches of the CUDA backend (defaults from the environment, see cuda_options_from_env).
+struct CudaOptions {
+  bool use_graph = true;   // SMOLRT_CUDA_GRAPH=0: plain launches every step
+  bool fused_norm = true;  // SMOLRT_CUDA_FUSED_NORM=0: separate RMSNorm kernels before matvecs
+  bool pdl = true;         // SMOLRT_CUDA_PDL=0: no Programmatic Dependent Launch
+};
+CudaOptions cuda_options_from_env();
+
+// Facts about a CUDA session, for benchmarks and reports.
+struct CudaStats {
+  double upload_ms = 0;      // weight repack + host-to-device copy
+  size_t weight_bytes = 0;   // the weights' device allocation
+  size_t scratch_bytes = 0;  // activations + KV cache + scratch allocation
+  int kernels_per_step = 0;  // kernel nodes in the captured decode graph (0 before capture)
+};
+
+class CudaBackendApi : public Backend {
+ public:
+  // Changing options drops the captured graph (re-captured on the next step).
+  virtual void set_options(const CudaOptions& o) = 0;
+  virtual const CudaOptions& options() const = 0;
+  virtual CudaStats stats() const = 0;
+  // Benchmark aid: GPU time (µs per decode step, CUDA events) of graphs holding only one kind of
+  // kernel for all layers ("norm+qkv+rope+kv", "attention", ...) plus "all", at the current
+  // position. Clobbers activations; the KV cache entry at position()-1 is rewritten.
+  virtual std::vector<std::pair<std::string, double>> profile_parts(int reps) = 0;
+};
+
+// Throws Error when no GPU is present, when the GPU runs out of memory, or when a tensor's type
+// has no CUDA kernel (naming the tensor and type).
+std::unique_ptr<CudaBackendApi> make_cuda_backend_ex(const Model& m, const BackendOptions& opt,
+                                                     const CudaOptions& copt);
+
+}  // namespace smolrt

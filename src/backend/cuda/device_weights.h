@@ -1,0 +1,42 @@
+// Model weights on the GPU: uploaded once, into ONE device allocation, kept in their GGUF types
+// (Q4_0/Q8_0 repacked losslessly into the split layout of cuda/dev_mat.h; F32/F16 byte-copied).
+// A tied lm_head shares the embedding's bytes (no second copy); nothing is dequantized.
+#pragma once
+
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "cuda/dev_mat.h"
+#include "model/model.h"
+
+namespace smolrt::cuda {
+
+struct DevLayer {
+  const float* attn_norm = nullptr;  // [dim]
+  DevMat wq, wk, wv;                 // rows q_dim | kv_dim | kv_dim, cols dim
+  DevMat wo;                         // rows dim, cols q_dim
+  const float* ffn_norm = nullptr;   // [dim]
+  DevMat w_gate, w_up;               // rows hidden_dim, cols dim
+  DevMat w_down;                     // rows dim, cols hidden_dim
+};
+
+struct DeviceWeights {
+  DeviceBuffer buffer;                 // the one allocation
+  DevMat token_embd;                   // rows vocab, cols dim
+  const float* output_norm = nullptr;  // [dim]
+  DevMat output;                       // rows vocab, cols dim (== token_embd's bytes when tied)
+  std::vector<DevLayer> layers;
+  size_t bytes = 0;      // size of the allocation
+  double upload_ms = 0;  // repack + host-to-device copy, wall time
+};
+
+// Checks every tensor has a CUDA kernel for its type and shape (Error names the tensor, its type
+// and the supported ones), then uploads. Throws the out-of-memory Error from device_buffer.h.
+DeviceWeights upload_weights(const Weights& w, const LlamaConfig& c);
+
+// Building blocks (also used by the kernel tests): bytes of t's device image, and writing that
+// image to host staging memory `dst` for a device copy at `dev` (returns the DevMat for `dev`).
+size_t device_bytes(const TensorView& t);
+DevMat stage_matrix(const TensorView& t, uint8_t* dst, const uint8_t* dev);
+
+}  // namespace smolrt::cuda

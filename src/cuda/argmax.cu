@@ -1,0 +1,95 @@
+// Two-stage argmax (see argmax.h). Index INT_MAX marks "no candidate yet" (empty or all NaN).
+#include "cuda/argmax.h"
+
+#include <climits>
+
+#include "core/error.h"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.h"
+
+namespace smolrt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Does candidate (av, ai) beat (bv, bi)? Candidates never hold NaN.
+__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) {
+  if (ai == INT_MAX) return false;
+  if (bi == INT_MAX) return true;
+  return av > bv || (av == bv && ai < bi);
+}
+
+__device__ void block_argmax(float& v, int& i) {
+  __shared__ float sv[kThreads / 32];
+  __shared__ int si[kThreads / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (beats(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+  if ((threadIdx.x & 31) == 0) {
+    sv[threadIdx.x >> 5] = v;
+    si[threadIdx.x >> 5] = i;
+  }
+  __syncthreads();
+  v = sv[0];
+  i = si[0];
+  for (int w = 1; w < kThreads / 32; ++w) {
+    if (beats(sv[w], si[w], v, i)) {
+      v = sv[w];
+      i = si[w];
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_stage1_kernel(const float* x, int n, float* part_v, int* part_i) {
+  pdl_wait();
+  pdl_trigger();
+  float v = 0.f;
+  int i = INT_MAX;
+  for (int k = blockIdx.x * kThreads + threadIdx.x; k < n; k += gridDim.x * kThreads) {
+    const float xv = x[k];
+    if (!isnan(xv) && beats(xv, k, v, i)) {
+      v = xv;
+      i = k;
+    }
+  }
+  block_argmax(v, i);
+  if (threadIdx.x == 0) {
+    part_v[blockIdx.x] = v;
+    part_i[blockIdx.x] = i;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_stage2_kernel(const float* part_v, const int* part_i, int n_parts, int* out) {
+  pdl_wait();
+  pdl_trigger();
+  float v = 0.f;
+  int i = INT_MAX;
+  for (int k = threadIdx.x; k < n_parts; k += kThreads) {
+    if (beats(part_v[k], part_i[k], v, i)) {
+      v = part_v[k];
+      i = part_i[k];
+    }
+  }
+  block_argmax(v, i);
+  if (threadIdx.x == 0) *out = i == INT_MAX ? 0 : i;
+}
+
+}  // namespace
+
+void argmax(const float* x, int n, float* part_v, int* part_i, int* out, cudaStream_t s) {
+  if (!x || !part_v || !part_i || !out || n <= 0) fail("argmax: null pointer or n=", n);
+  int blocks = (n + kThreads - 1) / kThreads;
+  if (blocks > kArgmaxBlocks) blocks = kArgmaxBlocks;
+  launch_kernel(argmax_stage1_kernel, dim3(blocks), dim3(kThreads), 0, s, x, n, part_v, part_i);
+  launch_kernel(argmax_stage2_kernel, dim3(1), dim3(kThreads), 0, s, part_v, part_i, blocks, out);
+}
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,190 @@
+// Split-context decode attention (see attention_decode.h). Latency-bound at decode sizes, so
+// every loop has a compile-time trip count (template HD) and all loads of a 128-position
+// sub-chunk (K and V together) are issued at once: one memory round trip and two barriers per
+// sub-chunk, and contexts up to 128 positions need no split combine. Pass 1 scores 128 positions
+// with 4 threads each (float4 loads of K, 2 shuffles); every warp redoes the softmax bookkeeping
+// from shared memory (no block reduction); pass 2 accumulates V coalesced over head_dim.
+#include "cuda/attention_decode.h"
+
+#include "core/error.h"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.h"
+
+namespace smolrt::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kTpp = kThreads / kAttnSub;  // threads per scored position
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attention_decode_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
+                            const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
+                            float* partials, int* counters) {
+  constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
+  constexpr int G = kThreads / HD;                    // pass-2 position groups
+  constexpr int PPT = kAttnSub / G > 0 ? kAttnSub / G : 1;
+  __shared__ float sscore[kAttnSub];
+  __shared__ float sacc[kThreads];
+  __shared__ int last;
+
+  pdl_wait();
+  pdl_trigger();
+  const int n_pos = *pos_ptr + 1;
+  const int h = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+  const int subs = (n_pos + kAttnSub - 1) / kAttnSub;
+  const int chunk = kAttnSub * ((subs + n_splits_max - 1) / n_splits_max);
+  const int n_split = (n_pos + chunk - 1) / chunk;
+  const int start = split * chunk;
+  if (start >= n_pos) return;
+  const int end = min(n_pos, start + chunk);
+  const int kv_dim = n_kv_heads * HD;
+  const int kvh = h / (n_heads / n_kv_heads);
+  const float scale = rsqrtf((float)HD);
+
+  // Pass-1 role: position tid/kTpp of the sub-chunk, dims [j*DPT, j*DPT+DPT).
+  const int pp = tid / kTpp, j = tid % kTpp;
+  const bool has_dims = j * DPT < HD;
+  float qr[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; ++i) qr[i] = has_dims ? q[h * HD + j * DPT + i] : 0.f;
+  // Pass-2 role: dim d, positions g, g+G, ...
+  const int d = tid % HD, g = tid / HD;
+  const float* kbase = k_cache + kvh * HD + j * DPT;
+  const float* vbase = v_cache + kvh * HD + d;
+
+  float m_run = -INFINITY, l_run = 0.f, acc = 0.f;
+  for (int c0 = start; c0 < end; c0 += kAttnSub) {
+    // V does not depend on the scores: issue its loads with K's (one memory round trip).
+    float vr[PPT];
+#pragma unroll
+    for (int i = 0; i < PPT; ++i) {
+      const int tt = g + G * i;
+      vr[i] = c0 + tt < end ? vbase[(size_t)(c0 + tt) * kv_dim] : 0.f;
+    }
+    const int t = c0 + pp;
+    float s = 0.f;
+    if (t < end && has_dims) {
+      const float* kr = kbase + (size_t)t * kv_dim;
+      if constexpr (DPT % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < DPT; i += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
+          s += qr[i] * k4.x + qr[i + 1] * k4.y + qr[i + 2] * k4.z + qr[i + 3] * k4.w;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < DPT; ++i) s += qr[i] * kr[i];
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < kTpp; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (j == 0) sscore[pp] = t < end ? s * scale : -INFINITY;
+    __syncthreads();
+    // Every warp redoes the (tiny) softmax bookkeeping over the sub-chunk's scores; each thread
+    // then recomputes the p's it needs (no second barrier). Scores past the end are -inf: p = 0.
+    float m_c = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kAttnSub / 32; ++k) m_c = fmaxf(m_c, sscore[lane + 32 * k]);
+    const float m_new = fmaxf(m_run, warp_max(m_c));
+    const float corr = expf(m_run - m_new);
+    float lsum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kAttnSub / 32; ++k) lsum += expf(sscore[lane + 32 * k] - m_new);
+    l_run = l_run * corr + warp_sum(lsum);
+    acc *= corr;
+#pragma unroll
+    for (int i = 0; i < PPT; ++i) acc += expf(sscore[g + G * i] - m_new) * vr[i];
+    m_run = m_new;
+    __syncthreads();  // sscore is rewritten by the next sub-chunk
+  }
+  sacc[tid] = acc;
+  __syncthreads();
+  float total = 0.f;
+  if (tid < HD) {
+#pragma unroll
+    for (int k = 0; k < G; ++k) total += sacc[k * HD + tid];
+  }
+
+  if (n_split == 1) {
+    if (tid < HD) out[h * HD + tid] = total / l_run;
+    return;
+  }
+  float* part = partials + ((size_t)h * n_splits_max + split) * (HD + 2);
+  if (tid < HD) part[2 + tid] = total;
+  if (tid == 0) {
+    part[0] = m_run;
+    part[1] = l_run;
+  }
+  __threadfence();  // partials visible device-wide before the counter says so
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&counters[h], 1) == n_split - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid < HD) {
+    const float* ph = partials + (size_t)h * n_splits_max * (HD + 2);
+    float ms[kAttnMaxSplits], ls[kAttnMaxSplits], as[kAttnMaxSplits];
+    float mm = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kAttnMaxSplits; ++s) {
+      if (s < n_split) {
+        ms[s] = __ldcg(ph + (size_t)s * (HD + 2));
+        ls[s] = __ldcg(ph + (size_t)s * (HD + 2) + 1);
+        as[s] = __ldcg(ph + (size_t)s * (HD + 2) + 2 + tid);
+        mm = fmaxf(mm, ms[s]);
+      }
+    }
+    float num = 0.f, den = 0.f;
+#pragma unroll
+    for (int s = 0; s < kAttnMaxSplits; ++s) {
+      if (s < n_split) {
+        const float w = expf(ms[s] - mm);
+        den += w * ls[s];
+        num += w * as[s];
+      }
+    }
+    out[h * HD + tid] = num / den;
+  }
+  if (tid == 0) counters[h] = 0;  // ready for the next launch
+}
+
+template <int HD>
+void launch_hd(float* out, const float* q, const float* k, const float* v, const int* pos,
+               int n_ctx, int n_heads, int n_kv_heads, const AttnScratch& sc, cudaStream_t s) {
+  const int splits = attn_splits(n_ctx);
+  launch_kernel(attention_decode_kernel<HD>, dim3(n_heads, splits), dim3(kThreads), 0, s, out, q, k,
+                v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters);
+}
+
+}  // namespace
+
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
+                      const AttnScratch& scratch, cudaStream_t s) {
+  if (!out || !q || !k_cache || !v_cache || !pos || !scratch.partials || !scratch.counters) {
+    fail("attention_decode: null pointer");
+  }
+  if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || n_ctx <= 0) {
+    fail("attention_decode: n_heads ", n_heads, " / n_kv_heads ", n_kv_heads, " / n_ctx ", n_ctx);
+  }
+  switch (head_dim) {
+    case 4:
+      return launch_hd<4>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+    case 8:
+      return launch_hd<8>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+    case 16:
+      return launch_hd<16>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+    case 32:
+      return launch_hd<32>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+    case 64:
+      return launch_hd<64>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+    case 128:
+      return launch_hd<128>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+    default:
+      fail("attention_decode: head_dim ", head_dim,
+           " is not supported by the CUDA kernel (4, 8, 16, 32, 64 or 128)");
+  }
+}
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,36 @@
+// Decode attention (one query token) over a KV cache of any length up to n_ctx, flash-decoding
+// style. The context [0, *pos] is cut into at most kAttnMaxSplits splits of C positions (C a
+// multiple of kAttnSub, chosen on the device from *pos, so one captured graph serves every
+// position); one block per (head, split) runs an online softmax over 32-position sub-chunks and
+// writes a partial (max m, sum l, unnormalized acc[head_dim]); the last block of each head to
+// finish (atomic counter) combines the partials. Splits past the context exit at once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace smolrt::cuda {
+
+constexpr int kAttnSub = 128;       // positions scored together (one per 4 threads)
+constexpr int kAttnMaxSplits = 16;  // blocks per head at most
+
+inline int attn_splits(int n_ctx) {
+  const int subs = (n_ctx + kAttnSub - 1) / kAttnSub;
+  return subs < kAttnMaxSplits ? subs : kAttnMaxSplits;
+}
+
+// Scratch for one attention launch (reused by every layer; launches are serialized).
+//   partials: [n_heads][attn_splits(n_ctx)][head_dim + 2] floats
+//   counters: [n_heads] ints, zero before the first launch; the kernel leaves them zero.
+struct AttnScratch {
+  float* partials = nullptr;
+  int* counters = nullptr;
+};
+
+// q: [n_heads*head_dim] (already rotated); k_cache, v_cache: [n_ctx][n_kv_heads*head_dim] for
+// this layer; pos: device pointer, attends to positions [0, *pos]; out: [n_heads*head_dim].
+// head_dim in {4, 8, 16, 32, 64, 128}; n_heads a multiple of n_kv_heads; *pos < n_ctx.
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
+                      const AttnScratch& scratch, cudaStream_t s);
+
+}  // namespace smolrt::cuda

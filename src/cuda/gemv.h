@@ -1,0 +1,50 @@
+// Decode matrix-vector products (batch 1): out = W·x for F32, F16, Q4_0 and Q8_0 weights
+// (Q4_0/Q8_0 in the split layout of dev_mat.h), fp32 activations and fp32 accumulation.
+//
+// Work split: one warp computes two output rows; each lane owns whole 32-column blocks (quant
+// types, one 16-byte load per Q4_0 block, two per Q8_0 block) or strided columns (F32/F16), and
+// keeps its slice of x in registers; x is staged once per block in shared memory.
+// cols <= kGemvMaxCols.
+//
+// Optional fused RMSNorm of the input (norm_w != nullptr): each block normalizes its staged copy
+// of x (one block reduction) before the products: x*rsqrt(mean(x^2)+eps)*norm_w.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/dev_mat.h"
+
+namespace smolrt::cuda {
+
+constexpr int kGemvMaxCols = 2048;
+
+// out[r] = (accumulate ? out[r] : 0) + W[r,:]·n(x), r < w.rows. x: [w.cols]; out: [w.rows].
+void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
+          bool accumulate, cudaStream_t s);
+
+// Q, K and V projections of one token in one launch (Wq, Wk, Wv must share one type; otherwise
+// the launcher issues one launch per matrix). With rope=true the epilogue also rotates Q and K
+// (GGUF "normal" RoPE: adjacent pairs (2i, 2i+1) of each head by pos*base^(-2i/rope_dim)) and
+// appends K and V at row *pos of the layer's caches; with rope=false Q, K, V are written raw to
+// q_out, k_out, v_out (k_cache/v_cache unused) for the separate rope_qk_kv_append kernel.
+struct QkvArgs {
+  DevMat wq, wk, wv;    // rows q_dim, kv_dim, kv_dim; cols dim
+  const float* x;       // [dim]
+  const float* norm_w;  // [dim] attn_norm weight for the fused RMSNorm, or nullptr
+  float eps;
+  int head_dim, rope_dim;  // head_dim even, rope_dim <= head_dim
+  float rope_base;
+  const int* pos;  // device: position of this token
+  bool rope;
+  float* q_out;  // [q_dim]
+  float* k_out;  // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
+  float* v_out;  // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
+};
+void gemv_qkv(const QkvArgs& a, cudaStream_t s);
+
+// FFN input: out[r] = silu(Wg[r,:]·n(x)) * (Wu[r,:]·n(x)), r < hidden_dim; one warp does the
+// gate and up row of the same r, so SiLU·up never leaves registers.
+void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
+                  float eps, float* out, cudaStream_t s);
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,37 @@
+// RMSNorm: one block of 256 threads; n is a few hundred, so one block is all the work there is.
+#include "cuda/rmsnorm.h"
+
+#include "core/error.h"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.h"
+
+namespace smolrt::cuda {
+namespace {
+
+__global__ void __launch_bounds__(256)
+    rmsnorm_kernel(float* out, const float* x, const float* w, int n, float eps) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float partial[8];
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) total += partial[k];
+  const float scale = rsqrtf(total / (float)n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * scale * w[i];
+}
+
+}  // namespace
+
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps, cudaStream_t s) {
+  if (out == nullptr || x == nullptr || w == nullptr || n <= 0) {
+    fail("rmsnorm: null pointer or n=", n);
+  }
+  launch_kernel(rmsnorm_kernel, dim3(1), dim3(256), 0, s, out, x, w, n, eps);
+}
+
+}  // namespace smolrt::cuda

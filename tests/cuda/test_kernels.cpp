@@ -1,0 +1,369 @@
+// Every decode kernel against its CPU twin (src/backend/cpu/ops.h) on random data, odd sizes
+// included. Outputs are poisoned (NaN bytes) before each kernel runs.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "cuda/argmax.h"
+#include "cuda/attention_decode.h"
+#include "cuda/embed.h"
+#include "cuda/gemv.h"
+#include "cuda/launch.h"
+#include "cuda/rmsnorm.h"
+#include "cuda/rope_kv.h"
+#include "cuda_test_util.h"
+#include "test_util.h"
+
+namespace smolrt {
+namespace {
+
+using test::Dev;
+using test::RandMat;
+
+const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0};
+
+// Reference W·x plus a per-row error bound. The GPU sums in a different order than the CPU;
+// fp32 reordering error is bounded by ~n·eps·Σ|w_j·x_j| and is ~sqrt(n)·eps·Σ|w_j·x_j| in
+// practice, so 2e-5·Σ|w_j·x_j| (eps=6e-8, n<=2048) is tight but never flaky.
+void ref_matvec(const TensorView& w, const std::vector<float>& x, std::vector<float>& out,
+                std::vector<float>& tol) {
+  out.assign(w.rows, 0.f);
+  tol.assign(w.rows, 0.f);
+  cpu::matvec_rows(out.data(), w, x.data(), 0, w.rows);
+  std::vector<float> row(w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    cpu::dequant_row(w, r, row.data());
+    double a = 0;
+    for (int64_t c = 0; c < w.cols; ++c) a += std::fabs((double)row[c] * x[c]);
+    tol[r] = (float)(2e-5 * a + 1e-7);
+  }
+}
+
+// --- embedding -------------------------------------------------------------------------------
+
+TEST(KernelEmbed, AllTypesMatchCpu) {
+  REQUIRE_GPU();
+  for (GgmlType t : kTypes) {
+    const int cols = (t == GgmlType::F32 || t == GgmlType::F16) ? 70 : 96;
+    RandMat m(t, 37, cols, 11);
+    for (int token : {0, 23, 36}) {
+      Dev<int> tok(std::vector<int>{token});
+      Dev<float> out((size_t)cols);
+      cuda::embed(m.mat, tok.p(), out.p(), nullptr);
+      std::vector<float> ref(cols);
+      cpu::embed(ref.data(), m.view, token);
+      std::vector<float> got = out.get();
+      for (int c = 0; c < cols; ++c) {
+        ASSERT_EQ(got[c], ref[c]) << type_name(t) << " token " << token << " col " << c;
+      }
+    }
+  }
+}
+
+// --- RMSNorm ---------------------------------------------------------------------------------
+
+TEST(KernelRmsnorm, MatchesCpu) {
+  REQUIRE_GPU();
+  for (int n : {7, 64, 576, 1000, 2049}) {
+    std::vector<float> x = test::randn(n, 1 + n, 3.f), w = test::randn(n, 2 + n);
+    Dev<float> dx(x), dw(w), out((size_t)n);
+    cuda::rmsnorm(out.p(), dx.p(), dw.p(), n, 1e-5f, nullptr);
+    std::vector<float> ref(n);
+    cpu::rmsnorm(ref.data(), x.data(), w.data(), n, 1e-5f);
+    std::vector<float> got = out.get();
+    // rsqrtf (<=2 ulp) and a different summation order: 1e-5 relative is ~50x the typical error.
+    for (int i = 0; i < n; ++i) ASSERT_NEAR(got[i], ref[i], 1e-5f * (std::fabs(ref[i]) + 1e-3f));
+  }
+}
+
+// --- matrix-vector -----------------------------------------------------------------------------
+
+struct Shape {
+  int rows, cols;
+};
+
+TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
+  REQUIRE_GPU();
+  // {9001, 576} and {5001, 64}: more row pairs than the capped grid has warps, so warps loop.
+  const Shape quant_shapes[] = {{576, 576},  {193, 1536}, {64, 2048},
+                                {4097, 576}, {3, 32},     {9001, 576}};
+  const Shape float_shapes[] = {{172, 64}, {64, 172}, {33, 70},  {577, 576},
+                                {5, 1},    {9, 2048}, {5001, 64}};
+  for (GgmlType t : kTypes) {
+    const bool q = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
+    const Shape* shapes = q ? quant_shapes : float_shapes;
+    const int n_shapes = q ? 6 : 7;
+    for (int si = 0; si < n_shapes; ++si) {
+      const Shape sh = shapes[si];
+      SCOPED_TRACE(testing::Message() << type_name(t) << " " << sh.rows << "x" << sh.cols);
+      RandMat m(t, sh.rows, sh.cols, 100 + si);
+      std::vector<float> x = test::randn(sh.cols, 7 + si), nw = test::randn(sh.cols, 8 + si);
+      std::vector<float> ref, tol;
+      Dev<float> dx(x), dnw(nw);
+      // plain
+      {
+        Dev<float> out((size_t)sh.rows);
+        cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), false, nullptr);
+        ref_matvec(m.view, x, ref, tol);
+        std::vector<float> got = out.get();
+        for (int r = 0; r < sh.rows; ++r) ASSERT_NEAR(got[r], ref[r], tol[r]) << "row " << r;
+      }
+      // out += W·x
+      {
+        std::vector<float> base = test::randn(sh.rows, 9 + si);
+        Dev<float> out(base);
+        cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), true, nullptr);
+        std::vector<float> got = out.get();
+        for (int r = 0; r < sh.rows; ++r) {
+          ASSERT_NEAR(got[r], base[r] + ref[r], tol[r] + 1e-6f * std::fabs(base[r])) << r;
+        }
+      }
+      // fused RMSNorm of the input
+      {
+        std::vector<float> xn(sh.cols);
+        cpu::rmsnorm(xn.data(), x.data(), nw.data(), sh.cols, 1e-5f);
+        ref_matvec(m.view, xn, ref, tol);
+        Dev<float> out((size_t)sh.rows);
+        cuda::gemv(m.mat, dx.p(), dnw.p(), 1e-5f, out.p(), false, nullptr);
+        std::vector<float> got = out.get();
+        for (int r = 0; r < sh.rows; ++r) {
+          // + the norm's own rounding (rsqrtf, 2 ulp) carried through the sum
+          ASSERT_NEAR(got[r], ref[r], 2 * tol[r]) << "row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelGemv, RejectsUnsupported) {
+  REQUIRE_GPU();
+  RandMat m(GgmlType::Q4_0, 8, 64, 1);
+  cuda::DevMat bad = m.mat;
+  bad.type = GgmlType::Q4_1;
+  Dev<float> x((size_t)64), out((size_t)8);
+  EXPECT_THROW(cuda::gemv(bad, x.p(), nullptr, 0, out.p(), false, nullptr), Error);
+  bad = m.mat;
+  bad.cols = 4096;
+  EXPECT_THROW(cuda::gemv(bad, x.p(), nullptr, 0, out.p(), false, nullptr), Error);
+}
+
+struct QkvShape {
+  int dim, n_heads, n_kv, head_dim, rope_dim;
+  float base;
+};
+
+void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx, bool fused_norm,
+               bool rope_in_epilogue) {
+  SCOPED_TRACE(testing::Message() << type_name(tq) << "/" << type_name(tkv) << " dim " << s.dim
+                                  << " pos " << pos << " norm " << fused_norm << " epi "
+                                  << rope_in_epilogue);
+  const int q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv * s.head_dim;
+  RandMat wq(tq, q_dim, s.dim, 1), wk(tq, kv_dim, s.dim, 2), wv(tkv, kv_dim, s.dim, 3);
+  std::vector<float> x = test::randn(s.dim, 4), nw = test::randn(s.dim, 5);
+  std::vector<float> xin = x;
+  if (fused_norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), s.dim, 1e-5f);
+  std::vector<float> rq, rk, rv, tq_, tk, tv;
+  ref_matvec(wq.view, xin, rq, tq_);
+  ref_matvec(wk.view, xin, rk, tk);
+  ref_matvec(wv.view, xin, rv, tv);
+  cpu::rope(rq.data(), s.n_heads, s.head_dim, s.rope_dim, pos, s.base);
+  cpu::rope(rk.data(), s.n_kv, s.head_dim, s.rope_dim, pos, s.base);
+
+  Dev<float> dx(x), dnw(nw), q((size_t)q_dim), k((size_t)kv_dim), v((size_t)kv_dim);
+  Dev<float> kc((size_t)n_ctx * kv_dim), vc((size_t)n_ctx * kv_dim);
+  Dev<int> dpos(std::vector<int>{pos});
+  cuda::QkvArgs a;
+  a.wq = wq.mat;
+  a.wk = wk.mat;
+  a.wv = wv.mat;
+  a.x = dx.p();
+  a.norm_w = fused_norm ? dnw.p() : nullptr;
+  a.eps = 1e-5f;
+  a.head_dim = s.head_dim;
+  a.rope_dim = s.rope_dim;
+  a.rope_base = s.base;
+  a.pos = dpos.p();
+  a.rope = rope_in_epilogue;
+  a.q_out = q.p();
+  a.k_out = rope_in_epilogue ? kc.p() : k.p();
+  a.v_out = rope_in_epilogue ? vc.p() : v.p();
+  cuda::gemv_qkv(a, nullptr);
+  if (!rope_in_epilogue) {
+    cuda::rope_qk_kv_append(q.p(), k.p(), v.p(), kc.p(), vc.p(), dpos.p(), s.n_heads, s.n_kv,
+                            s.head_dim, s.rope_dim, s.base, nullptr);
+  }
+  std::vector<float> gq = q.get(), gk = kc.get(), gv = vc.get();
+  const float f = fused_norm ? 2.f : 1.f;
+  // RoPE mixes two rows: bound = sum of both rows' bounds, plus sincosf/powf rounding at large
+  // angles (pos*theta up to ~1e3 rad: ~1e-6 relative).
+  for (int r = 0; r < q_dim; ++r) {
+    const float b = f * (tq_[r] + tq_[r ^ 1]) + 2e-6f * std::fabs(rq[r]) + 1e-6f;
+    ASSERT_NEAR(gq[r], rq[r], b) << "q row " << r;
+  }
+  for (int r = 0; r < kv_dim; ++r) {
+    const float b = f * (tk[r] + tk[r ^ 1]) + 2e-6f * std::fabs(rk[r]) + 1e-6f;
+    ASSERT_NEAR(gk[(size_t)pos * kv_dim + r], rk[r], b) << "k row " << r;
+    ASSERT_NEAR(gv[(size_t)pos * kv_dim + r], rv[r], f * tv[r]) << "v row " << r;
+  }
+  // Nothing else in the caches was written (still poison).
+  for (size_t i = 0; i < gk.size(); ++i) {
+    if (i / kv_dim == (size_t)pos) continue;
+    ASSERT_TRUE(std::isnan(gk[i]) && std::isnan(gv[i])) << "cache entry " << i << " written";
+  }
+}
+
+TEST(KernelQkv, RopeKvAppendMatchCpu) {
+  REQUIRE_GPU();
+  const QkvShape smol = {576, 9, 3, 64, 64, 100000.f};
+  const QkvShape stories = {64, 8, 4, 8, 8, 10000.f};
+  const QkvShape partial_rope = {96, 3, 1, 32, 16, 10000.f};
+  for (bool epi : {true, false}) {
+    for (bool norm : {true, false}) {
+      check_qkv(GgmlType::Q4_0, GgmlType::Q4_0, smol, 5, 64, norm, epi);
+      check_qkv(GgmlType::Q4_0, GgmlType::Q4_0, smol, 1000, 1024, norm, epi);
+      check_qkv(GgmlType::F32, GgmlType::F32, stories, 17, 32, norm, epi);
+      check_qkv(GgmlType::F16, GgmlType::F16, partial_rope, 3, 8, norm, epi);
+    }
+  }
+  // Mixed types: one launch per matrix.
+  check_qkv(GgmlType::Q4_0, GgmlType::Q8_0, smol, 7, 16, true, true);
+}
+
+TEST(KernelGateUp, SiluMulMatchesCpu) {
+  REQUIRE_GPU();
+  for (GgmlType t : kTypes) {
+    const bool q = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
+    const int rows = q ? 1536 : 172, cols = q ? 576 : 64;
+    for (bool norm : {true, false}) {
+      SCOPED_TRACE(testing::Message() << type_name(t) << " norm " << norm);
+      RandMat wg(t, rows, cols, 21), wu(t, rows, cols, 22);
+      std::vector<float> x = test::randn(cols, 23), nw = test::randn(cols, 24), xin = x;
+      if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), cols, 1e-5f);
+      std::vector<float> g, u, tg, tu, ref(rows);
+      ref_matvec(wg.view, xin, g, tg);
+      ref_matvec(wu.view, xin, u, tu);
+      cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
+      Dev<float> dx(x), dnw(nw), out((size_t)rows);
+      cuda::gemv_gate_up(wg.mat, wu.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(), nullptr);
+      std::vector<float> got = out.get();
+      const float f = norm ? 2.f : 1.f;
+      for (int r = 0; r < rows; ++r) {
+        // |d(silu(g)u)| <= |u|·1.1·dg + |silu(g)|·du (silu' <= 1.1)
+        const float b = f * (1.1f * std::fabs(u[r]) * tg[r] + (std::fabs(g[r]) + 1.f) * tu[r]) +
+                        1e-6f * std::fabs(ref[r]) + 1e-7f;
+        ASSERT_NEAR(got[r], ref[r], b) << "row " << r;
+      }
+    }
+  }
+}
+
+// --- attention -------------------------------------------------------------------------------
+
+void check_attention(int n_heads, int n_kv, int head_dim, int n_ctx, int n_pos) {
+  SCOPED_TRACE(testing::Message() << n_heads << "/" << n_kv << "x" << head_dim << " n_pos " << n_pos
+                                  << " n_ctx " << n_ctx);
+  const int kv_dim = n_kv * head_dim, q_dim = n_heads * head_dim;
+  std::vector<float> q = test::randn(q_dim, 31, 2.f);
+  std::vector<float> kc = test::randn((size_t)n_ctx * kv_dim, 32);
+  std::vector<float> vc = test::randn((size_t)n_ctx * kv_dim, 33);
+  // Positions past n_pos hold NaN: the kernel must never read them.
+  for (size_t i = (size_t)n_pos * kv_dim; i < kc.size(); ++i) kc[i] = vc[i] = NAN;
+  std::vector<float> ref(q_dim), scratch(n_pos);
+  cpu::attention(ref.data(), q.data(), kc.data(), vc.data(), n_pos, n_heads, n_kv, head_dim,
+                 scratch.data());
+  Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim);
+  Dev<float> part((size_t)n_heads * cuda::attn_splits(n_ctx) * (head_dim + 2));
+  Dev<int> cnt(std::vector<int>(n_heads, 0));
+  Dev<int> dpos(std::vector<int>{n_pos - 1});
+  for (int rep = 0; rep < 2; ++rep) {  // twice: the split counters must reset themselves
+    out.poison();
+    cuda::attention_decode(out.p(), dq.p(), dk.p(), dv.p(), dpos.p(), n_ctx, n_heads, n_kv,
+                           head_dim, {part.p(), cnt.p()}, nullptr);
+    std::vector<float> got = out.get();
+    // Outputs are convex combinations of N(0,1) values; softmax of fp32 scores in another order
+    // (and expf vs std::exp) moves them by ~1e-6.
+    for (int i = 0; i < q_dim; ++i) ASSERT_NEAR(got[i], ref[i], 2e-5f) << "out " << i;
+  }
+  std::vector<int> c = cnt.get();
+  for (int h = 0; h < n_heads; ++h) ASSERT_EQ(c[h], 0);
+}
+
+TEST(KernelAttention, SplitContextMatchesCpu) {
+  REQUIRE_GPU();
+  // 1 split, several 32-position splits, 16 splits of 32, then longer splits (chunk 64, 128).
+  for (int n_pos : {1, 2, 31, 32, 33, 100, 512, 513, 1000, 2048}) {
+    check_attention(9, 3, 64, 2048, n_pos);
+  }
+  for (int n_pos : {1, 5, 200}) check_attention(8, 4, 8, 256, n_pos);
+  check_attention(4, 4, 128, 512, 333);
+  check_attention(2, 1, 32, 700, 699);
+  check_attention(6, 2, 16, 96, 77);
+  check_attention(4, 2, 4, 64, 64);
+}
+
+TEST(KernelAttention, NoContextCap) {
+  REQUIRE_GPU();
+  check_attention(9, 3, 64, 8192, 5000);
+  check_attention(9, 3, 64, 8192, 8192);
+}
+
+// --- argmax -----------------------------------------------------------------------------------
+
+int gpu_argmax(const std::vector<float>& x) {
+  Dev<float> dx(x), pv((size_t)cuda::kArgmaxBlocks);
+  Dev<int> pi((size_t)cuda::kArgmaxBlocks), out((size_t)1);
+  cuda::argmax(dx.p(), (int)x.size(), pv.p(), pi.p(), out.p(), nullptr);
+  return out.get()[0];
+}
+
+TEST(KernelArgmax, Cases) {
+  REQUIRE_GPU();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(gpu_argmax({0.5f, 3.f, -1.f, 2.f}), 1);
+  EXPECT_EQ(gpu_argmax(std::vector<float>(1000, 4.25f)), 0);  // all equal -> lowest index
+  std::vector<float> last = test::randn(49152, 3);
+  last.back() = 100.f;
+  EXPECT_EQ(gpu_argmax(last), 49151);
+  std::vector<float> ties = test::randn(5000, 4);
+  ties[4000] = 50.f;
+  ties[1234] = 50.f;
+  EXPECT_EQ(gpu_argmax(ties), 1234);
+  EXPECT_EQ(gpu_argmax({NAN, 1.f, NAN, 3.f, NAN}), 3);  // NaN never wins
+  EXPECT_EQ(gpu_argmax({-inf, NAN, -inf}), 0);          // -inf is a value, NaN is not
+  EXPECT_EQ(gpu_argmax({1.f, inf, NAN, inf, 2.f}), 1);  // +inf wins, first of ties
+  EXPECT_EQ(gpu_argmax({NAN, NAN, NAN}), 0);            // all NaN -> 0
+  EXPECT_EQ(gpu_argmax({-3.f}), 0);
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    std::vector<float> v = test::randn(49152, 50 + seed);
+    v[seed * 1000 + 7] = NAN;
+    EXPECT_EQ(gpu_argmax(v), cpu::argmax(v.data(), (int)v.size())) << "seed " << seed;
+  }
+  for (int n : {1, 31, 257, 67585}) {
+    std::vector<float> v = test::randn(n, n);
+    EXPECT_EQ(gpu_argmax(v), cpu::argmax(v.data(), n)) << "n " << n;
+  }
+}
+
+// --- PDL launches give the same results ---------------------------------------------------------
+
+TEST(KernelLaunch, PdlMatchesPlain) {
+  REQUIRE_GPU();
+  RandMat m(GgmlType::Q4_0, 576, 576, 77);
+  std::vector<float> x = test::randn(576, 78);
+  Dev<float> dx(x), a((size_t)576), b((size_t)576);
+  cuda::pdl_enabled() = false;
+  cuda::gemv(m.mat, dx.p(), nullptr, 0, a.p(), false, nullptr);
+  cuda::pdl_enabled() = true;
+  cuda::gemv(m.mat, dx.p(), nullptr, 0, b.p(), false, nullptr);
+  cuda::gemv(m.mat, dx.p(), nullptr, 0, b.p(), true, nullptr);  // chained, PDL edge
+  cuda::pdl_enabled() = false;
+  std::vector<float> ga = a.get(), gb = b.get();
+  for (int i = 0; i < 576; ++i) ASSERT_EQ(gb[i], ga[i] + ga[i]) << i;
+}
+
+}  // namespace
+}  // namespace smolrt
