@@ -61,13 +61,11 @@ TEST(CpuRunCli, JsonOnStories260K) {
 
 TEST(CpuRunCli, StreamsTextToStdout) {
   REQUIRE_FIXTURE(model, "models/stories260K.gguf");
-  const Proc p =
-      run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "16", "--backend", "cpu",
-                  "--temp", "0"});
+  const Proc p = run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "16",
+                             "--backend", "cpu", "--temp", "0"});
   ASSERT_EQ(p.rc, 0) << p.err;
-  const Proc j = run_smolrt(
-      {"-m", model.string(), "-p", "Once upon a time", "-n", "16", "--backend", "cpu", "--temp", "0",
-       "--json"});
+  const Proc j = run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "16",
+                             "--backend", "cpu", "--temp", "0", "--json"});
   ASSERT_EQ(j.rc, 0) << j.err;
   EXPECT_EQ(p.out, nlohmann::json::parse(j.out)["text"].get<std::string>() + "\n");
   EXPECT_NE(p.err.find("prefill"), std::string::npos) << p.err;
