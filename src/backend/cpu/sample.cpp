@@ -70,10 +70,26 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   const size_t k = p.top_k > 0 ? std::min(ids.size(), static_cast<size_t>(p.top_k)) : ids.size();
+  float z_all = -1.0f;  // top-p denominator over every token, when taken before a min-p prefilter
   if (k < ids.size()) {
     std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), before);
     ids.resize(k);
   } else {
+    if (p.min_p > 0.0f) {
+      // Top-k off: only tokens at or above the min-p cut can survive (min-p comes last and the
+      // top token stays first), so sort just those (a 49k-token sort costs ~5 ms); top-p still
+      // normalizes over every token.
+      float l_top = -std::numeric_limits<float>::infinity();
+      for (int id : ids) l_top = std::max(l_top, logits[id]);
+      if (l_top != -std::numeric_limits<float>::infinity()) {
+        if (p.top_p < 1.0f) {
+          z_all = 0.0f;
+          for (int id : ids) z_all += std::exp(logits[id] - l_top);
+        }
+        const float thr = l_top + std::log(p.min_p);
+        std::erase_if(ids, [&](int id) { return logits[id] < thr; });
+      }
+    }
     std::sort(ids.begin(), ids.end(), before);
   }
   const float l_max = logits[ids[0]];
@@ -92,6 +108,7 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
       probs[i] = std::exp(logits[ids[i]] - l_max);
       sum += probs[i];
     }
+    if (z_all >= 0.0f) sum = z_all;
     float cum = 0.0f;
     size_t keep = ids.size();
     for (size_t i = 0; i < ids.size(); ++i) {
