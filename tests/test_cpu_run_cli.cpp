@@ -46,7 +46,7 @@ Proc run_smolrt(const std::vector<std::string>& args, const std::string& env = "
 TEST(CpuRunCli, JsonOnStories260K) {
   REQUIRE_FIXTURE(model, "models/stories260K.gguf");
   const Proc p = run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "8", "--backend",
-                             "cpu", "--threads", "2", "--json"});
+                             "cpu", "--threads", "2", "--temp", "0", "--json"});
   ASSERT_EQ(p.rc, 0) << p.err;
   const nlohmann::json j = nlohmann::json::parse(p.out);
   EXPECT_EQ(j["prompt_ids"].get<std::vector<int>>(), (std::vector<int>{1, 403, 407, 261, 378}));
@@ -61,11 +61,11 @@ TEST(CpuRunCli, JsonOnStories260K) {
 
 TEST(CpuRunCli, StreamsTextToStdout) {
   REQUIRE_FIXTURE(model, "models/stories260K.gguf");
-  const Proc p =
-      run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "16", "--backend", "cpu"});
+  const Proc p = run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "16",
+                             "--backend", "cpu", "--temp", "0"});
   ASSERT_EQ(p.rc, 0) << p.err;
-  const Proc j = run_smolrt(
-      {"-m", model.string(), "-p", "Once upon a time", "-n", "16", "--backend", "cpu", "--json"});
+  const Proc j = run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "16",
+                             "--backend", "cpu", "--temp", "0", "--json"});
   ASSERT_EQ(j.rc, 0) << j.err;
   EXPECT_EQ(p.out, nlohmann::json::parse(j.out)["text"].get<std::string>() + "\n");
   EXPECT_NE(p.err.find("prefill"), std::string::npos) << p.err;

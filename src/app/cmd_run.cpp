@@ -4,10 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "app/command.h"
+#include "app/sampling_flags.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "runtime/generator.h"
+#include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace smolrt::app {
@@ -22,6 +24,8 @@ struct RunArgs {
   int ctx = 0;
   int threads = 0;
   bool json = false;
+  SamplingParams sampling;  // llama.cpp defaults (app/sampling_flags.h); --temp 0 = greedy
+  std::vector<std::string> stops;
 };
 
 int run_main(const RunArgs& a) {
@@ -32,6 +36,7 @@ int run_main(const RunArgs& a) {
   if (a.threads < 0)
     fail("--threads ", a.threads, " is invalid: give a positive count (0 = all cores)");
 
+  validate(a.sampling);  // before loading anything: a bad flag is reported at once
   const std::string path = resolve_model_path(a.model);
   const Model model = load_model(path);
   const Tokenizer tok(vocab_from_gguf(*model.file));
@@ -45,6 +50,11 @@ int run_main(const RunArgs& a) {
   const std::vector<int> prompt_ids = gen.tokenize_prompt(a.prompt);
   GenerateOptions go;
   go.max_tokens = a.n_predict;
+  go.stops = a.stops;
+  // Greedy without penalties keeps the plain argmax path (on the GPU for CUDA); anything else
+  // samples through the Backend seam with seeded host draws.
+  TokenSampler sampler(a.sampling);
+  if (!a.sampling.greedy() || a.sampling.has_penalties()) go.token_sampler = &sampler;
   std::function<void(std::string_view)> on_text;
   if (!a.json) {
     on_text = [](std::string_view s) {
@@ -56,9 +66,10 @@ int run_main(const RunArgs& a) {
   if (!a.json) std::fputc('\n', stdout);
   std::fprintf(stderr,
                "smolrt run: %s backend, prefill %zu tokens in %.1f ms (%.1f tok/s), decode %d "
-               "tokens in %.1f ms (%.1f tok/s), stop: %s\n",
+               "tokens in %.1f ms (%.1f tok/s), stop: %s, %s\n",
                be->name().c_str(), r.prompt_ids.size(), r.prefill_s * 1e3, r.prefill_tok_s(),
-               r.n_decode_steps, r.decode_s * 1e3, r.decode_tok_s(), stop_reason_name(r.stop));
+               r.n_decode_steps, r.decode_s * 1e3, r.decode_tok_s(), stop_reason_name(r.stop),
+               a.sampling.greedy() ? "greedy" : cat("seed ", sampler.seed()).c_str());
   if (a.json) {
     nlohmann::json j;
     j["model"] = path;
@@ -67,6 +78,8 @@ int run_main(const RunArgs& a) {
     j["generated_ids"] = r.generated_ids;
     j["text"] = r.text;
     j["stop_reason"] = stop_reason_name(r.stop);
+    j["seed"] = sampler.seed();
+    j["temp"] = a.sampling.temp;
     j["prefill_ms"] = r.prefill_s * 1e3;
     j["prefill_tok_s"] = r.prefill_tok_s();
     j["decode_steps"] = r.n_decode_steps;
@@ -94,6 +107,7 @@ REGISTER_COMMAND(Command{
       sub.add_option("--ctx", a->ctx, "KV cache size in tokens (0 = the model's training context)")
           ->capture_default_str();
       sub.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+      add_sampling_flags(sub, a->sampling, a->stops);
       sub.add_flag("--json", a->json,
                    "Print one JSON object with ids, text and timings at the end");
       return [a] { return run_main(*a); };

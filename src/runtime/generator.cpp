@@ -21,6 +21,8 @@ const char* stop_reason_name(StopReason r) {
       return "length";
     case StopReason::kContextFull:
       return "context";
+    case StopReason::kStopString:
+      return "stop";
   }
   return "unknown";
 }
@@ -52,11 +54,15 @@ GenerateResult Generator::generate(std::span<const int> prompt_ids, const Genera
   GenerateResult res;
   res.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
   StreamDecoder dec(tok_);
-  auto emit = [&](const std::string& s) {
+  StopMatcher stop(opt.stops);
+  auto emit = [&](const std::string& piece) {
+    const std::string s = stop.push(piece);  // holds back a possible partial stop string
     if (s.empty()) return;
     res.text += s;
     if (on_text) on_text(s);
   };
+  TokenSampler* ts = opt.sampler ? nullptr : opt.token_sampler;
+  if (ts) ts->accept(prompt_ids);
 
   be_.reset();
   if (opt.max_tokens == 0) {
@@ -68,9 +74,14 @@ GenerateResult Generator::generate(std::span<const int> prompt_ids, const Genera
 
   // Prefill; the first token comes from the last prompt position's logits.
   auto t0 = std::chrono::steady_clock::now();
-  std::span<const float> logits = be_.forward_prompt(prompt_ids);
-  int next = opt.sampler ? opt.sampler(logits)
-                         : cpu::argmax(logits.data(), static_cast<int>(logits.size()));
+  int next;
+  if (ts) {
+    next = be_.forward_prompt_sample(prompt_ids, ts->params(), ts->step_draw(), ts->history());
+  } else {
+    std::span<const float> logits = be_.forward_prompt(prompt_ids);
+    next = opt.sampler ? opt.sampler(logits)
+                       : cpu::argmax(logits.data(), static_cast<int>(logits.size()));
+  }
   res.prefill_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
@@ -80,7 +91,12 @@ GenerateResult Generator::generate(std::span<const int> prompt_ids, const Genera
       res.stop = StopReason::kEog;
       break;
     }
+    if (ts) ts->accept(next);
     emit(dec.push(next));
+    if (stop.stopped()) {
+      res.stop = StopReason::kStopString;
+      break;
+    }
     if (static_cast<int>(res.generated_ids.size()) >= opt.max_tokens) {
       res.stop = StopReason::kMaxTokens;
       break;
@@ -90,7 +106,9 @@ GenerateResult Generator::generate(std::span<const int> prompt_ids, const Genera
       res.stop = StopReason::kContextFull;
       break;
     }
-    if (opt.sampler) {
+    if (ts) {
+      next = be_.forward_token_sample(next, pos, ts->params(), ts->step_draw(), ts->history());
+    } else if (opt.sampler) {
       next = opt.sampler(be_.forward_token(next, pos));
     } else {
       next = be_.forward_token_greedy(next, pos);
@@ -98,7 +116,14 @@ GenerateResult Generator::generate(std::span<const int> prompt_ids, const Genera
     ++res.n_decode_steps;
   }
   res.decode_s = seconds_since(t0);
-  emit(dec.flush());
+  if (!stop.stopped()) {
+    emit(dec.flush());
+    if (!stop.stopped()) {
+      const std::string tail = stop.flush();  // no match at the end: the held-back text
+      res.text += tail;
+      if (on_text && !tail.empty()) on_text(tail);
+    }
+  }
   return res;
 }
 

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "runtime/sampler.h"
+#include "runtime/stop.h"
 #include "tokenizer/tokenizer.h"
 
 namespace smolrt {
@@ -22,10 +24,16 @@ struct GenerateOptions {
   int max_tokens = 64;      // generated tokens at most (the end-of-generation token included)
   bool stop_at_eog = true;  // stop at the tokenizer's end-of-generation ids (is_eog)
   Sampler sampler;          // empty = greedy
+  // When set (and `sampler` is empty): sample through the Backend seam with its parameters,
+  // draws and penalty history (on the GPU for CUDA: no logit readback). The generator feeds it
+  // the prompt and every generated token. Not owned.
+  TokenSampler* token_sampler = nullptr;
+  // Stop strings: the text stops before the first match, across token boundaries.
+  std::vector<std::string> stops;
 };
 
-enum class StopReason { kEog, kMaxTokens, kContextFull };
-const char* stop_reason_name(StopReason r);  // "eog" | "length" | "context"
+enum class StopReason { kEog, kMaxTokens, kContextFull, kStopString };
+const char* stop_reason_name(StopReason r);  // "eog" | "length" | "context" | "stop"
 
 struct GenerateResult {
   std::vector<int> prompt_ids;     // what was prefilled
