@@ -1,0 +1,156 @@
+// Flash-style causal GQA attention for prefill. One 128-thread block per (16 queries, head):
+// 8 threads per query, each owning 8 of the 64 keys of a tile (scores) and head_dim/8 output
+// dims (P*V). K/V tiles go through shared memory once per block instead of once per query;
+// the softmax is online (running max + sum, exp2 with log2e folded into the query scale).
+#include "cuda/attention_prefill.h"
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+
+namespace smolrt::cuda {
+namespace {
+
+constexpr int kQT = 16;  // queries per block
+constexpr int kKT = 64;  // keys per tile
+
+__device__ __forceinline__ float ld(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float ld(const __half* p) {
+  return __half2float(*p);
+}
+
+template <int HD, class KV>
+__global__ void __launch_bounds__(128)
+    attention_prefill_kernel(AttentionPrefillArgs a, float qscale) {
+  constexpr int DU = HD / 8;  // output dims per thread
+  __shared__ float Qs[kQT][HD];
+  __shared__ float Ks[kKT][HD + 1];  // +1: threads of a query read 8 different key rows
+  __shared__ float Vs[kKT][HD];
+  __shared__ float Ps[kQT][kKT];
+
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+  const int kv_dim = a.n_kv_heads * HD;
+  const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
+  const int q0 = blockIdx.x * kQT;
+  const int tid = threadIdx.x, qi = tid >> 3, sub = tid & 7;
+
+  for (int i = tid; i < kQT * HD; i += 128) {
+    const int r = i / HD, d = i % HD;
+    Qs[r][d] = (q0 + r < a.n_tokens) ? a.q[(size_t)(q0 + r) * a.ldq + h * HD + d] * qscale : 0.f;
+  }
+  const bool valid = q0 + qi < a.n_tokens;
+  const int qpos = a.start + q0 + qi;
+  const int n_keys = a.start + min(q0 + kQT, a.n_tokens);  // keys the last query of the block sees
+
+  float m = -INFINITY, l = 0.f, acc[DU];
+#pragma unroll
+  for (int u = 0; u < DU; ++u) acc[u] = 0.f;
+
+  for (int k0 = 0; k0 < n_keys; k0 += kKT) {
+    __syncthreads();  // Qs ready / previous tile fully consumed
+    for (int i = tid; i < kKT * HD; i += 128) {
+      const int j = i / HD, d = i % HD, kp = k0 + j;
+      float kv = 0.f, vv = 0.f;
+      if (kp < n_keys) {
+        const size_t off = (size_t)kp * kv_dim + kvh * HD + d;
+        kv = ld(kc + off);
+        vv = ld(vc + off);
+      }
+      Ks[j][d] = kv;
+      Vs[j][d] = vv;
+    }
+    __syncthreads();
+
+    float s[8], mt = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int j = sub + 8 * u;
+      float dot = 0.f;
+#pragma unroll
+      for (int d = 0; d < HD; ++d) dot = fmaf(Qs[qi][d], Ks[j][d], dot);
+      s[u] = (valid && k0 + j <= qpos) ? dot : -INFINITY;
+      mt = fmaxf(mt, s[u]);
+    }
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+    const float m_new = fmaxf(m, mt);
+    const float mref = m_new == -INFINITY ? 0.f : m_new;  // fully masked row: keep NaN out
+    const float alpha = exp2f(m - mref);
+    float ls = 0.f;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const float p = exp2f(s[u] - mref);
+      Ps[qi][sub + 8 * u] = p;
+      ls += p;
+    }
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) ls += __shfl_xor_sync(0xffffffffu, ls, off);
+    l = l * alpha + ls;
+    m = m_new;
+    __syncwarp();  // the 8 writers of row qi are its 8 readers, all in this warp
+#pragma unroll
+    for (int u = 0; u < DU; ++u) acc[u] *= alpha;
+    const int jmax = min(kKT, n_keys - k0);
+    for (int j = 0; j < jmax; ++j) {
+      const float p = Ps[qi][j];
+#pragma unroll
+      for (int u = 0; u < DU; ++u) acc[u] = fmaf(p, Vs[j][sub + 8 * u], acc[u]);
+    }
+  }
+  if (valid) {
+    const float inv = 1.f / l;
+    float* o = a.out + (size_t)(q0 + qi) * a.ldo + h * HD;
+#pragma unroll
+    for (int u = 0; u < DU; ++u) o[sub + 8 * u] = acc[u] * inv;
+  }
+}
+
+template <int HD>
+void launch(const AttentionPrefillArgs& a, cudaStream_t s) {
+  const dim3 grid((unsigned)((a.n_tokens + kQT - 1) / kQT), (unsigned)a.n_heads);
+  const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)
+  if (a.kv_half) {
+    attention_prefill_kernel<HD, __half><<<grid, 128, 0, s>>>(a, qscale);
+  } else {
+    attention_prefill_kernel<HD, float><<<grid, 128, 0, s>>>(a, qscale);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool attention_prefill_supports(int hd) {
+  return hd == 8 || hd == 16 || hd == 32 || hd == 64;
+}
+
+void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t s) {
+  if (!a.q || !a.k_cache || !a.v_cache || !a.out) fail("attention_prefill: null pointer");
+  if (a.n_tokens <= 0 || a.start < 0)
+    fail("attention_prefill: n_tokens=", a.n_tokens, " start=", a.start, " out of range");
+  if (a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    fail("attention_prefill: n_heads=", a.n_heads,
+         " must be a multiple of n_kv_heads=", a.n_kv_heads);
+  if (a.ldq < a.n_heads * a.head_dim || a.ldo < a.n_heads * a.head_dim)
+    fail("attention_prefill: ldq=", a.ldq, "/ldo=", a.ldo, " < n_heads*head_dim");
+  switch (a.head_dim) {
+    case 8:
+      return launch<8>(a, s);
+    case 16:
+      return launch<16>(a, s);
+    case 32:
+      return launch<32>(a, s);
+    case 64:
+      return launch<64>(a, s);
+    default:
+      fail("attention_prefill: head_dim=", a.head_dim,
+           " is not supported (8, 16, 32, 64); use per-token attention");
+  }
+}
+
+}  // namespace smolrt::cuda

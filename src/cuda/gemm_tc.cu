@@ -1,0 +1,175 @@
+// Tensor-core multi-token GEMM: a 64-row x BM-token output tile per 128-thread block. Each K step
+// (64 = two quant blocks) dequantizes the weight tile to fp16 in shared memory once and reuses it
+// for all BM tokens (WMMA m16n16k16, fp32 accumulate); the next step's global loads are issued
+// into registers before the current step's MMAs so their latency overlaps the math.
+#include <mma.h>
+
+#include "core/cuda_check.h"
+#include "cuda/gemm_common.cuh"
+
+namespace smolrt::cuda::detail {
+namespace {
+
+using namespace nvcuda;
+
+constexpr int kBN = 64, kBK = 64;
+constexpr int kLDS = kBK + 8;  // fp16 row pitch: +16 B skews rows across banks, keeps 32 B align
+constexpr int kLDC = kBN + 4;  // fp32 pitch of the staged output tile
+
+template <class B, GemmEpilogue E, int BM>
+__global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o) {
+  constexpr int FM = BM / 32;  // 16x16 fragments per warp along tokens (warp covers BM/2)
+  constexpr int XV = BM / 8;   // float4 activation loads per thread per K step
+  constexpr int WH = WBlock<B>::kHalves;
+  __shared__ __align__(128) __half As[BM * kLDS];
+  __shared__ __align__(128) __half Bs[kBN * kLDS];
+  __shared__ __align__(128) float Cs[BM * kLDC];
+  __shared__ float rs[BM];
+
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int t0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
+  const int nb = a.k / 32;
+  const size_t rb = (size_t)nb * sizeof(B);
+
+  if (a.norm_w) {
+    for (int tt = warp; tt < BM; tt += 4) {
+      const float r =
+          (t0 + tt < a.t) ? warp_rms_scale(a.x + (size_t)(t0 + tt) * a.ldx, a.k, a.eps) : 0.f;
+      if ((tid & 31) == 0) rs[tt] = r;
+    }
+  }
+
+  float4 xr[XV];
+  uint16_t wr[WH];
+  const int wrow = tid >> 1, wsub = tid & 1;  // this thread's weight row / block in the tile
+  const uint16_t* wbase =
+      reinterpret_cast<const uint16_t*>(static_cast<const char*>(a.w) + (size_t)(n0 + wrow) * rb);
+  const bool wrow_ok = n0 + wrow < a.n;
+
+  auto gload = [&](int kb) {
+#pragma unroll
+    for (int j = 0; j < XV; ++j) {
+      const int i = tid + 128 * j, r = i >> 4, c = (i & 15) * 4;
+      const int tok = t0 + r, kk = kb + c;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (tok < a.t && kk < a.k) {
+        v = __ldg(reinterpret_cast<const float4*>(a.x + (size_t)tok * a.ldx + kk));
+        if (a.norm_w) {
+          const float4 w = __ldg(reinterpret_cast<const float4*>(a.norm_w + kk));
+          v.x *= w.x;
+          v.y *= w.y;
+          v.z *= w.z;
+          v.w *= w.w;
+        }
+      }
+      xr[j] = v;
+    }
+    const int blk = kb / 32 + wsub;
+    if (wrow_ok && blk < nb) {
+      const uint16_t* p = wbase + (size_t)blk * (sizeof(B) / 2);
+#pragma unroll
+      for (int h = 0; h < WH; ++h) wr[h] = __ldg(p + h);
+    } else {
+#pragma unroll
+      for (int h = 0; h < WH; ++h) wr[h] = 0;  // d = 0 -> zero weights
+    }
+  };
+  auto sstore = [&]() {
+#pragma unroll
+    for (int j = 0; j < XV; ++j) {
+      const int i = tid + 128 * j, r = i >> 4, c = (i & 15) * 4;
+      __half2 h[2] = {__floats2half2_rn(xr[j].x, xr[j].y), __floats2half2_rn(xr[j].z, xr[j].w)};
+      *reinterpret_cast<uint2*>(&As[r * kLDS + c]) = *reinterpret_cast<const uint2*>(h);
+    }
+    __half2 w[16];
+    WBlock<B>::dequant32(wr, w);
+    uint4* dst = reinterpret_cast<uint4*>(&Bs[wrow * kLDS + wsub * 32]);
+    const uint4* src = reinterpret_cast<const uint4*>(w);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) dst[q] = src[q];
+  };
+
+  const int wm = warp >> 1, wn = warp & 1;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM][2];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  gload(0);
+  for (int kb = 0; kb < a.k; kb += kBK) {
+    sstore();
+    __syncthreads();
+    if (kb + kBK < a.k) gload(kb + kBK);
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[FM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+        wmma::load_matrix_sync(fa[i], &As[(wm * (BM / 2) + i * 16) * kLDS + kk], kLDS);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        wmma::load_matrix_sync(fb[j], &Bs[(wn * 32 + j * 16) * kLDS + kk], kLDS);
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(&Cs[(wm * (BM / 2) + i * 16) * kLDC + wn * 32 + j * 16], acc[i][j],
+                              kLDC, wmma::mem_row_major);
+  __syncthreads();
+
+  // Pairs of adjacent columns; consecutive threads take consecutive pairs (coalesced stores).
+  for (int p = tid; p < BM * (kBN / 2); p += 128) {
+    const int r = p / (kBN / 2), c = (p % (kBN / 2)) * 2;
+    const int tok = t0 + r, col = n0 + c;
+    if (tok < a.t && col < a.n) {
+      const float sc = a.norm_w ? rs[r] : 1.f;
+      epi_pair<E>(o, a.n, tok, col, Cs[r * kLDC + c] * sc, Cs[r * kLDC + c + 1] * sc);
+    }
+  }
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+}  // namespace
+
+template <class B, GemmEpilogue E>
+void launch_gemm_tc(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
+  const int gn = (a.n + kBN - 1) / kBN;
+  // 64-token tiles halve the activation re-reads but only when they still fill every SM.
+  if ((long)gn * ((a.t + 63) / 64) >= sm_count()) {
+    gemm_tc_kernel<B, E, 64><<<dim3(gn, (a.t + 63) / 64), 128, 0, s>>>(a, o);
+  } else {
+    gemm_tc_kernel<B, E, 32><<<dim3(gn, (a.t + 31) / 32), 128, 0, s>>>(a, o);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+template void launch_gemm_tc<BlockQ4_0, GemmEpilogue::Store>(const GemmArgs&, const GemmOut&,
+                                                             cudaStream_t);
+template void launch_gemm_tc<BlockQ4_0, GemmEpilogue::Accumulate>(const GemmArgs&, const GemmOut&,
+                                                                  cudaStream_t);
+template void launch_gemm_tc<BlockQ4_0, GemmEpilogue::SiluPair>(const GemmArgs&, const GemmOut&,
+                                                                cudaStream_t);
+template void launch_gemm_tc<BlockQ4_0, GemmEpilogue::QkvRope>(const GemmArgs&, const GemmOut&,
+                                                               cudaStream_t);
+template void launch_gemm_tc<BlockQ8_0, GemmEpilogue::Store>(const GemmArgs&, const GemmOut&,
+                                                             cudaStream_t);
+
+}  // namespace smolrt::cuda::detail
