@@ -4,6 +4,8 @@
 // into registers before the current step's MMAs so their latency overlaps the math.
 #include <mma.h>
 
+#include <algorithm>
+
 #include "core/cuda_check.h"
 #include "cuda/gemm_common.cuh"
 
@@ -17,7 +19,7 @@ constexpr int kLDS = kBK + 8;  // fp16 row pitch: +16 B skews rows across banks,
 constexpr int kLDC = kBN + 4;  // fp32 pitch of the staged output tile
 
 template <class B, GemmEpilogue E, int BM>
-__global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o) {
+__global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int kchunk) {
   constexpr int FM = BM / 32;  // 16x16 fragments per warp along tokens (warp covers BM/2)
   constexpr int XV = BM / 8;   // float4 activation loads per thread per K step
   constexpr int WH = WBlock<B>::kHalves;
@@ -30,6 +32,8 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o) {
   const int t0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
   const int nb = a.k / 32;
   const size_t rb = (size_t)nb * sizeof(B);
+  // Split-K (Accumulate only): block z covers k in [kbeg, kend); kchunk is a multiple of kBK.
+  const int kbeg = blockIdx.z * kchunk, kend = min(a.k, kbeg + kchunk);
 
   if (a.norm_w) {
     for (int tt = warp; tt < BM; tt += 4) {
@@ -96,11 +100,11 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
 
-  gload(0);
-  for (int kb = 0; kb < a.k; kb += kBK) {
+  gload(kbeg);
+  for (int kb = kbeg; kb < kend; kb += kBK) {
     sstore();
     __syncthreads();
-    if (kb + kBK < a.k) gload(kb + kBK);
+    if (kb + kBK < kend) gload(kb + kBK);
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[FM];
@@ -132,7 +136,14 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o) {
     const int tok = t0 + r, col = n0 + c;
     if (tok < a.t && col < a.n) {
       const float sc = a.norm_w ? rs[r] : 1.f;
-      epi_pair<E>(o, a.n, tok, col, Cs[r * kLDC + c] * sc, Cs[r * kLDC + c + 1] * sc);
+      const float v0 = Cs[r * kLDC + c] * sc, v1 = Cs[r * kLDC + c + 1] * sc;
+      if (E == GemmEpilogue::Accumulate && gridDim.z > 1) {  // partial sums of a K split
+        float* y = o.y + (size_t)tok * o.ldy + col;
+        atomicAdd(y, v0);
+        if (col + 1 < a.n) atomicAdd(y + 1, v1);
+      } else {
+        epi_pair<E>(o, a.n, tok, col, v0, v1);
+      }
     }
   }
 }
@@ -152,11 +163,22 @@ int sm_count() {
 template <class B, GemmEpilogue E>
 void launch_gemm_tc(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
   const int gn = (a.n + kBN - 1) / kBN;
+  const int ksteps = (a.k + kBK - 1) / kBK;
   // 64-token tiles halve the activation re-reads but only when they still fill every SM.
-  if ((long)gn * ((a.t + 63) / 64) >= sm_count()) {
-    gemm_tc_kernel<B, E, 64><<<dim3(gn, (a.t + 63) / 64), 128, 0, s>>>(a, o);
+  const bool big = (long)gn * ((a.t + 63) / 64) >= sm_count();
+  const int gm = big ? (a.t + 63) / 64 : (a.t + 31) / 32;
+  // Residual GEMMs with too few tiles to fill the GPU (e.g. down: 9 column tiles at 32 tokens)
+  // split K over blocks and add their partial sums atomically into the residual.
+  int splits = 1;
+  if (E == GemmEpilogue::Accumulate && gn * gm < sm_count())
+    splits = std::min(ksteps, (sm_count() + gn * gm - 1) / (gn * gm));
+  const int kchunk = ((ksteps + splits - 1) / splits) * kBK;
+  splits = (a.k + kchunk - 1) / kchunk;
+  const dim3 grid(gn, gm, splits);
+  if (big) {
+    gemm_tc_kernel<B, E, 64><<<grid, 128, 0, s>>>(a, o, kchunk);
   } else {
-    gemm_tc_kernel<B, E, 32><<<dim3(gn, (a.t + 31) / 32), 128, 0, s>>>(a, o);
+    gemm_tc_kernel<B, E, 32><<<grid, 128, 0, s>>>(a, o, kchunk);
   }
   CUDA_CHECK_LAUNCH();
 }

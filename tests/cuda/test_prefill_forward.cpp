@@ -167,7 +167,7 @@ void expect_rows_close(const std::vector<float>& got, const std::vector<double>&
       EXPECT_EQ(ga, ra) << what << " position " << p;
     }
   }
-  EXPECT_GT(argmax_checked, rows / 2) << what << ": too few positions had a clear argmax";
+  EXPECT_GE(argmax_checked, rows / 2) << what << ": too few positions had a clear argmax";
 }
 
 // Logits bound: fp16 tensor-core GEMMs (~6e-4 relative each) and an fp16 KV cache compound
