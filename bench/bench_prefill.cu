@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "cuda/attention_prefill.h"
 #include "cuda/gemm_quant.h"
 #include "cuda/prefill_model.h"
 
@@ -177,10 +178,21 @@ int main(int argc, char** argv) try {
       GemmOut o;
       o.y = y, o.ldy = g.n;
       CUDA_CHECK(cudaMemset(ws.ffh, 0x3c, sizeof(float) * (size_t)T * g.k));  // 0.0115 each
-      const Stats ss =
-          time_ms([&] { gemm_quant(a, GemmEpilogue::Store, o, s, GemmPath::Small); }, reps, s);
-      const Stats st =
-          time_ms([&] { gemm_quant(a, GemmEpilogue::Store, o, s, GemmPath::TensorCore); }, reps, s);
+      // 20 back-to-back launches per timed sample: kernel time, not host launch latency.
+      constexpr int kBack = 20;
+      Stats ss = time_ms(
+          [&] {
+            for (int r = 0; r < kBack; ++r)
+              gemm_quant(a, GemmEpilogue::Store, o, s, GemmPath::Small);
+          },
+          reps, s);
+      Stats st = time_ms(
+          [&] {
+            for (int r = 0; r < kBack; ++r)
+              gemm_quant(a, GemmEpilogue::Store, o, s, GemmPath::TensorCore);
+          },
+          reps, s);
+      ss.med /= kBack, st.med /= kBack;
       const double flop = 2.0 * g.n * g.k * T;
       std::printf("%-8s %5d %12.2f %12.2f %10.2f %10.2f\n", g.name, T, ss.med * 1e3, st.med * 1e3,
                   flop / ss.med / 1e9, flop / st.med / 1e9);
@@ -195,56 +207,116 @@ int main(int argc, char** argv) try {
   }
   CUDA_CHECK(cudaFree(y));
 
+  // --- per-kernel breakdown of one layer inside the prefill (Auto paths, layer 0) ----------------
+  {
+    const PrefillWeights& pw = pm.weights();
+    const PrefillLayerWeights& L = pw.layers[0];
+    std::printf("\n%5s %9s %9s %9s %9s %9s  (us per launch, 20 back-to-back)\n", "T", "qkv_rope",
+                "attn", "wo_acc", "gu_silu", "down_acc");
+    for (int T : tokens_list) {
+      constexpr int kBack = 20;
+      GemmArgs a;
+      a.t = T, a.eps = 1e-5f;
+      a.w = L.w_qkv, a.n = 960, a.k = 576, a.x = ws.x, a.ldx = 576, a.norm_w = L.attn_norm;
+      GemmOut oq;
+      oq.y = ws.q, oq.ldy = 576, oq.q_dim = 576, oq.kv_dim = 192, oq.head_dim = 64;
+      oq.rope_dim = 64, oq.rope_base = 10000.f, oq.pos0 = 0, oq.k_cache = L.k_cache;
+      oq.v_cache = L.v_cache, oq.kv_half = true;
+      auto rep = [&](auto&& f) {
+        return time_ms(
+                   [&] {
+                     for (int r = 0; r < kBack; ++r) f();
+                   },
+                   reps, s)
+                   .med *
+               1e3 / kBack;
+      };
+      CUDA_CHECK(cudaMemset(ws.x, 0x3c, sizeof(float) * (size_t)T * 576));
+      const double t_qkv = rep([&] { gemm_quant(a, GemmEpilogue::QkvRope, oq, s); });
+      AttentionPrefillArgs at;
+      at.q = ws.q, at.ldq = 576, at.k_cache = L.k_cache, at.v_cache = L.v_cache, at.kv_half = true;
+      at.out = ws.att, at.ldo = 576, at.n_tokens = T, at.start = 0, at.n_heads = 9;
+      at.n_kv_heads = 3, at.head_dim = 64;
+      const double t_att = rep([&] { attention_prefill(at, s); });
+      GemmArgs b = a;
+      b.w = L.w_o, b.n = 576, b.k = 576, b.x = ws.att, b.norm_w = nullptr;
+      GemmOut orr;
+      orr.y = ws.x, orr.ldy = 576;
+      const double t_wo = rep([&] { gemm_quant(b, GemmEpilogue::Accumulate, orr, s); });
+      GemmArgs g = a;
+      g.w = L.w_gate_up, g.n = 3072, g.norm_w = L.ffn_norm;
+      GemmOut og;
+      og.y = ws.ffh, og.ldy = 1536;
+      const double t_gu = rep([&] { gemm_quant(g, GemmEpilogue::SiluPair, og, s); });
+      GemmArgs d = b;
+      d.w = L.w_down, d.k = 1536, d.x = ws.ffh, d.ldx = 1536;
+      const double t_dn = rep([&] { gemm_quant(d, GemmEpilogue::Accumulate, orr, s); });
+      std::printf("%5d %9.2f %9.2f %9.2f %9.2f %9.2f\n", T, t_qkv, t_att, t_wo, t_gu, t_dn);
+      if (jf)
+        std::fprintf(jf,
+                     "{\"bench\":\"layer_kernels\",\"tokens\":%d,\"qkv_us\":%.3f,\"attn_us\":%.3f,"
+                     "\"wo_us\":%.3f,\"gate_up_us\":%.3f,\"down_us\":%.3f}\n",
+                     T, t_qkv, t_att, t_wo, t_gu, t_dn);
+    }
+  }
+
   // --- whole prefill
   // ------------------------------------------------------------------------------
-  std::printf("\n%5s %10s %10s %10s %12s %10s %10s\n", "T", "med_ms", "min_ms", "max_ms", "tok/s",
-              "nograph_ms", "TF/s");
+  std::printf("\n%5s %6s %10s %10s %10s %12s %10s %10s\n", "T", "smax", "med_ms", "min_ms",
+              "max_ms", "tok/s", "nograph_ms", "TF/s");
   const double flop_tok = 2.0 * c.n_layers *
                           ((double)c.dim * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.dim +
                            3.0 * c.dim * c.hidden_dim);
-  for (int T : tokens_list) {
-    // Plain launches.
-    const Stats plain = time_ms([&] { prefill_forward(pm.weights(), ws, T, 0, 1, s); }, reps, s);
-    // Graph of the same launches.
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    prefill_forward(pm.weights(), ws, T, 0, 1, s);  // warm statics before capture
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    prefill_forward(pm.weights(), ws, T, 0, 1, s);
-    CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 5; ++i) CUDA_CHECK(cudaGraphLaunch(exec, s));
-    std::vector<double> ms;
-    for (int i = 0; i < reps; ++i) {
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      CUDA_CHECK(cudaGraphLaunch(exec, s));
-      CUDA_CHECK(cudaEventRecord(e1, s));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float m = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
-      ms.push_back(m);
+  std::vector<int> smax_list = {gemm_small_max_tokens()};
+  if (gemm_small_max_tokens() != 32) smax_list.push_back(32);
+  for (int T : tokens_list)
+    for (int smax : smax_list) {
+      if (smax != smax_list[0] && (T <= smax_list[0] || T > smax)) continue;  // same kernels
+      set_gemm_small_max_tokens(smax);
+      // Plain launches.
+      const Stats plain = time_ms([&] { prefill_forward(pm.weights(), ws, T, 0, 1, s); }, reps, s);
+      // Graph of the same launches.
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      prefill_forward(pm.weights(), ws, T, 0, 1, s);  // warm statics before capture
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      prefill_forward(pm.weights(), ws, T, 0, 1, s);
+      CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      cudaEvent_t e0, e1;
+      CUDA_CHECK(cudaEventCreate(&e0));
+      CUDA_CHECK(cudaEventCreate(&e1));
+      for (int i = 0; i < 5; ++i) CUDA_CHECK(cudaGraphLaunch(exec, s));
+      std::vector<double> ms;
+      for (int i = 0; i < reps; ++i) {
+        CUDA_CHECK(cudaEventRecord(e0, s));
+        CUDA_CHECK(cudaGraphLaunch(exec, s));
+        CUDA_CHECK(cudaEventRecord(e1, s));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float m = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
+        ms.push_back(m);
+      }
+      std::sort(ms.begin(), ms.end());
+      const double med = ms[ms.size() / 2];
+      const double tflops = flop_tok * T / (med * 1e-3) / 1e12;
+      std::printf("%5d %6d %10.4f %10.4f %10.4f %12.0f %10.4f %10.2f\n", T, smax, med, ms.front(),
+                  ms.back(), T / (med * 1e-3), plain.med, tflops);
+      if (jf)
+        std::fprintf(
+            jf,
+            "{\"bench\":\"prefill\",\"device\":\"%s\",\"tokens\":%d,\"median_ms\":%.5f,"
+            "\"min_ms\":%.5f,\"max_ms\":%.5f,\"tok_per_s\":%.0f,\"nograph_median_ms\":%.5f,"
+            "\"layer_tflops\":%.3f,\"reps\":%d,\"small_max\":%d}\n",
+            prop.name, T, med, ms.front(), ms.back(), T / (med * 1e-3), plain.med, tflops, reps,
+            smax);
+      CUDA_CHECK(cudaEventDestroy(e0));
+      CUDA_CHECK(cudaEventDestroy(e1));
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
     }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
-    const double tflops = flop_tok * T / (med * 1e-3) / 1e12;
-    std::printf("%5d %10.4f %10.4f %10.4f %12.0f %10.4f %10.2f\n", T, med, ms.front(), ms.back(),
-                T / (med * 1e-3), plain.med, tflops);
-    if (jf)
-      std::fprintf(jf,
-                   "{\"bench\":\"prefill\",\"device\":\"%s\",\"tokens\":%d,\"median_ms\":%.5f,"
-                   "\"min_ms\":%.5f,\"max_ms\":%.5f,\"tok_per_s\":%.0f,\"nograph_median_ms\":%.5f,"
-                   "\"layer_tflops\":%.3f,\"reps\":%d}\n",
-                   prop.name, T, med, ms.front(), ms.back(), T / (med * 1e-3), plain.med, tflops,
-                   reps);
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
-  }
+  set_gemm_small_max_tokens(-1);
   if (jf) std::fclose(jf);
   CUDA_CHECK(cudaStreamDestroy(s));
   return 0;

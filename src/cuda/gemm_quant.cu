@@ -61,13 +61,21 @@ void run(const GemmArgs& a, const GemmOut& o, cudaStream_t s, bool small) {
   }
 }
 
+int g_small_max = kGemmSmallMaxTokens;
+
 }  // namespace
+
+void set_gemm_small_max_tokens(int t) {
+  g_small_max = t < 0 ? kGemmSmallMaxTokens : t;
+}
+int gemm_small_max_tokens() {
+  return g_small_max;
+}
 
 void gemm_quant(const GemmArgs& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream,
                 GemmPath path) {
   check_args(a, ep, o);
-  const bool small =
-      path == GemmPath::Small || (path == GemmPath::Auto && a.t <= kGemmSmallMaxTokens);
+  const bool small = path == GemmPath::Small || (path == GemmPath::Auto && a.t <= g_small_max);
   if (a.wtype == GgmlType::Q8_0) return run<BlockQ8_0, GemmEpilogue::Store>(a, o, stream, small);
   switch (ep) {
     case GemmEpilogue::Store:

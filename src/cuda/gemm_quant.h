@@ -37,6 +37,9 @@ enum class GemmEpilogue { Store, Accumulate, SiluPair, QkvRope };
 
 // Largest batch the Auto path sends to the SIMT kernel (measured crossover, bench_prefill).
 constexpr int kGemmSmallMaxTokens = 8;
+// Process-wide override of that crossover (bench_prefill sweeps it); t < 0 restores the default.
+void set_gemm_small_max_tokens(int t);
+int gemm_small_max_tokens();
 
 struct GemmArgs {
   const void* w = nullptr;          // device, raw GGUF blocks, n rows x k cols

@@ -1,97 +1,108 @@
-// Small-batch multi-token GEMM (SIMT, fp32 math). A warp owns an aligned row pair (2r, 2r+1) so
-// the pair epilogues (RoPE, SiLU*up) stay in registers; its lanes stride over the K blocks, 4
-// lanes per block, 8 weights each. Each weight block is read once per 8 tokens: for t <= 8 that is
-// one pass over the weights, the whole point of batching when the GEMM is memory-bound.
+// Small-batch multi-token GEMM (SIMT, fp32 math). Each weight block is read once per 8 tokens and
+// used for all of them: for t <= 8 that is one pass over the weights, the point of batching when
+// the GEMM is memory/latency-bound. 4 lanes per quant block, 8 weights each.
 #include "core/cuda_check.h"
 #include "cuda/gemm_common.cuh"
 
 namespace smolrt::cuda::detail {
 namespace {
 
-constexpr int kNT = 8;  // tokens per pass (registers: 2 rows x 8 tokens of accumulators)
+constexpr int kNT = 8;     // tokens per pass
+constexpr int kRows = 4;   // rows per block (two aligned pairs, for the pair epilogues)
+constexpr int kWarps = 4;  // warps per block, each on a quarter of the K blocks
 
+// Block = 4 rows x all K; its 4 warps split the K blocks (lane groups of 4 per quant block), so
+// a row's weights are fetched by 32 lane groups at once: one memory round trip for K <= 1024
+// instead of K/256 dependent ones. Partial sums meet in shared memory.
 template <class B, GemmEpilogue E>
 __global__ void __launch_bounds__(128) gemm_small_kernel(GemmArgs a, GemmOut o) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * 4 + warp) * 2;
+  const int row0 = blockIdx.x * kRows;
   const int nb = a.k / 32;
   const size_t rb = (size_t)nb * sizeof(B);
-  const bool has0 = row0 < a.n, has1 = row0 + 1 < a.n;
-  const B* w0 = reinterpret_cast<const B*>(static_cast<const char*>(a.w) + (size_t)row0 * rb);
-  const B* w1 = reinterpret_cast<const B*>(static_cast<const char*>(a.w) + (size_t)(row0 + 1) * rb);
   const int s = lane & 3;
   __shared__ float rs[kNT];
+  __shared__ float red[kWarps][kRows * kNT];
 
   for (int t0 = 0; t0 < a.t; t0 += kNT) {
     const int nt = min(kNT, a.t - t0);
     if (a.norm_w) {
-      __syncthreads();  // the previous pass's readers of rs are done
-      for (int tt = warp; tt < nt; tt += 4) {
+      for (int tt = warp; tt < nt; tt += kWarps) {
         const float r = warp_rms_scale(a.x + (size_t)(t0 + tt) * a.ldx, a.k, a.eps);
         if (lane == 0) rs[tt] = r;
       }
-      __syncthreads();
     }
-    float acc0[kNT], acc1[kNT];
+    float acc[kRows][kNT];
 #pragma unroll
-    for (int tt = 0; tt < kNT; ++tt) acc0[tt] = acc1[tt] = 0.f;
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int tt = 0; tt < kNT; ++tt) acc[r][tt] = 0.f;
 
-    if (has0) {
-      for (int b = lane >> 2; b < nb; b += 8) {
-        float q0[8], q1[8];
-        int k0, k1;
-        const float d0 = WBlock<B>::load8(w0 + b, s, q0, k0, k1);
-        float d1 = 0.f;
-        if (has1) {
-          d1 = WBlock<B>::load8(w1 + b, s, q1, k0, k1);
+    for (int b = (lane >> 2) + 8 * warp; b < nb; b += 8 * kWarps) {
+      float q[kRows][8], d[kRows];
+      int k0 = 0, k1 = 0;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (row0 + r < a.n) {
+          const B* w =
+              reinterpret_cast<const B*>(static_cast<const char*>(a.w) + (size_t)(row0 + r) * rb);
+          d[r] = WBlock<B>::load8(w + b, s, q[r], k0, k1);
         } else {
+          d[r] = 0.f;
 #pragma unroll
-          for (int j = 0; j < 8; ++j) q1[j] = 0.f;
-        }
-        const int kb = b * 32;
-        if (a.norm_w) {  // fold the norm weight into the (per-lane) weights
-          const float4 na = *reinterpret_cast<const float4*>(a.norm_w + kb + k0);
-          const float4 nb4 = *reinterpret_cast<const float4*>(a.norm_w + kb + k1);
-          const float nw[8] = {na.x, na.y, na.z, na.w, nb4.x, nb4.y, nb4.z, nb4.w};
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            q0[j] *= nw[j];
-            q1[j] *= nw[j];
-          }
-        }
-#pragma unroll
-        for (int tt = 0; tt < kNT; ++tt) {
-          if (tt < nt) {
-            const float* xr = a.x + (size_t)(t0 + tt) * a.ldx + kb;
-            const float4 xa = __ldg(reinterpret_cast<const float4*>(xr + k0));
-            const float4 xb = __ldg(reinterpret_cast<const float4*>(xr + k1));
-            const float s0 = q0[0] * xa.x + q0[1] * xa.y + q0[2] * xa.z + q0[3] * xa.w +
-                             q0[4] * xb.x + q0[5] * xb.y + q0[6] * xb.z + q0[7] * xb.w;
-            const float s1 = q1[0] * xa.x + q1[1] * xa.y + q1[2] * xa.z + q1[3] * xa.w +
-                             q1[4] * xb.x + q1[5] * xb.y + q1[6] * xb.z + q1[7] * xb.w;
-            acc0[tt] = fmaf(d0, s0, acc0[tt]);
-            acc1[tt] = fmaf(d1, s1, acc1[tt]);
-          }
+          for (int j = 0; j < 8; ++j) q[r][j] = 0.f;
         }
       }
-    }
+      const int kb = b * 32;
+      if (a.norm_w) {  // fold the norm weight into the (per-lane) weights
+        const float4 na = __ldg(reinterpret_cast<const float4*>(a.norm_w + kb + k0));
+        const float4 nc = __ldg(reinterpret_cast<const float4*>(a.norm_w + kb + k1));
+        const float nw[8] = {na.x, na.y, na.z, na.w, nc.x, nc.y, nc.z, nc.w};
 #pragma unroll
-    for (int tt = 0; tt < kNT; ++tt) {
+        for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        acc0[tt] += __shfl_xor_sync(0xffffffffu, acc0[tt], off);
-        acc1[tt] += __shfl_xor_sync(0xffffffffu, acc1[tt], off);
+          for (int j = 0; j < 8; ++j) q[r][j] *= nw[j];
       }
-    }
-    if (has0) {
 #pragma unroll
       for (int tt = 0; tt < kNT; ++tt) {
-        if (lane == tt && tt < nt) {
-          const float sc = a.norm_w ? rs[tt] : 1.f;
-          epi_pair<E>(o, a.n, t0 + tt, row0, acc0[tt] * sc, acc1[tt] * sc);
+        if (tt < nt) {
+          const float* xr = a.x + (size_t)(t0 + tt) * a.ldx + kb;
+          const float4 xa = __ldg(reinterpret_cast<const float4*>(xr + k0));
+          const float4 xb = __ldg(reinterpret_cast<const float4*>(xr + k1));
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const float sr = q[r][0] * xa.x + q[r][1] * xa.y + q[r][2] * xa.z + q[r][3] * xa.w +
+                             q[r][4] * xb.x + q[r][5] * xb.y + q[r][6] * xb.z + q[r][7] * xb.w;
+            acc[r][tt] = fmaf(d[r], sr, acc[r][tt]);
+          }
         }
       }
     }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int tt = 0; tt < kNT; ++tt) {
+        float v = acc[r][tt];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) red[warp][r * kNT + tt] = v;
+      }
+    __syncthreads();
+    if (threadIdx.x < (kRows / 2) * kNT) {
+      const int p = threadIdx.x / kNT, tt = threadIdx.x % kNT;
+      const int row = row0 + 2 * p;
+      if (tt < nt && row < a.n) {
+        float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          v0 += red[w][(2 * p) * kNT + tt];
+          v1 += red[w][(2 * p + 1) * kNT + tt];
+        }
+        const float sc = a.norm_w ? rs[tt] : 1.f;
+        epi_pair<E>(o, a.n, t0 + tt, row, v0 * sc, v1 * sc);
+      }
+    }
+    __syncthreads();  // red and rs are reused by the next pass
   }
 }
 
@@ -99,9 +110,8 @@ __global__ void __launch_bounds__(128) gemm_small_kernel(GemmArgs a, GemmOut o) 
 
 template <class B, GemmEpilogue E>
 void launch_gemm_small(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
-  const int rows_per_block = 8;  // 4 warps x 2 rows
-  const dim3 grid((unsigned)((a.n + rows_per_block - 1) / rows_per_block));
-  gemm_small_kernel<B, E><<<grid, 128, 0, s>>>(a, o);
+  const dim3 grid((unsigned)((a.n + kRows - 1) / kRows));
+  gemm_small_kernel<B, E><<<grid, 32 * kWarps, 0, s>>>(a, o);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
 // Tensor-core multi-token GEMM: a 64-row x BM-token output tile per 128-thread block. Each K step
-// (64 = two quant blocks) dequantizes the weight tile to fp16 in shared memory once and reuses it
-// for all BM tokens (WMMA m16n16k16, fp32 accumulate); the next step's global loads are issued
-// into registers before the current step's MMAs so their latency overlaps the math.
+// (128 = four quant blocks; long steps halve the barrier/latency rounds) dequantizes the weight
+// tile to fp16 in shared memory once and reuses it for all BM tokens (WMMA m16n16k16, fp32
+// accumulate); the next step's global loads are issued into registers before the current step's
+// MMAs so their latency overlaps the math.
 #include <mma.h>
 
 #include <algorithm>
@@ -14,19 +15,31 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kBN = 64, kBK = 64;
+constexpr int kBN = 64, kBK = 128;
 constexpr int kLDS = kBK + 8;  // fp16 row pitch: +16 B skews rows across banks, keeps 32 B align
 constexpr int kLDC = kBN + 4;  // fp32 pitch of the staged output tile
 
+template <int BM>
+struct TcSmem {  // the output tile reuses the operand tiles' space after the K loop
+  union {
+    struct {
+      __half A[BM * kLDS];   // activations [token][k]
+      __half B[kBN * kLDS];  // weights [row][k] (= col-major B operand)
+    } op;
+    float C[BM * kLDC];
+  };
+  float rs[BM];
+};
+
 template <class B, GemmEpilogue E, int BM>
 __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int kchunk) {
-  constexpr int FM = BM / 32;  // 16x16 fragments per warp along tokens (warp covers BM/2)
-  constexpr int XV = BM / 8;   // float4 activation loads per thread per K step
+  constexpr int FM = BM / 32;               // 16x16 fragments per warp along tokens (warp: BM/2)
+  constexpr int XV = BM * kBK / 4 / 128;    // float4 activation loads per thread per K step
+  constexpr int WB = kBN * kBK / 32 / 128;  // quant blocks per thread per K step (2)
   constexpr int WH = WBlock<B>::kHalves;
-  __shared__ __align__(128) __half As[BM * kLDS];
-  __shared__ __align__(128) __half Bs[kBN * kLDS];
-  __shared__ __align__(128) float Cs[BM * kLDC];
-  __shared__ float rs[BM];
+  __shared__ __align__(128) TcSmem<BM> sm;
+  __half* As = sm.op.A;
+  __half* Bs = sm.op.B;
 
   const int tid = threadIdx.x, warp = tid >> 5;
   const int t0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
@@ -39,13 +52,13 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int
     for (int tt = warp; tt < BM; tt += 4) {
       const float r =
           (t0 + tt < a.t) ? warp_rms_scale(a.x + (size_t)(t0 + tt) * a.ldx, a.k, a.eps) : 0.f;
-      if ((tid & 31) == 0) rs[tt] = r;
+      if ((tid & 31) == 0) sm.rs[tt] = r;
     }
   }
 
-  float4 xr[XV];
-  uint16_t wr[WH];
-  const int wrow = tid >> 1, wsub = tid & 1;  // this thread's weight row / block in the tile
+  uint2 xr[XV];  // next step's activations, already fp16 (halves the registers)
+  uint16_t wr[WB][WH];
+  const int wrow = tid >> 1, wsub = tid & 1;  // weight row in the tile; blocks 2*wsub, 2*wsub+1
   const uint16_t* wbase =
       reinterpret_cast<const uint16_t*>(static_cast<const char*>(a.w) + (size_t)(n0 + wrow) * rb);
   const bool wrow_ok = n0 + wrow < a.n;
@@ -53,44 +66,47 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int
   auto gload = [&](int kb) {
 #pragma unroll
     for (int j = 0; j < XV; ++j) {
-      const int i = tid + 128 * j, r = i >> 4, c = (i & 15) * 4;
+      const int i = tid + 128 * j, r = i / (kBK / 4), c = (i % (kBK / 4)) * 4;
       const int tok = t0 + r, kk = kb + c;
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
       if (tok < a.t && kk < a.k) {
         v = __ldg(reinterpret_cast<const float4*>(a.x + (size_t)tok * a.ldx + kk));
         if (a.norm_w) {
           const float4 w = __ldg(reinterpret_cast<const float4*>(a.norm_w + kk));
-          v.x *= w.x;
-          v.y *= w.y;
-          v.z *= w.z;
-          v.w *= w.w;
+          v.x *= w.x, v.y *= w.y, v.z *= w.z, v.w *= w.w;
         }
       }
-      xr[j] = v;
+      __half2 h[2] = {__floats2half2_rn(v.x, v.y), __floats2half2_rn(v.z, v.w)};
+      xr[j] = *reinterpret_cast<const uint2*>(h);
     }
-    const int blk = kb / 32 + wsub;
-    if (wrow_ok && blk < nb) {
-      const uint16_t* p = wbase + (size_t)blk * (sizeof(B) / 2);
 #pragma unroll
-      for (int h = 0; h < WH; ++h) wr[h] = __ldg(p + h);
-    } else {
+    for (int q = 0; q < WB; ++q) {
+      const int blk = kb / 32 + wsub * WB + q;
+      if (wrow_ok && blk < nb) {
+        const uint16_t* p = wbase + (size_t)blk * (sizeof(B) / 2);
 #pragma unroll
-      for (int h = 0; h < WH; ++h) wr[h] = 0;  // d = 0 -> zero weights
+        for (int hh = 0; hh < WH; ++hh) wr[q][hh] = __ldg(p + hh);
+      } else {
+#pragma unroll
+        for (int hh = 0; hh < WH; ++hh) wr[q][hh] = 0;  // d = 0 -> zero weights
+      }
     }
   };
   auto sstore = [&]() {
 #pragma unroll
     for (int j = 0; j < XV; ++j) {
-      const int i = tid + 128 * j, r = i >> 4, c = (i & 15) * 4;
-      __half2 h[2] = {__floats2half2_rn(xr[j].x, xr[j].y), __floats2half2_rn(xr[j].z, xr[j].w)};
-      *reinterpret_cast<uint2*>(&As[r * kLDS + c]) = *reinterpret_cast<const uint2*>(h);
+      const int i = tid + 128 * j, r = i / (kBK / 4), c = (i % (kBK / 4)) * 4;
+      *reinterpret_cast<uint2*>(&As[r * kLDS + c]) = xr[j];
     }
-    __half2 w[16];
-    WBlock<B>::dequant32(wr, w);
-    uint4* dst = reinterpret_cast<uint4*>(&Bs[wrow * kLDS + wsub * 32]);
-    const uint4* src = reinterpret_cast<const uint4*>(w);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) dst[q] = src[q];
+    for (int q = 0; q < WB; ++q) {
+      __half2 w[16];
+      WBlock<B>::dequant32(wr[q], w);
+      uint4* dst = reinterpret_cast<uint4*>(&Bs[wrow * kLDS + (wsub * WB + q) * 32]);
+      const uint4* src = reinterpret_cast<const uint4*>(w);
+#pragma unroll
+      for (int v = 0; v < 4; ++v) dst[v] = src[v];
+    }
   };
 
   const int wm = warp >> 1, wn = warp & 1;
@@ -122,6 +138,7 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int
     }
     __syncthreads();
   }
+  float* Cs = sm.C;  // operand tiles are dead after the last barrier of the loop
 #pragma unroll
   for (int i = 0; i < FM; ++i)
 #pragma unroll
@@ -135,7 +152,7 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int
     const int r = p / (kBN / 2), c = (p % (kBN / 2)) * 2;
     const int tok = t0 + r, col = n0 + c;
     if (tok < a.t && col < a.n) {
-      const float sc = a.norm_w ? rs[r] : 1.f;
+      const float sc = a.norm_w ? sm.rs[r] : 1.f;
       const float v0 = Cs[r * kLDC + c] * sc, v1 = Cs[r * kLDC + c + 1] * sc;
       if (E == GemmEpilogue::Accumulate && gridDim.z > 1) {  // partial sums of a K split
         float* y = o.y + (size_t)tok * o.ldy + col;
