@@ -13,9 +13,13 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "cuda/launch.cuh"
 
 namespace smolrt::cuda {
 namespace {
+
+using detail::pdl_trigger;
+using detail::pdl_wait;
 
 constexpr int kQT = 16;  // queries per block
 constexpr int kKT = 64;  // keys per tile
@@ -53,6 +57,8 @@ __global__ void __launch_bounds__(128)
   const int qpos = a.start + q0 + qi;
   const int n_keys = a.start + min(q0 + kQT, a.n_tokens);  // keys the last query of the block sees
 
+  pdl_wait();  // q and the cache come from the QKV GEMM
+  pdl_trigger();
   float qr[HD];  // this thread's query, pre-scaled by log2(e)/sqrt(head_dim); registers
   {
     const float* qp = a.q + (size_t)(valid ? q0 + qi : 0) * a.ldq + h * HD;
@@ -151,11 +157,10 @@ void launch(const AttentionPrefillArgs& a, cudaStream_t s) {
   const dim3 grid((unsigned)((a.n_tokens + kQT - 1) / kQT), (unsigned)a.n_heads);
   const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)
   if (a.kv_half) {
-    attention_prefill_kernel<HD, __half><<<grid, 128, 0, s>>>(a, qscale);
+    detail::launch_pdl(attention_prefill_kernel<HD, __half>, grid, dim3(128), s, a, qscale);
   } else {
-    attention_prefill_kernel<HD, float><<<grid, 128, 0, s>>>(a, qscale);
+    detail::launch_pdl(attention_prefill_kernel<HD, float>, grid, dim3(128), s, a, qscale);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

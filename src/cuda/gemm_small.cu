@@ -3,6 +3,7 @@
 // the GEMM is memory/latency-bound. 4 lanes per quant block, 8 weights each.
 #include "core/cuda_check.h"
 #include "cuda/gemm_common.cuh"
+#include "cuda/launch.cuh"
 
 namespace smolrt::cuda::detail {
 namespace {
@@ -21,20 +22,17 @@ __global__ void __launch_bounds__(128) gemm_small_kernel(GemmArgs a, GemmOut o) 
   const int nb = a.k / 32;
   const size_t rb = (size_t)nb * sizeof(B);
   const int s = lane & 3;
-  __shared__ float rs[kNT];
-  __shared__ float red[kWarps][kRows * kNT];
+  __shared__ float red[kWarps][(kRows + 1) * kNT];
+
+  pdl_wait();  // x (and the residual y) come from the previous kernel
+  pdl_trigger();
 
   for (int t0 = 0; t0 < a.t; t0 += kNT) {
     const int nt = min(kNT, a.t - t0);
-    if (a.norm_w) {
-      for (int tt = warp; tt < nt; tt += kWarps) {
-        const float r = warp_rms_scale(a.x + (size_t)(t0 + tt) * a.ldx, a.k, a.eps);
-        if (lane == 0) rs[tt] = r;
-      }
-    }
-    float acc[kRows][kNT];
+    // RMSNorm sums of squares ride along: the block's lanes read every x element exactly once.
+    float acc[kRows + 1][kNT];  // row kRows: sum of squares per token
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r <= kRows; ++r)
 #pragma unroll
       for (int tt = 0; tt < kNT; ++tt) acc[r][tt] = 0.f;
 
@@ -75,17 +73,22 @@ __global__ void __launch_bounds__(128) gemm_small_kernel(GemmArgs a, GemmOut o) 
                              q[r][4] * xb.x + q[r][5] * xb.y + q[r][6] * xb.z + q[r][7] * xb.w;
             acc[r][tt] = fmaf(d[r], sr, acc[r][tt]);
           }
+          if (a.norm_w)
+            acc[kRows][tt] += xa.x * xa.x + xa.y * xa.y + xa.z * xa.z + xa.w * xa.w + xb.x * xb.x +
+                              xb.y * xb.y + xb.z * xb.z + xb.w * xb.w;
         }
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r <= kRows; ++r)
 #pragma unroll
       for (int tt = 0; tt < kNT; ++tt) {
-        float v = acc[r][tt];
+        if (tt < nt && (r < kRows || a.norm_w)) {  // warp-uniform: skip idle token slots
+          float v = acc[r][tt];
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0) red[warp][r * kNT + tt] = v;
+          for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+          if (lane == 0) red[warp][r * kNT + tt] = v;
+        }
       }
     __syncthreads();
     if (threadIdx.x < (kRows / 2) * kNT) {
@@ -98,11 +101,17 @@ __global__ void __launch_bounds__(128) gemm_small_kernel(GemmArgs a, GemmOut o) 
           v0 += red[w][(2 * p) * kNT + tt];
           v1 += red[w][(2 * p + 1) * kNT + tt];
         }
-        const float sc = a.norm_w ? rs[tt] : 1.f;
+        float sc = 1.f;
+        if (a.norm_w) {
+          float ssum = 0.f;
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) ssum += red[w][kRows * kNT + tt];
+          sc = rsqrtf(ssum / (float)a.k + a.eps);
+        }
         epi_pair<E>(o, a.n, t0 + tt, row, v0 * sc, v1 * sc);
       }
     }
-    __syncthreads();  // red and rs are reused by the next pass
+    __syncthreads();  // red is reused by the next pass
   }
 }
 
@@ -111,8 +120,7 @@ __global__ void __launch_bounds__(128) gemm_small_kernel(GemmArgs a, GemmOut o) 
 template <class B, GemmEpilogue E>
 void launch_gemm_small(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
   const dim3 grid((unsigned)((a.n + kRows - 1) / kRows));
-  gemm_small_kernel<B, E><<<grid, 32 * kWarps, 0, s>>>(a, o);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(gemm_small_kernel<B, E>, grid, dim3(32 * kWarps), s, a, o);
 }
 
 template void launch_gemm_small<BlockQ4_0, GemmEpilogue::Store>(const GemmArgs&, const GemmOut&,

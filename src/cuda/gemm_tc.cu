@@ -1,4 +1,4 @@
-// Tensor-core multi-token GEMM: a 64-row x BM-token output tile per 128-thread block. Each K step
+// Tensor-core multi-token GEMM: a 64-row x BM-token output tile per 256-thread block. Each K step
 // (128 = four quant blocks; long steps halve the barrier/latency rounds) dequantizes the weight
 // tile to fp16 in shared memory once and reuses it for all BM tokens (WMMA m16n16k16, fp32
 // accumulate); the next step's global loads are issued into registers before the current step's
@@ -9,13 +9,14 @@
 
 #include "core/cuda_check.h"
 #include "cuda/gemm_common.cuh"
+#include "cuda/launch.cuh"
 
 namespace smolrt::cuda::detail {
 namespace {
 
 using namespace nvcuda;
 
-constexpr int kBN = 64, kBK = 128;
+constexpr int kBN = 64, kBK = 128, kThreads = 256;
 constexpr int kLDS = kBK + 8;  // fp16 row pitch: +16 B skews rows across banks, keeps 32 B align
 constexpr int kLDC = kBN + 4;  // fp32 pitch of the staged output tile
 
@@ -32,46 +33,43 @@ struct TcSmem {  // the output tile reuses the operand tiles' space after the K 
 };
 
 template <class B, GemmEpilogue E, int BM>
-__global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int kchunk) {
-  constexpr int FM = BM / 32;               // 16x16 fragments per warp along tokens (warp: BM/2)
-  constexpr int XV = BM * kBK / 4 / 128;    // float4 activation loads per thread per K step
-  constexpr int WB = kBN * kBK / 32 / 128;  // quant blocks per thread per K step (2)
-  constexpr int WH = WBlock<B>::kHalves;
+__global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o, int kchunk) {
+  constexpr int FM = BM / 32;                  // 16x16 fragments per warp along tokens
+  constexpr int XV = BM * kBK / 4 / kThreads;  // float4 activation loads per thread per K step
+  constexpr int WH = WBlock<B>::kHalves;       // one quant block per thread per K step
   __shared__ __align__(128) TcSmem<BM> sm;
   __half* As = sm.op.A;
   __half* Bs = sm.op.B;
 
-  const int tid = threadIdx.x, warp = tid >> 5;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int t0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
   const int nb = a.k / 32;
   const size_t rb = (size_t)nb * sizeof(B);
-  // Split-K (Accumulate only): block z covers k in [kbeg, kend); kchunk is a multiple of kBK.
+  // Split-K (Accumulate without norm only): block z covers k in [kbeg, kend).
   const int kbeg = blockIdx.z * kchunk, kend = min(a.k, kbeg + kchunk);
-
-  if (a.norm_w) {
-    for (int tt = warp; tt < BM; tt += 4) {
-      const float r =
-          (t0 + tt < a.t) ? warp_rms_scale(a.x + (size_t)(t0 + tt) * a.ldx, a.k, a.eps) : 0.f;
-      if ((tid & 31) == 0) sm.rs[tt] = r;
-    }
-  }
+  const bool norm = a.norm_w != nullptr;
 
   uint2 xr[XV];  // next step's activations, already fp16 (halves the registers)
-  uint16_t wr[WB][WH];
-  const int wrow = tid >> 1, wsub = tid & 1;  // weight row in the tile; blocks 2*wsub, 2*wsub+1
+  float ss[XV];  // RMSNorm: sum of squares of this thread's slice of rows warp + 8j (fused:
+                 // the X tile streams through the block anyway, no extra pass over x)
+  uint16_t wr[WH];
+  const int wrow = tid >> 2, wblk = tid & 3;  // weight row in the tile, quant block in the step
   const uint16_t* wbase =
       reinterpret_cast<const uint16_t*>(static_cast<const char*>(a.w) + (size_t)(n0 + wrow) * rb);
   const bool wrow_ok = n0 + wrow < a.n;
+#pragma unroll
+  for (int j = 0; j < XV; ++j) ss[j] = 0.f;
 
   auto gload = [&](int kb) {
 #pragma unroll
     for (int j = 0; j < XV; ++j) {
-      const int i = tid + 128 * j, r = i / (kBK / 4), c = (i % (kBK / 4)) * 4;
+      const int i = tid + kThreads * j, r = i / (kBK / 4), c = (i % (kBK / 4)) * 4;
       const int tok = t0 + r, kk = kb + c;
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
       if (tok < a.t && kk < a.k) {
         v = __ldg(reinterpret_cast<const float4*>(a.x + (size_t)tok * a.ldx + kk));
-        if (a.norm_w) {
+        if (norm) {
+          ss[j] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
           const float4 w = __ldg(reinterpret_cast<const float4*>(a.norm_w + kk));
           v.x *= w.x, v.y *= w.y, v.z *= w.z, v.w *= w.w;
         }
@@ -79,43 +77,38 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int
       __half2 h[2] = {__floats2half2_rn(v.x, v.y), __floats2half2_rn(v.z, v.w)};
       xr[j] = *reinterpret_cast<const uint2*>(h);
     }
+    const int blk = kb / 32 + wblk;
+    if (wrow_ok && blk < nb) {
+      const uint16_t* p = wbase + (size_t)blk * (sizeof(B) / 2);
 #pragma unroll
-    for (int q = 0; q < WB; ++q) {
-      const int blk = kb / 32 + wsub * WB + q;
-      if (wrow_ok && blk < nb) {
-        const uint16_t* p = wbase + (size_t)blk * (sizeof(B) / 2);
+      for (int hh = 0; hh < WH; ++hh) wr[hh] = __ldg(p + hh);
+    } else {
 #pragma unroll
-        for (int hh = 0; hh < WH; ++hh) wr[q][hh] = __ldg(p + hh);
-      } else {
-#pragma unroll
-        for (int hh = 0; hh < WH; ++hh) wr[q][hh] = 0;  // d = 0 -> zero weights
-      }
+      for (int hh = 0; hh < WH; ++hh) wr[hh] = 0;  // d = 0 -> zero weights
     }
   };
   auto sstore = [&]() {
 #pragma unroll
     for (int j = 0; j < XV; ++j) {
-      const int i = tid + 128 * j, r = i / (kBK / 4), c = (i % (kBK / 4)) * 4;
+      const int i = tid + kThreads * j, r = i / (kBK / 4), c = (i % (kBK / 4)) * 4;
       *reinterpret_cast<uint2*>(&As[r * kLDS + c]) = xr[j];
     }
+    __half2 w[16];
+    WBlock<B>::dequant32(wr, w);
+    uint4* dst = reinterpret_cast<uint4*>(&Bs[wrow * kLDS + wblk * 32]);
+    const uint4* src = reinterpret_cast<const uint4*>(w);
 #pragma unroll
-    for (int q = 0; q < WB; ++q) {
-      __half2 w[16];
-      WBlock<B>::dequant32(wr[q], w);
-      uint4* dst = reinterpret_cast<uint4*>(&Bs[wrow * kLDS + (wsub * WB + q) * 32]);
-      const uint4* src = reinterpret_cast<const uint4*>(w);
-#pragma unroll
-      for (int v = 0; v < 4; ++v) dst[v] = src[v];
-    }
+    for (int v = 0; v < 4; ++v) dst[v] = src[v];
   };
 
-  const int wm = warp >> 1, wn = warp & 1;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM][2];
+  // 8 warps: 2 along tokens (BM/2 each) x 4 along columns (16 each).
+  const int wm = warp >> 2, wn = warp & 3;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM];
 #pragma unroll
-  for (int i = 0; i < FM; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  for (int i = 0; i < FM; ++i) wmma::fill_fragment(acc[i], 0.f);
 
+  pdl_wait();  // x (and the residual y) come from the previous kernel
+  pdl_trigger();
   gload(kbeg);
   for (int kb = kbeg; kb < kend; kb += kBK) {
     sstore();
@@ -123,36 +116,39 @@ __global__ void __launch_bounds__(128) gemm_tc_kernel(GemmArgs a, GemmOut o, int
     if (kb + kBK < kend) gload(kb + kBK);
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[FM];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+      wmma::load_matrix_sync(fb, &Bs[(wn * 16) * kLDS + kk], kLDS);
 #pragma unroll
-      for (int i = 0; i < FM; ++i)
-        wmma::load_matrix_sync(fa[i], &As[(wm * (BM / 2) + i * 16) * kLDS + kk], kLDS);
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        wmma::load_matrix_sync(fb[j], &Bs[(wn * 32 + j * 16) * kLDS + kk], kLDS);
-#pragma unroll
-      for (int i = 0; i < FM; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      for (int i = 0; i < FM; ++i) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+        wmma::load_matrix_sync(fa, &As[(wm * (BM / 2) + i * 16) * kLDS + kk], kLDS);
+        wmma::mma_sync(acc[i], fa, fb, acc[i]);
+      }
     }
     __syncthreads();
+  }
+  if (norm) {  // rows warp + 8j: reduce over the 32 lanes (a row is 32 float4 of a K step)
+#pragma unroll
+    for (int j = 0; j < XV; ++j) {
+      float v = ss[j];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      if (lane == 0) sm.rs[warp + 8 * j] = rsqrtf(v / (float)a.k + a.eps);
+    }
   }
   float* Cs = sm.C;  // operand tiles are dead after the last barrier of the loop
 #pragma unroll
   for (int i = 0; i < FM; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(&Cs[(wm * (BM / 2) + i * 16) * kLDC + wn * 32 + j * 16], acc[i][j],
-                              kLDC, wmma::mem_row_major);
+    wmma::store_matrix_sync(&Cs[(wm * (BM / 2) + i * 16) * kLDC + wn * 16], acc[i], kLDC,
+                            wmma::mem_row_major);
   __syncthreads();
 
   // Pairs of adjacent columns; consecutive threads take consecutive pairs (coalesced stores).
-  for (int p = tid; p < BM * (kBN / 2); p += 128) {
+  for (int p = tid; p < BM * (kBN / 2); p += kThreads) {
     const int r = p / (kBN / 2), c = (p % (kBN / 2)) * 2;
     const int tok = t0 + r, col = n0 + c;
     if (tok < a.t && col < a.n) {
-      const float sc = a.norm_w ? sm.rs[r] : 1.f;
+      const float sc = norm ? sm.rs[r] : 1.f;
       const float v0 = Cs[r * kLDC + c] * sc, v1 = Cs[r * kLDC + c + 1] * sc;
       if (E == GemmEpilogue::Accumulate && gridDim.z > 1) {  // partial sums of a K split
         float* y = o.y + (size_t)tok * o.ldy + col;
@@ -187,15 +183,15 @@ void launch_gemm_tc(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
   // Residual GEMMs with too few tiles to fill the GPU (e.g. down: 9 column tiles at 32 tokens)
   // split K over blocks and add their partial sums atomically into the residual.
   int splits = 1;
-  if (E == GemmEpilogue::Accumulate && gn * gm < sm_count())
+  if (E == GemmEpilogue::Accumulate && !a.norm_w && gn * gm < sm_count())
     splits = std::min(ksteps, (sm_count() + gn * gm - 1) / (gn * gm));
   const int kchunk = ((ksteps + splits - 1) / splits) * kBK;
   splits = (a.k + kchunk - 1) / kchunk;
   const dim3 grid(gn, gm, splits);
   if (big) {
-    gemm_tc_kernel<B, E, 64><<<grid, 128, 0, s>>>(a, o, kchunk);
+    launch_pdl(gemm_tc_kernel<B, E, 64>, grid, dim3(kThreads), s, a, o, kchunk);
   } else {
-    gemm_tc_kernel<B, E, 32><<<grid, 128, 0, s>>>(a, o, kchunk);
+    launch_pdl(gemm_tc_kernel<B, E, 32>, grid, dim3(kThreads), s, a, o, kchunk);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -7,6 +7,7 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "cuda/launch.cuh"
 
 namespace smolrt::cuda {
 namespace {
@@ -39,6 +40,8 @@ __device__ float table_value(const void* table, GgmlType type, size_t row_bytes,
 
 __global__ void embed_rows_kernel(const void* table, GgmlType type, size_t row_bytes, int vocab,
                                   int dim, const int* tokens, float* x, int ldx) {
+  detail::pdl_wait();  // x may still be read by the previous chunk's last kernel
+  detail::pdl_trigger();
   const int i = blockIdx.x, tok = tokens[i];
   const bool ok = tok >= 0 && tok < vocab;
   for (int c = threadIdx.x; c < dim; c += blockDim.x)
@@ -54,6 +57,8 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
 
 __global__ void __launch_bounds__(1024)
     argmax_rows_kernel(const float* logits, int ld, int n, int* out) {
+  detail::pdl_wait();  // logits come from the lm_head GEMM
+  detail::pdl_trigger();
   const float* row = logits + (size_t)blockIdx.x * ld;
   float bv = NAN;
   int bi = 0x7fffffff;
@@ -96,15 +101,14 @@ void embed_rows(const void* table, GgmlType type, int vocab, int dim, const int*
     fail("embed_rows: token_embd type ", type_name(type), " is not supported");
   if (dim % ti->block_size != 0) fail("embed_rows: dim=", dim, " not a multiple of the block");
   if (n <= 0 || ldx < dim || !table || !tokens || !x) fail("embed_rows: bad arguments n=", n);
-  embed_rows_kernel<<<n, 256, 0, s>>>(table, type, row_bytes(*ti, dim), vocab, dim, tokens, x, ldx);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_pdl(embed_rows_kernel, dim3(n), dim3(256), s, table, type, row_bytes(*ti, dim),
+                     vocab, dim, tokens, x, ldx);
 }
 
 void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out, cudaStream_t s) {
   if (n_rows <= 0 || n_cols <= 0 || ld < n_cols || !logits || !out)
     fail("argmax_rows: bad arguments rows=", n_rows, " cols=", n_cols);
-  argmax_rows_kernel<<<n_rows, 1024, 0, s>>>(logits, ld, n_cols, out);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_pdl(argmax_rows_kernel, dim3(n_rows), dim3(1024), s, logits, ld, n_cols, out);
 }
 
 }  // namespace smolrt::cuda
