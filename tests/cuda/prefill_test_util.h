@@ -44,6 +44,15 @@ struct DevBuf {
   void poison() { CUDA_CHECK(cudaMemset(p, 0xff, sizeof(T) * n)); }  // NaN for float
 };
 
+// A non-default stream, so kernels launch with programmatic dependent launch as in production.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
 // Random raw blocks: every nibble / int8 value appears; scales ~ +-[0.5, 2] * scale.
 inline std::vector<uint8_t> random_q4_0(int64_t rows, int64_t cols, uint32_t seed,
                                         float scale = 0.02f) {

@@ -192,15 +192,16 @@ TEST_P(PrefillForward, AllLogitsMatchReferenceAcrossChunkings) {
   const auto toks = random_tokens(n, geo.vocab, 99 + n);
   const auto ref = hm.reference(toks);
   PrefillModel pm(hm.c, hm.w, n + 8, /*kv_half=*/true);
+  Stream st;
   PrefillWorkspace ws;
   for (int chunk : {n, 1, 7, 32, 100, 512}) {
     if (chunk > n && chunk != n) continue;
     if (chunk == 1 && n > 100) continue;  // token-by-token for long prompts: covered at <= 100
-    const auto got = prefill_tokens(pm.weights(), ws, toks, 0, chunk, true, nullptr);
+    const auto got = prefill_tokens(pm.weights(), ws, toks, 0, chunk, true, st.s);
     expect_rows_close(got, ref, n, geo.vocab, kLogitBound,
                       cat(geo.name, " n=", n, " chunk=", chunk));
     // Last-token-only logits equal the last row of the all-logits run's reference.
-    const auto last = prefill_tokens(pm.weights(), ws, toks, 0, chunk, false, nullptr);
+    const auto last = prefill_tokens(pm.weights(), ws, toks, 0, chunk, false, st.s);
     const std::vector<double> ref_last(ref.end() - geo.vocab, ref.end());
     EXPECT_LT(rel_l2(last, ref_last), kLogitBound) << "chunk=" << chunk;
   }
@@ -217,30 +218,31 @@ TEST(PrefillForwardCache, ContinuationAndDecode) {
   std::vector<int> ab(a);
   ab.insert(ab.end(), b.begin(), b.end());
   PrefillModel pm(hm.c, hm.w, 256, true);
+  Stream st;
   PrefillWorkspace ws;
-  const auto whole = prefill_tokens(pm.weights(), ws, ab, 0, 512, false, nullptr);
-  prefill_tokens(pm.weights(), ws, a, 0, 512, false, nullptr);
-  const auto cont = prefill_tokens(pm.weights(), ws, b, (int)a.size(), 512, false, nullptr);
+  const auto whole = prefill_tokens(pm.weights(), ws, ab, 0, 512, false, st.s);
+  prefill_tokens(pm.weights(), ws, a, 0, 512, false, st.s);
+  const auto cont = prefill_tokens(pm.weights(), ws, b, (int)a.size(), 512, false, st.s);
   std::vector<double> wd(whole.begin(), whole.end());
   // Same kernels, same tiles for the second part's queries; only the first part's tile shapes
   // differ (45 vs 115 tokens) -> fp16 rounding differences, bounded like a GEMM.
   EXPECT_LT(rel_l2(cont, wd), 5e-3);
 
   auto greedy = [&](int chunk) {
-    std::vector<float> lg = prefill_tokens(pm.weights(), ws, ab, 0, chunk, false, nullptr);
+    std::vector<float> lg = prefill_tokens(pm.weights(), ws, ab, 0, chunk, false, st.s);
     std::vector<int> out;
     int pos = (int)ab.size();
     for (int i = 0; i < 12; ++i) {
       const int t = (int)(std::max_element(lg.begin(), lg.end()) - lg.begin());
       out.push_back(t);
       const int one[1] = {t};
-      lg = prefill_tokens(pm.weights(), ws, one, pos++, 1, false, nullptr);
+      lg = prefill_tokens(pm.weights(), ws, one, pos++, 1, false, st.s);
     }
     return out;
   };
   EXPECT_EQ(greedy(512), greedy(1));
   // The GPU argmax of the last row agrees with the host argmax.
-  const auto lg = prefill_tokens(pm.weights(), ws, ab, 0, 64, false, nullptr);
+  const auto lg = prefill_tokens(pm.weights(), ws, ab, 0, 64, false, st.s);
   int dev_arg = -1;
   CUDA_CHECK(cudaMemcpy(&dev_arg, ws.argmax, sizeof(int), cudaMemcpyDeviceToHost));
   EXPECT_EQ(dev_arg, (int)(std::max_element(lg.begin(), lg.end()) - lg.begin()));
@@ -250,11 +252,12 @@ TEST(PrefillForwardCache, BadInputIsAnError) {
   REQUIRE_GPU();
   HostModel hm(128, 1, 4, 2, 256, 512);
   PrefillModel pm(hm.c, hm.w, 16, true);
+  Stream st;
   PrefillWorkspace ws;
   const std::vector<int> bad = {1, 2, 512};
-  EXPECT_THROW(prefill_tokens(pm.weights(), ws, bad, 0, 8, false, nullptr), Error);
+  EXPECT_THROW(prefill_tokens(pm.weights(), ws, bad, 0, 8, false, st.s), Error);
   const std::vector<int> longp(20, 3);
-  EXPECT_THROW(prefill_tokens(pm.weights(), ws, longp, 0, 8, false, nullptr), Error);
+  EXPECT_THROW(prefill_tokens(pm.weights(), ws, longp, 0, 8, false, st.s), Error);
 }
 
 }  // namespace
