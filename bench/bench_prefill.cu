@@ -268,7 +268,7 @@ int main(int argc, char** argv) try {
                           ((double)c.dim * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.dim +
                            3.0 * c.dim * c.hidden_dim);
   std::vector<int> smax_list = {gemm_small_max_tokens()};
-  if (gemm_small_max_tokens() != 32) smax_list.push_back(32);
+  if (gemm_small_max_tokens() != 8) smax_list.push_back(8);
   for (int T : tokens_list)
     for (int smax : smax_list) {
       if (smax != smax_list[0] && (T <= smax_list[0] || T > smax)) continue;  // same kernels

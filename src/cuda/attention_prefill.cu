@@ -24,19 +24,40 @@ using detail::pdl_wait;
 constexpr int kQT = 16;  // queries per block
 constexpr int kKT = 64;  // keys per tile
 
-// 8 consecutive cache elements -> floats (16 B for fp16, 32 B for fp32 caches).
-__device__ __forceinline__ void ld8(const __half* p, float4& lo, float4& hi) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&u);
-  const float2 a = __half22float2(h[0]), b = __half22float2(h[1]), c = __half22float2(h[2]),
-               d = __half22float2(h[3]);
-  lo = make_float4(a.x, a.y, b.x, b.y);
-  hi = make_float4(c.x, c.y, d.x, d.y);
-}
-__device__ __forceinline__ void ld8(const float* p, float4& lo, float4& hi) {
-  lo = *reinterpret_cast<const float4*>(p);
-  hi = *reinterpret_cast<const float4*>(p + 4);
-}
+// One 8-element slice of a K row and the matching V row, held in registers between the global
+// load of the next tile and its store to shared memory (prefetch overlaps the current tile's math).
+template <class KV>
+struct KvRaw;
+template <>
+struct KvRaw<__half> {
+  uint4 k, v;
+  __device__ void load(const __half* kp, const __half* vp) {
+    k = *reinterpret_cast<const uint4*>(kp);
+    v = *reinterpret_cast<const uint4*>(vp);
+  }
+  __device__ void zero() { k = v = make_uint4(0, 0, 0, 0); }
+  __device__ static void put(const uint4& u, float* dst) {
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+    const float2 a = __half22float2(h[0]), b = __half22float2(h[1]), c = __half22float2(h[2]),
+                 d = __half22float2(h[3]);
+    *reinterpret_cast<float4*>(dst) = make_float4(a.x, a.y, b.x, b.y);
+    *reinterpret_cast<float4*>(dst + 4) = make_float4(c.x, c.y, d.x, d.y);
+  }
+  __device__ void store(float* ks, float* vs) const { put(k, ks), put(v, vs); }
+};
+template <>
+struct KvRaw<float> {
+  float4 k0, k1, v0, v1;
+  __device__ void load(const float* kp, const float* vp) {
+    k0 = *reinterpret_cast<const float4*>(kp), k1 = *reinterpret_cast<const float4*>(kp + 4);
+    v0 = *reinterpret_cast<const float4*>(vp), v1 = *reinterpret_cast<const float4*>(vp + 4);
+  }
+  __device__ void zero() { k0 = k1 = v0 = v1 = make_float4(0.f, 0.f, 0.f, 0.f); }
+  __device__ void store(float* ks, float* vs) const {
+    *reinterpret_cast<float4*>(ks) = k0, *reinterpret_cast<float4*>(ks + 4) = k1;
+    *reinterpret_cast<float4*>(vs) = v0, *reinterpret_cast<float4*>(vs + 4) = v1;
+  }
+};
 
 template <int HD, class KV>
 __global__ void __launch_bounds__(128)
@@ -45,13 +66,15 @@ __global__ void __launch_bounds__(128)
   constexpr int KP = HD + 4;  // K pitch: the 8 rows a quarter-warp reads hit distinct banks
   __shared__ __align__(16) float Ks[kKT][KP];
   __shared__ __align__(16) float Vs[kKT][HD];
-  __shared__ float Ps[kQT][kKT];
+  __shared__ float Ps[kQT][kKT + 1];     // +1: the 4 query rows a warp reads sit in different banks
+  constexpr int kSlices = kKT * HD / 8;  // 8-element K/V slices per tile
+  constexpr int kIters = (kSlices + 127) / 128;  // per thread
 
   const KV* kc = static_cast<const KV*>(a.k_cache);
   const KV* vc = static_cast<const KV*>(a.v_cache);
   const int kv_dim = a.n_kv_heads * HD;
   const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
-  const int q0 = blockIdx.x * kQT;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kQT;  // longest (latest) query tiles first
   const int tid = threadIdx.x, qi = tid >> 3, sub = tid & 7;
   const bool valid = q0 + qi < a.n_tokens;
   const int qpos = a.start + q0 + qi;
@@ -73,22 +96,33 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int u = 0; u < DU; ++u) acc[u] = 0.f;
 
+  KvRaw<KV> pre[kIters];
+  auto kv_load = [&](int k0) {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = tid + 128 * it;
+      const int j = i / (HD / 8), d = (i % (HD / 8)) * 8, kp = k0 + j;
+      if (i < kSlices && kp < n_keys) {
+        const size_t off = (size_t)kp * kv_dim + kvh * HD + d;
+        pre[it].load(kc + off, vc + off);
+      } else {
+        pre[it].zero();
+      }
+    }
+  };
+  kv_load(0);
   for (int k0 = 0; k0 < n_keys; k0 += kKT) {
     __syncthreads();  // previous tile fully consumed
-    for (int i = tid; i < kKT * (HD / 8); i += 128) {
-      const int j = i / (HD / 8), d = (i % (HD / 8)) * 8, kp = k0 + j;
-      float4 klo = make_float4(0.f, 0.f, 0.f, 0.f), khi = klo, vlo = klo, vhi = klo;
-      if (kp < n_keys) {
-        const size_t off = (size_t)kp * kv_dim + kvh * HD + d;
-        ld8(kc + off, klo, khi);
-        ld8(vc + off, vlo, vhi);
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = tid + 128 * it;
+      if (i < kSlices) {
+        const int j = i / (HD / 8), d = (i % (HD / 8)) * 8;
+        pre[it].store(&Ks[j][d], &Vs[j][d]);
       }
-      *reinterpret_cast<float4*>(&Ks[j][d]) = klo;
-      *reinterpret_cast<float4*>(&Ks[j][d + 4]) = khi;
-      *reinterpret_cast<float4*>(&Vs[j][d]) = vlo;
-      *reinterpret_cast<float4*>(&Vs[j][d + 4]) = vhi;
     }
     __syncthreads();
+    if (k0 + kKT < n_keys) kv_load(k0 + kKT);  // in flight during this tile's math
 
     float s[8], mt = -INFINITY;
 #pragma unroll

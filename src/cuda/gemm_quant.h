@@ -12,6 +12,7 @@
 //   TensorCore : Q4_0/Q8_0 tiles dequantized to fp16 in shared memory, activations converted to
 //                fp16, WMMA m16n16k16 with fp32 accumulation; 64-row x {32|64}-token tiles.
 //   Auto       : TensorCore for t > kGemmSmallMaxTokens (chosen from bench/bench_prefill.cu).
+//   Residual (Accumulate) GEMMs with too few tiles split K across blocks and add atomically.
 //
 // Fused prologue/epilogues (so RMSNorm, RoPE, the KV write and SiLU*up need no launch of their
 // own):
@@ -35,8 +36,9 @@ namespace smolrt::cuda {
 enum class GemmPath { Auto, Small, TensorCore };
 enum class GemmEpilogue { Store, Accumulate, SiluPair, QkvRope };
 
-// Largest batch the Auto path sends to the SIMT kernel (measured crossover, bench_prefill).
-constexpr int kGemmSmallMaxTokens = 8;
+// Largest batch the Auto path sends to the SIMT kernel. Measured on an H200 (bench_prefill, whole
+// 30-layer prefill): SIMT wins at t=1 (19 vs ~27 us per layer), tensor cores from t~4-7 on.
+constexpr int kGemmSmallMaxTokens = 4;
 // Process-wide override of that crossover (bench_prefill sweeps it); t < 0 restores the default.
 void set_gemm_small_max_tokens(int t);
 int gemm_small_max_tokens();

@@ -49,10 +49,10 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o
   const int kbeg = blockIdx.z * kchunk, kend = min(a.k, kbeg + kchunk);
   const bool norm = a.norm_w != nullptr;
 
-  uint2 xr[XV];  // next step's activations, already fp16 (halves the registers)
-  float ss[XV];  // RMSNorm: sum of squares of this thread's slice of rows warp + 8j (fused:
-                 // the X tile streams through the block anyway, no extra pass over x)
-  uint16_t wr[WH];
+  uint2 xa[XV], xb[XV];  // two steps ahead: activations already fp16 (halves the registers)
+  float ss[XV];          // RMSNorm: sum of squares of this thread's slice of rows warp + 8j (fused:
+                         // the X tile streams through the block anyway, no extra pass over x)
+  uint16_t wa[WH], wb[WH];
   const int wrow = tid >> 2, wblk = tid & 3;  // weight row in the tile, quant block in the step
   const uint16_t* wbase =
       reinterpret_cast<const uint16_t*>(static_cast<const char*>(a.w) + (size_t)(n0 + wrow) * rb);
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o
 #pragma unroll
   for (int j = 0; j < XV; ++j) ss[j] = 0.f;
 
-  auto gload = [&](int kb) {
+  auto gload = [&](uint2(&xr)[XV], uint16_t(&wr)[WH], int kb) {
 #pragma unroll
     for (int j = 0; j < XV; ++j) {
       const int i = tid + kThreads * j, r = i / (kBK / 4), c = (i % (kBK / 4)) * 4;
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o
       for (int hh = 0; hh < WH; ++hh) wr[hh] = 0;  // d = 0 -> zero weights
     }
   };
-  auto sstore = [&]() {
+  auto sstore = [&](const uint2(&xr)[XV], const uint16_t(&wr)[WH]) {
 #pragma unroll
     for (int j = 0; j < XV; ++j) {
       const int i = tid + kThreads * j, r = i / (kBK / 4), c = (i % (kBK / 4)) * 4;
@@ -109,11 +109,7 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o
 
   pdl_wait();  // x (and the residual y) come from the previous kernel
   pdl_trigger();
-  gload(kbeg);
-  for (int kb = kbeg; kb < kend; kb += kBK) {
-    sstore();
-    __syncthreads();
-    if (kb + kBK < kend) gload(kb + kBK);
+  auto mma_step = [&]() {
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
@@ -125,6 +121,22 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o
         wmma::mma_sync(acc[i], fa, fb, acc[i]);
       }
     }
+  };
+  // Two register buffers: the loads for step i+2 are issued at step i, so two global round
+  // trips overlap (the math per step is short; one-step lookahead left the latency exposed).
+  gload(xa, wa, kbeg);
+  if (kbeg + kBK < kend) gload(xb, wb, kbeg + kBK);
+  for (int kb = kbeg; kb < kend; kb += 2 * kBK) {
+    sstore(xa, wa);
+    __syncthreads();
+    if (kb + 2 * kBK < kend) gload(xa, wa, kb + 2 * kBK);
+    mma_step();
+    __syncthreads();
+    if (kb + kBK >= kend) break;
+    sstore(xb, wb);
+    __syncthreads();
+    if (kb + 3 * kBK < kend) gload(xb, wb, kb + 3 * kBK);
+    mma_step();
     __syncthreads();
   }
   if (norm) {  // rows warp + 8j: reduce over the 32 lanes (a row is 32 float4 of a K step)
@@ -183,8 +195,9 @@ void launch_gemm_tc(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
   // Residual GEMMs with too few tiles to fill the GPU (e.g. down: 9 column tiles at 32 tokens)
   // split K over blocks and add their partial sums atomically into the residual.
   int splits = 1;
-  if (E == GemmEpilogue::Accumulate && !a.norm_w && gn * gm < sm_count())
-    splits = std::min(ksteps, (sm_count() + gn * gm - 1) / (gn * gm));
+  const int target = 4 * sm_count();  // ~4 blocks per SM to hide the per-step latency
+  if (E == GemmEpilogue::Accumulate && !a.norm_w && gn * gm < target)
+    splits = std::min(ksteps, (target + gn * gm - 1) / (gn * gm));
   const int kchunk = ((ksteps + splits - 1) / splits) * kBK;
   splits = (a.k + kchunk - 1) / kchunk;
   const dim3 grid(gn, gm, splits);
