@@ -128,19 +128,6 @@ __device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, 
   }
 }
 
-// Per-token RMSNorm scale 1/sqrt(mean(x^2)+eps) of row x[0..k), computed by one warp
-// (float4 loads; k multiple of 32). Every lane returns the value.
-__device__ __forceinline__ float warp_rms_scale(const float* x, int k, float eps) {
-  float ss = 0.f;
-  for (int i = (threadIdx.x & 31) * 4; i < k; i += 128) {
-    const float4 v = *reinterpret_cast<const float4*>(x + i);
-    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  return rsqrtf(ss / (float)k + eps);
-}
-
 // Launchers (host), one per kernel family; shapes already checked by gemm_quant().
 template <class B, GemmEpilogue E>
 void launch_gemm_small(const GemmArgs& a, const GemmOut& o, cudaStream_t s);
