@@ -44,6 +44,12 @@ class Backend {
   // All tokens, starting at position(); logits for every position, row-major [n][vocab].
   virtual std::vector<float> forward_prompt_all(std::span<const int> tokens) = 0;
 
+  // Where it runs, for benchmark records: "NVIDIA H100 80GB HBM3", or the CPU's model name.
+  virtual std::string device_name() const { return "cpu"; }
+  // Measured device-memory copy bandwidth in GB/s (bytes read + written per second; a large
+  // device-to-device copy), measured once and cached; 0 when not measured.
+  virtual double copy_bandwidth_gbs() { return 0.0; }
+
   // Debug: when enabled, each forward records named per-layer activations of the last token.
   virtual void set_debug(bool on) { debug_ = on; }
   virtual std::vector<Activation> activations() const { return {}; }

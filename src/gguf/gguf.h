@@ -138,7 +138,10 @@ class File {
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, Value>> kv_;
+  std::vector<uint64_t> kv_offsets_;  // byte offset of each key in kv_, for error messages
   std::vector<TensorInfo> tensors_;
+  const std::pair<std::string, Value>& require(std::string_view key) const;  // Error if absent
+  [[noreturn]] void type_error(std::string_view key, const char* expected) const;
   void parse_all(const uint8_t* p, uint64_t n);
 };
 
@@ -151,8 +154,8 @@ class Writer {
   // ne[0] innermost; data must hold row_bytes(type, ne[0]) * ne[1] * ne[2] * ne[3] bytes.
   void add_tensor(std::string name, std::vector<uint64_t> ne, GgmlType type, const void* data,
                   uint64_t nbytes);
-  void write(const std::string& path) const;              // throws Error on I/O failure
-  std::vector<uint8_t> to_bytes() const;                  // the exact bytes write() produces
+  void write(const std::string& path) const;  // throws Error on I/O failure
+  std::vector<uint8_t> to_bytes() const;      // the exact bytes write() produces
 
  private:
   struct PendingTensor {
