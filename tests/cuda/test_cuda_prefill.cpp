@@ -242,7 +242,9 @@ TEST(CudaPrefill, DecodeAfterPrefillMatchesDecodeAfterSequential) {
     ls = seq->forward_token(ts, seq->position());
   }
   std::cout << "[ greedy after prefill ] " << same << "/8 tokens equal\n";
-  if (same == 8) EXPECT_EQ(batched->position(), 48);
+  if (same == 8) {
+    EXPECT_EQ(batched->position(), 48);
+  }
 }
 
 // --- continuing an existing cache ---------------------------------------------------------------
