@@ -69,7 +69,8 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   if ((int)w.layers.size() != c.n_layers) fail("prefill_forward: layer count mismatch");
   const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hid = c.hidden_dim;
 
-  embed_rows(w.token_embd, w.embd_type, c.vocab_size, dim, ws.tokens, n, ws.x, dim, s);
+  if (w.token_embd)
+    embed_rows(w.token_embd, w.embd_type, c.vocab_size, dim, ws.tokens, n, ws.x, dim, s);
   for (const PrefillLayerWeights& L : w.layers) {
     GemmArgs a;
     a.wtype = GgmlType::Q4_0;

@@ -36,7 +36,9 @@ struct PrefillWeights {
   LlamaConfig cfg;
   int n_ctx = 0;
   bool kv_half = true;
-  const void* token_embd = nullptr;  // [vocab][dim] raw rows of embd_type
+  // [vocab][dim] raw rows of embd_type; nullptr: prefill_forward skips the embedding and the
+  // caller has filled ws.x rows [0, n) (CudaBackend embeds from its own weight layout).
+  const void* token_embd = nullptr;
   GgmlType embd_type = GgmlType::Q8_0;
   const float* output_norm = nullptr;  // [dim]
   const void* output = nullptr;        // lm_head [vocab][dim], Q8_0 or Q4_0 (tied: == token_embd)

@@ -156,7 +156,7 @@ class CudaBackend final : public CudaBackendApi {
                             std::span<const int> history) override {
     if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, s_.logits, s_.amax_out, stream_);
+      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_);
       pos_ += (int)tokens.size();
       return sample_last(p, u, history);  // logits stay on the GPU
     }
@@ -170,7 +170,7 @@ class CudaBackend final : public CudaBackendApi {
   std::span<const float> forward_prompt(std::span<const int> tokens) override {
     if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, s_.logits, s_.amax_out, stream_);
+      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_);
       pos_ += (int)tokens.size();
       CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), s_.logits, sizeof(float) * cfg_.vocab_size,
                                  cudaMemcpyDeviceToHost, stream_));
@@ -278,9 +278,13 @@ class CudaBackend final : public CudaBackendApi {
   }
 
  private:
+  cuda::PrefillLastOut prefill_out() const {
+    return {s_.logits, s_.amax_v, s_.amax_i, s_.amax_out};
+  }
+
   // True when these tokens go through the batched prefill; then also checks every id and that
   // they fit the context, before anything runs (so a bad prompt leaves the cache untouched).
-  bool batched(std::span<const int> tokens) const {
+  bool batched(std::span<const int> tokens) {
     if (!prefill_ || debug_ || !copt_.batched_prefill) return false;
     if (copt_.prefill_chunk < 1) {
       fail("prefill chunk size ", copt_.prefill_chunk,
@@ -292,6 +296,7 @@ class CudaBackend final : public CudaBackendApi {
            " does not fit the context of ", n_ctx_, " tokens; pass a larger --ctx (at most ",
            cfg_.n_ctx_train, ") or a shorter prompt");
     }
+    cuda::pdl_enabled() = copt_.pdl;  // the embedding, lm_head and argmax launches
     return true;
   }
 

@@ -7,14 +7,12 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "cuda/argmax.h"
+#include "cuda/embed_batch.h"
+#include "cuda/gemv.h"
 
 namespace smolrt::cuda {
 namespace {
-
-bool embd_type_ok(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q4_0 ||
-         t == GgmlType::Q8_0;
-}
 
 bool shape_is(const TensorView& t, GgmlType type, int64_t rows, int64_t cols) {
   return t.data != nullptr && t.type == type && t.rows == rows && t.cols == cols;
@@ -24,10 +22,9 @@ bool shape_is(const TensorView& t, GgmlType type, int64_t rows, int64_t cols) {
 bool model_fits(const Model& m) {
   const LlamaConfig& c = m.config;
   const Weights& w = m.weights;
-  if (!prefill_supported(c, GgmlType::Q4_0, w.output.type)) return false;
-  if (!embd_type_ok(w.token_embd.type) || w.token_embd.rows != c.vocab_size ||
-      w.token_embd.cols != c.dim || w.output.rows != c.vocab_size || w.output.cols != c.dim)
-    return false;
+  // The lm_head and embedding run on the decode kernels (any type the decode backend took), so
+  // only the layers decide; Q8_0 stands in for the unused prefill lm_head type.
+  if (!prefill_supported(c, GgmlType::Q4_0, GgmlType::Q8_0)) return false;
   if ((int)w.layers.size() != c.n_layers) return false;
   const GgmlType q4 = GgmlType::Q4_0;
   for (const LayerWeights& L : w.layers) {
@@ -45,11 +42,8 @@ struct LayerOffsets {
   char *qkv, *o, *gate_up, *down;
 };
 
-// Places (or, with a nullptr base, sizes) the prefill image: embd, untied lm_head, layers.
-void layout(Carver& cv, const Weights& w, bool tied, char*& embd, char*& out,
-            std::vector<LayerOffsets>& lay) {
-  embd = cv.take<char>(w.token_embd.nbytes);
-  out = tied ? embd : cv.take<char>(w.output.nbytes);
+// Places (or, with a nullptr base, sizes) the prefill image of the layer matrices.
+void layout(Carver& cv, const Weights& w, std::vector<LayerOffsets>& lay) {
   lay.clear();
   for (const LayerWeights& L : w.layers) {
     LayerOffsets o;
@@ -68,20 +62,17 @@ std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWei
   if (!model_fits(m) || dw.layers.size() != m.weights.layers.size()) return nullptr;
   const LlamaConfig& c = m.config;
   const Weights& w = m.weights;
-  const bool tied = w.output.data == w.token_embd.data;
   std::unique_ptr<CudaPrefill> p(new CudaPrefill());
+  p->dw_ = &dw;
 
   // Size, allocate, then fill a host image of the whole allocation and copy it once.
-  char *embd = nullptr, *out = nullptr;
   std::vector<LayerOffsets> lay;
   Carver sizer;
-  layout(sizer, w, tied, embd, out, lay);
-  p->buf_ = DeviceBuffer(sizer.used(), "batched-prefill weight copy");
+  layout(sizer, w, lay);
+  p->buf_ = DeviceBuffer(sizer.used(), "batched-prefill layer weights (second copy)");
   std::vector<char> img(sizer.used());
   // Offsets from the sizing pass are nullptr-based: pointer value == byte offset.
   auto off = [](const char* q) { return reinterpret_cast<uintptr_t>(q); };
-  std::memcpy(img.data() + off(embd), w.token_embd.data, w.token_embd.nbytes);
-  if (!tied) std::memcpy(img.data() + off(out), w.output.data, w.output.nbytes);
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& L = w.layers[l];
     char* qkv = img.data() + off(lay[l].qkv);
@@ -106,12 +97,10 @@ std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWei
   PrefillWeights& pw = p->pw_;
   pw.cfg = c;
   pw.n_ctx = n_ctx;
-  pw.kv_half = false;  // the decode cache is fp32
-  pw.token_embd = base + off(embd);
-  pw.embd_type = w.token_embd.type;
+  pw.kv_half = false;       // the decode cache is fp32
+  pw.token_embd = nullptr;  // embedded by chunk() from the decode layout
+  pw.output = nullptr;      // logits by head_row() with the decode lm_head
   pw.output_norm = dw.output_norm;
-  pw.output = base + off(out);
-  pw.output_type = w.output.type;
   const size_t kv_layer = (size_t)n_ctx * c.kv_dim();
   for (size_t l = 0; l < w.layers.size(); ++l) {
     PrefillLayerWeights P;
@@ -138,46 +127,57 @@ const int* CudaPrefill::stage_tokens(std::span<const int> tokens, cudaStream_t s
   return h;
 }
 
-void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk, float* logits_out,
-                           int* argmax_out, cudaStream_t s) {
-  const int n = (int)tokens.size();
-  if (n <= 0 || chunk <= 0) fail("batched prefill: empty prompt or chunk size ", chunk);
-  const int cs = std::min(chunk, n);
-  ws_.reserve(pw_.cfg, cs, 1);
-  const int* h = stage_tokens(tokens, s);
-  for (int i0 = 0; i0 < n; i0 += cs) {
-    const int m = std::min(cs, n - i0);
-    CUDA_CHECK(cudaMemcpyAsync(ws_.tokens, h + i0, sizeof(int) * m, cudaMemcpyHostToDevice, s));
-    const bool last = i0 + m == n;
-    prefill_forward(pw_, ws_, m, pos0 + i0, last ? 1 : 0, s);
-  }
-  // Hand the last row to the decode session's buffers, where forward_prompt reads the logits back
-  // and the GPU sampler / argmax readback find them (device-to-device, ~vocab*4 bytes).
-  const size_t V = pw_.cfg.vocab_size;
+void CudaPrefill::chunk(const int* host_ids, int i0, int m, int pos0, cudaStream_t s) {
+  const int dim = pw_.cfg.dim;
   CUDA_CHECK(
-      cudaMemcpyAsync(logits_out, ws_.logits, sizeof(float) * V, cudaMemcpyDeviceToDevice, s));
-  CUDA_CHECK(cudaMemcpyAsync(argmax_out, ws_.argmax, sizeof(int), cudaMemcpyDeviceToDevice, s));
+      cudaMemcpyAsync(ws_.tokens, host_ids + i0, sizeof(int) * m, cudaMemcpyHostToDevice, s));
+  embed_batch(dw_->token_embd, ws_.tokens, m, ws_.x, dim, s);
+  prefill_forward(pw_, ws_, m, pos0 + i0, /*logit_rows=*/0, s);
 }
 
-std::vector<float> CudaPrefill::run_all(std::span<const int> tokens, int pos0, int chunk,
+void CudaPrefill::head_row(int i, float* logits, cudaStream_t s) {
+  gemv(dw_->output, ws_.x + (size_t)i * pw_.cfg.dim, dw_->output_norm, pw_.cfg.norm_eps, logits,
+       /*accumulate=*/false, s);
+}
+
+void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size,
+                           const PrefillLastOut& out, cudaStream_t s) {
+  const int n = (int)tokens.size();
+  if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
+  const int cs = std::min(chunk_size, n);
+  ws_.reserve(pw_.cfg, cs, 1);
+  const int* h = stage_tokens(tokens, s);
+  int m = 0;
+  for (int i0 = 0; i0 < n; i0 += cs) {
+    m = std::min(cs, n - i0);
+    chunk(h, i0, m, pos0, s);
+  }
+  // Last token: the decode step's own lm_head and argmax, into the decode buffers.
+  head_row(m - 1, out.logits, s);
+  argmax(out.logits, pw_.cfg.vocab_size, out.amax_v, out.amax_i, out.amax_out, s);
+}
+
+std::vector<float> CudaPrefill::run_all(std::span<const int> tokens, int pos0, int chunk_size,
                                         cudaStream_t s) {
   const int n = (int)tokens.size();
-  if (n <= 0 || chunk <= 0) fail("batched prefill: empty prompt or chunk size ", chunk);
-  const int cs = std::min({chunk, n, kAllLogitsChunk});
+  if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
+  const int cs = std::min({chunk_size, n, kAllLogitsChunk});
   ws_.reserve(pw_.cfg, cs, cs);
   const int* h = stage_tokens(tokens, s);
   const size_t V = pw_.cfg.vocab_size;
-  std::vector<float> out((size_t)n * V);
+  std::vector<float> all((size_t)n * V);
   for (int i0 = 0; i0 < n; i0 += cs) {
     const int m = std::min(cs, n - i0);
-    CUDA_CHECK(cudaMemcpyAsync(ws_.tokens, h + i0, sizeof(int) * m, cudaMemcpyHostToDevice, s));
-    prefill_forward(pw_, ws_, m, pos0 + i0, m, s);
+    chunk(h, i0, m, pos0, s);
+    // One decode gemv per row (the lm_head is read m times): the all-logits path serves tests
+    // and scoring, not generation, and stays bit-compatible with the decode lm_head.
+    for (int i = 0; i < m; ++i) head_row(i, ws_.logits + (size_t)i * V, s);
     // Stream order keeps the next chunk's lm_head from overwriting ws_.logits before this copy.
-    CUDA_CHECK(cudaMemcpyAsync(out.data() + (size_t)i0 * V, ws_.logits, sizeof(float) * m * V,
+    CUDA_CHECK(cudaMemcpyAsync(all.data() + (size_t)i0 * V, ws_.logits, sizeof(float) * m * V,
                                cudaMemcpyDeviceToHost, s));
   }
   CUDA_CHECK(cudaStreamSynchronize(s));
-  return out;
+  return all;
 }
 
 }  // namespace smolrt::cuda
