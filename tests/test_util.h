@@ -42,3 +42,10 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   if (!std::filesystem::exists(var))                                                      \
   GTEST_SKIP() << "skipped: default model not found (" << var.string()                    \
                << "); run scripts/fetch_model.sh"
+
+// Skips when the shipped Q4_1 SmolLM2-135M-Instruct (scripts/fetch_model.sh) is not in the cache.
+#define REQUIRE_DEFAULT_MODEL_Q4_1(var)                                                   \
+  const std::filesystem::path var = ::smolrt::default_model_q4_1_path();                  \
+  if (!std::filesystem::exists(var))                                                      \
+  GTEST_SKIP() << "skipped: Q4_1 model not found (" << var.string()                       \
+               << "); run scripts/fetch_model.sh"

@@ -35,4 +35,9 @@ struct CommandRegistrar {
 // missing, throws Error telling the user to run scripts/fetch_model.sh or pass -m.
 std::string resolve_model_path(const std::string& given);
 
+// Path of the synthetic SmolLM-135M-shaped Q4_0 model (seed 42) with the real SmolLM2 tokenizer
+// when the fixtures' tokenizer.json is present (else the built-in byte vocab padded to 49152),
+// generated into the cache dir on first use and reused after.
+std::string ensure_synthetic_model();
+
 }  // namespace smolrt::app

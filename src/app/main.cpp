@@ -6,6 +6,7 @@
 #include "app/command.h"
 #include "core/error.h"
 #include "core/paths.h"
+#include "model/synth.h"
 
 namespace smolrt::app {
 
@@ -28,6 +29,27 @@ std::string resolve_model_path(const std::string& given) {
          "-m model.gguf (`smolrt synth -o model.gguf` makes an offline stand-in)");
   }
   return def.string();
+}
+
+std::string ensure_synthetic_model() {
+  const std::filesystem::path tok =
+      fixtures_dir() / "tokenizers" / "smollm2-135m" / "tokenizer.json";
+  const bool have_tok = std::filesystem::exists(tok);
+  const std::filesystem::path out =
+      cache_dir() /
+      (have_tok ? "synth-smollm-135m-q4_0-smollm2tok.gguf" : "synth-smollm-135m-q4_0.gguf");
+  if (std::filesystem::exists(out)) return out.string();
+  std::filesystem::create_directories(out.parent_path());
+  SynthOptions o;
+  o.preset = "smollm-135m";
+  o.type = smolrt::GgmlType::Q4_0;
+  if (have_tok) o.tokenizer_json = tok.string();
+  std::fprintf(stderr, "smolrt: generating the synthetic model %s\n", out.string().c_str());
+  SynthModel m = synth_model(o);
+  const std::filesystem::path tmp = out.string() + ".tmp";
+  m.writer.write(tmp.string());
+  std::filesystem::rename(tmp, out);
+  return out.string();
 }
 
 }  // namespace smolrt::app

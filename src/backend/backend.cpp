@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/sample.h"
 #include "core/error.h"
 
 namespace smolrt {
@@ -10,6 +11,20 @@ namespace smolrt {
 int Backend::forward_token_greedy(int token, int pos) {
   std::span<const float> logits = forward_token(token, pos);
   return cpu::argmax(logits.data(), static_cast<int>(logits.size()));
+}
+
+int Backend::forward_token_sample(int token, int pos, const SamplingParams& p, float u,
+                                  std::span<const int> history) {
+  std::span<const float> logits = forward_token(token, pos);
+  thread_local cpu::SampleScratch scratch;
+  return cpu::sample(logits, p, u, history, scratch);
+}
+
+int Backend::forward_prompt_sample(std::span<const int> tokens, const SamplingParams& p, float u,
+                                   std::span<const int> history) {
+  std::span<const float> logits = forward_prompt(tokens);
+  thread_local cpu::SampleScratch scratch;
+  return cpu::sample(logits, p, u, history, scratch);
 }
 
 void Backend::check_token(int token) const {
@@ -40,8 +55,9 @@ std::unique_ptr<Backend> make_backend(const Model& m, const BackendOptions& opt)
     }
     return make_cuda_backend(m, opt);
 #else
-    fail("--backend cuda was asked for but this build has no CUDA support; rebuild with nvcc "
-         "present (cmake -DSMOLRT_CUDA=ON) or use --backend cpu");
+    fail(
+        "--backend cuda was asked for but this build has no CUDA support; rebuild with nvcc "
+        "present (cmake -DSMOLRT_CUDA=ON) or use --backend cpu");
 #endif
   }
   if (opt.kind == "auto") {

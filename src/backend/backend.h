@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "model/model.h"
 
 namespace smolrt {
@@ -27,17 +28,29 @@ class Backend {
 
   virtual std::string name() const = 0;  // "cpu" | "cuda"
   virtual const LlamaConfig& config() const = 0;
-  virtual int n_ctx() const = 0;         // KV capacity in tokens
-  virtual int position() const = 0;      // tokens currently in the KV cache
+  virtual int n_ctx() const = 0;     // KV capacity in tokens
+  virtual int position() const = 0;  // tokens currently in the KV cache
 
-  virtual void reset() = 0;              // empty the KV cache
-  virtual void rollback(int pos) = 0;    // keep positions [0, pos); Error if pos > position()
+  virtual void reset() = 0;            // empty the KV cache
+  virtual void rollback(int pos) = 0;  // keep positions [0, pos); Error if pos > position()
 
   // One token at `pos`; returns the vocab_size logits (valid until the next call).
   virtual std::span<const float> forward_token(int token, int pos) = 0;
   // Same step, returns argmax(logits) (ties -> lowest index, NaN never wins). The CUDA backend
   // runs argmax on the GPU and reads back 4 bytes.
   virtual int forward_token_greedy(int token, int pos);
+
+  // Sampling steps: the same forward, then the token chosen by the pipeline of
+  // backend/sampling.h from this step's logits with the uniform draw u in [0, 1) and the penalty
+  // history (oldest first; the last p.repeat_last_n entries are used). The default runs
+  // cpu::sample on the returned logits; the CUDA backend samples on the GPU and reads back only
+  // the token id. The caller owns the PRNG (runtime/sampler.h) so every backend sees the same
+  // draws for the same seed.
+  virtual int forward_token_sample(int token, int pos, const SamplingParams& p, float u,
+                                   std::span<const int> history);
+  // forward_prompt(tokens), then sample from the last token's logits as above.
+  virtual int forward_prompt_sample(std::span<const int> tokens, const SamplingParams& p, float u,
+                                    std::span<const int> history);
 
   // All tokens, starting at position(); returns logits of the last token.
   virtual std::span<const float> forward_prompt(std::span<const int> tokens) = 0;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/sample.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
 #include "core/cuda_check.h"
@@ -17,6 +18,7 @@
 #include "cuda/launch.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope_kv.h"
+#include "cuda/sample.h"
 
 namespace smolrt {
 namespace {
@@ -44,6 +46,8 @@ struct Scratch {
   float* amax_v;     // [kArgmaxBlocks]
   int* amax_i;       // [kArgmaxBlocks]
   int* amax_out;     // [1]
+  int* sample_hist;  // [n_ctx] penalty window for the GPU sampler
+  int* sample_out;   // [1] sampled id (-1: candidate set too large, sample on the host)
 };
 
 void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
@@ -62,6 +66,8 @@ void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
   s.amax_v = c.take<float>(cuda::kArgmaxBlocks);
   s.amax_i = c.take<int>(cuda::kArgmaxBlocks);
   s.amax_out = c.take<int>(1);
+  s.sample_hist = c.take<int>(n_ctx);
+  s.sample_out = c.take<int>(1);
 }
 
 class CudaBackend final : public CudaBackendApi {
@@ -97,6 +103,7 @@ class CudaBackend final : public CudaBackendApi {
 
     params_host_ = cuda::PinnedBuffer(2 * sizeof(int) + sizeof(int), "step parameters");
     logits_host_ = cuda::PinnedBuffer(sizeof(float) * cfg_.vocab_size, "logits readback");
+    hist_host_ = cuda::PinnedBuffer(sizeof(int) * n_ctx_, "sampling history");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     debug_ = env_flag("SMOLRT_DEBUG_ACTIVATIONS", false);
   }
@@ -134,6 +141,21 @@ class CudaBackend final : public CudaBackendApi {
     return *out;
   }
 
+  // Sampling on the GPU (cuda::sample): one 4-byte readback instead of the logits. The host
+  // path (logits readback + cpu::sample) covers what the kernel declines: candidate sets over
+  // 1024 tokens (top-k off with min-p off), vocabularies past its shared memory, penalty windows
+  // longer than the context.
+  int forward_token_sample(int token, int pos, const SamplingParams& p, float u,
+                           std::span<const int> history) override {
+    step(token, pos);
+    return sample_last(p, u, history);
+  }
+  int forward_prompt_sample(std::span<const int> tokens, const SamplingParams& p, float u,
+                            std::span<const int> history) override {
+    forward_prompt(tokens);
+    return sample_last(p, u, history);
+  }
+
   // The batched-prefill seam: until a batched path (run_layers_batched) lands, prompts run one
   // decode step per token.
   std::span<const float> forward_prompt(std::span<const int> tokens) override {
@@ -154,6 +176,34 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   std::vector<Activation> activations() const override { return acts_; }
+
+  // Samples from s_.logits (the last step's) on stream_.
+  int sample_last(const SamplingParams& p, float u, std::span<const int> history) {
+    const std::span<const int> w = cpu::penalty_window(history, p);
+    const int vocab = cfg_.vocab_size;
+    if (vocab <= cuda::sample_max_vocab() && w.size() <= static_cast<size_t>(n_ctx_)) {
+      int* hh = static_cast<int*>(hist_host_.get());
+      for (size_t i = 0; i < w.size(); ++i) {
+        check_token(w[i]);  // the kernel trusts its ids
+        hh[i] = w[i];
+      }
+      if (!w.empty()) {
+        CUDA_CHECK(cudaMemcpyAsync(s_.sample_hist, hh, sizeof(int) * w.size(),
+                                   cudaMemcpyHostToDevice, stream_));
+      }
+      cuda::sample(s_.logits, vocab, p, u, s_.sample_hist, static_cast<int>(w.size()),
+                   s_.sample_out, stream_);
+      int* out = static_cast<int*>(params_host_.get()) + 2;
+      CUDA_CHECK(cudaMemcpyAsync(out, s_.sample_out, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (*out >= 0) return *out;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), s_.logits, sizeof(float) * vocab,
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return cpu::sample({static_cast<const float*>(logits_host_.get()), static_cast<size_t>(vocab)},
+                       p, u, history, host_sample_scratch_);
+  }
 
   std::string device_name() const override {
     int dev = 0;
@@ -402,7 +452,8 @@ class CudaBackend final : public CudaBackendApi {
   cuda::DeviceWeights w_;
   cuda::DeviceBuffer scratch_;
   Scratch s_ = {};
-  cuda::PinnedBuffer params_host_, logits_host_;
+  cuda::PinnedBuffer params_host_, logits_host_, hist_host_;
+  cpu::SampleScratch host_sample_scratch_;
   cudaStream_t stream_ = nullptr;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;

@@ -1,0 +1,30 @@
+// GPU sampling: the pipeline of backend/sampling.h in one single-block kernel, so a decode step
+// reads back 4 bytes instead of the vocab_size logits. CPU twin: cpu::sample (same token for the
+// same logits, history and draw, up to float rounding at a cumulative-probability boundary).
+//
+// The logits live in shared memory as keys during the kernel: vocabularies up to
+// sample_max_vocab() tokens (about 55k on Hopper; SmolLM's 49152 fits).
+// Scope: the kept candidate set must fit kSampleMaxCandidates tokens: top-k <= 1024, or (top-k
+// off) the tokens above the min-p cut. Otherwise (e.g. top-k 0 with min-p 0) the kernel writes
+// -1 and the caller samples on the host (cpu::sample on the logits).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/sampling.h"
+
+namespace smolrt::cuda {
+
+constexpr int kSampleMaxCandidates = 1024;
+
+// Largest vocabulary the kernel takes (from the device's opt-in shared memory per block).
+int sample_max_vocab();
+
+// logits: [n] f32 (not modified), n <= sample_max_vocab() (else Error); history: [n_hist] token
+// ids, already cut to the penalty window (may be null when n_hist == 0; ids must be in [0, n): the
+// host checks them); u: the uniform draw in [0, 1); out: 1 int, the sampled id, or -1 when the
+// candidate set exceeds kSampleMaxCandidates.
+void sample(const float* logits, int n, const SamplingParams& p, float u, const int* history,
+            int n_hist, int* out, cudaStream_t s);
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,244 @@
+// GPU sampler vs its CPU twin (cpu::sample): the same token for the same logits, penalty
+// history and uniform draw, over a SmolLM-sized vocabulary and every stage of the pipeline.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/sample.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "cuda/sample.h"
+#include "model/model.h"
+#include "runtime/chat.h"
+#include "runtime/sampler.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace smolrt {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_GPU_HERE() \
+  if (!have_gpu()) GTEST_SKIP() << "skipped: no CUDA GPU"
+
+std::vector<float> random_logits(int n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+struct GpuSampler {
+  int n;
+  float* logits = nullptr;
+  int *hist = nullptr, *out = nullptr;
+  explicit GpuSampler(int n_) : n(n_) {
+    CUDA_CHECK(cudaMalloc(&logits, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&hist, 8192 * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&out, sizeof(int)));
+  }
+  ~GpuSampler() {
+    cudaFree(logits);
+    cudaFree(hist);
+    cudaFree(out);
+  }
+  void set_logits(const std::vector<float>& l) {
+    CUDA_CHECK(cudaMemcpy(logits, l.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  int sample(const SamplingParams& p, float u, std::span<const int> history) {
+    const std::span<const int> w = cpu::penalty_window(history, p);
+    if (!w.empty()) {
+      CUDA_CHECK(cudaMemcpy(hist, w.data(), w.size() * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    CUDA_CHECK(cudaMemset(out, 0x7f, sizeof(int)));  // poison: a huge id
+    cuda::sample(logits, n, p, u, hist, static_cast<int>(w.size()), out, nullptr);
+    int r = 0;
+    CUDA_CHECK(cudaMemcpy(&r, out, sizeof(int), cudaMemcpyDeviceToHost));
+    return r;
+  }
+};
+
+// For each parameter set: 64 draws from the seeded host PRNG; GPU and CPU must agree on all.
+void expect_same_tokens(GpuSampler& g, const std::vector<float>& l, SamplingParams p,
+                        const std::vector<int>& hist, const char* what) {
+  g.set_logits(l);
+  cpu::SampleScratch s;
+  UniformDraws draws(99);
+  int disagree = 0;
+  for (int i = 0; i < 64; ++i) {
+    const float u = draws.next();
+    const int want = cpu::sample(l, p, u, hist, s);
+    const int got = g.sample(p, u, hist);
+    disagree += got != want;
+    EXPECT_EQ(got, want) << what << " draw " << i << " u=" << u;
+  }
+  EXPECT_EQ(disagree, 0) << what;
+}
+
+constexpr int kVocab = 49152;
+
+TEST(CudaSample, MatchesCpuSamplerAcrossThePipeline) {
+  REQUIRE_GPU_HERE();
+  GpuSampler g(kVocab);
+  const std::vector<float> l = random_logits(kVocab, 5, 3.0f);
+  std::vector<int> hist;
+  for (int i = 0; i < 100; ++i) hist.push_back((i * 7919) % 300);  // repeats inside the window
+
+  SamplingParams p;  // llama.cpp defaults: top-k 40, top-p 0.95, min-p 0.05, temp 0.8
+  expect_same_tokens(g, l, p, {}, "defaults");
+  p.temp = 1.5f;
+  p.min_p = 0.0f;
+  expect_same_tokens(g, l, p, {}, "top-k 40 + top-p, hot");
+  p = SamplingParams{};
+  p.top_k = 1024;
+  p.top_p = 0.9f;
+  p.min_p = 0.0f;
+  expect_same_tokens(g, l, p, {}, "top-k 1024 (the limit)");
+  p = SamplingParams{};
+  p.top_k = 0;
+  p.min_p = 0.2f;
+  expect_same_tokens(g, l, p, {}, "top-k off, min-p cut");
+  p.top_p = 1.0f;
+  expect_same_tokens(g, l, p, {}, "min-p only");
+  p = SamplingParams{};
+  p.repeat_penalty = 1.3f;
+  p.presence_penalty = 0.4f;
+  p.frequency_penalty = 0.2f;
+  p.repeat_last_n = 64;
+  expect_same_tokens(g, l, p, hist, "penalties");
+  p.temp = 0.0f;
+  expect_same_tokens(g, l, p, hist, "greedy with penalties");
+}
+
+TEST(CudaSample, TiesNaNAndFlatLogits) {
+  REQUIRE_GPU_HERE();
+  GpuSampler g(kVocab);
+  // Many equal logits: the top-k cut falls inside a tie, lowest ids first.
+  std::vector<float> l(kVocab, 1.0f);
+  for (int i = 0; i < kVocab; i += 97) l[i] = 2.0f;
+  l[12345] = std::numeric_limits<float>::quiet_NaN();
+  l[7] = std::numeric_limits<float>::quiet_NaN();
+  SamplingParams p;
+  p.top_k = 600;  // 507 twos + 93 of the ones
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  expect_same_tokens(g, l, p, {}, "tie at the k-th");
+  p.top_k = 40;
+  expect_same_tokens(g, l, p, {}, "ties above the k-th");
+  // Small vocabulary (stories260K's 512) with NaN and -inf entries.
+  GpuSampler small(512);
+  std::vector<float> ls = random_logits(512, 8, 2.0f);
+  ls[3] = std::numeric_limits<float>::quiet_NaN();
+  ls[4] = -std::numeric_limits<float>::infinity();
+  p = SamplingParams{};
+  expect_same_tokens(small, ls, p, {}, "vocab 512");
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  expect_same_tokens(small, ls, p, {}, "vocab 512, plain temperature");
+}
+
+TEST(CudaSample, TooManyCandidatesAsksForTheHostPath) {
+  REQUIRE_GPU_HERE();
+  GpuSampler g(kVocab);
+  const std::vector<float> l = random_logits(kVocab, 6, 1.0f);
+  g.set_logits(l);
+  SamplingParams p;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;  // the whole vocabulary is a candidate
+  EXPECT_EQ(g.sample(p, 0.5f, {}), -1);
+  p.top_k = 5000;  // a top-k above the GPU limit
+  EXPECT_EQ(g.sample(p, 0.5f, {}), -1);
+  // A vocabulary past the shared-memory limit is an Error, not a silent wrong answer.
+  EXPECT_GE(cuda::sample_max_vocab(), kVocab);
+  EXPECT_THROW(
+      cuda::sample(g.logits, cuda::sample_max_vocab() + 1, p, 0.5f, nullptr, 0, g.out, nullptr),
+      Error);
+}
+
+// The CUDA backend's sampling step (GPU kernel, 4-byte readback) picks what cpu::sample picks on
+// the same step's logits, for the same draw and history, along a sampled trajectory.
+TEST(CudaSampleBackend, SampleStepEqualsCpuSampleOnTheSameLogits) {
+  REQUIRE_GPU_HERE();
+  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+  const Model m = load_model(path.string());
+  BackendOptions bo;
+  bo.kind = "cuda";
+  bo.n_ctx = 96;
+  auto be = make_backend(m, bo);
+  std::vector<int> hist = {1, 403, 407, 261, 378};
+  be->forward_prompt(hist);
+  for (const bool penalties : {false, true}) {
+    SamplingParams p;
+    p.temp = 1.2f;
+    if (penalties) {
+      p.repeat_penalty = 1.4f;
+      p.frequency_penalty = 0.3f;
+      p.top_k = 0;  // the min-p cut alone bounds the candidates
+    }
+    UniformDraws draws(penalties ? 11 : 7);
+    cpu::SampleScratch scratch;
+    int t = 432;
+    for (int i = 0; i < 24; ++i) {
+      const int pos = be->position();
+      std::span<const float> l = be->forward_token(t, pos);
+      const std::vector<float> logits(l.begin(), l.end());
+      be->rollback(pos);
+      const float u = draws.next();
+      const int got = be->forward_token_sample(t, pos, p, u, hist);
+      EXPECT_EQ(be->position(), pos + 1);
+      EXPECT_EQ(got, cpu::sample(logits, p, u, hist, scratch)) << "step " << i;
+      hist.push_back(t);
+      t = got;
+    }
+  }
+  // The prompt variant samples from the last prompt token's logits.
+  be->reset();
+  SamplingParams p;
+  const std::vector<int> prompt = {1, 403, 407};
+  std::span<const float> l = be->forward_prompt(prompt);
+  const std::vector<float> logits(l.begin(), l.end());
+  be->reset();
+  cpu::SampleScratch scratch;
+  EXPECT_EQ(be->forward_prompt_sample(prompt, p, 0.3f, prompt),
+            cpu::sample(logits, p, 0.3f, prompt, scratch));
+}
+
+// A chat on the CUDA backend (GPU sampling, KV kept between turns) with a fixed seed gives the
+// same replies twice.
+TEST(CudaSampleBackend, ChatWithASeedIsReproducible) {
+  REQUIRE_GPU_HERE();
+  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+  const Model m = load_model(path.string());
+  const Tokenizer tok(vocab_from_gguf(*m.file));
+  auto chat = [&] {
+    BackendOptions bo;
+    bo.kind = "cuda";
+    bo.n_ctx = 256;
+    auto be = make_backend(m, bo);
+    ChatOptions o;
+    o.sampling.seed = 99;
+    o.max_tokens = 16;
+    ChatSession s(*be, tok, o);
+    std::vector<int> all = s.turn("Once upon a time").tokens;
+    const std::vector<int> r2 = s.turn("The cat").tokens;
+    all.insert(all.end(), r2.begin(), r2.end());
+    return all;
+  };
+  const std::vector<int> a = chat();
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, chat());
+}
+
+}  // namespace
+}  // namespace smolrt

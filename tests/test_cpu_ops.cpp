@@ -1,0 +1,294 @@
+// CPU reference ops against naive double-precision implementations on random data.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "cpu_test_util.h"
+
+namespace smolrt {
+namespace {
+
+using test::randn;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// --- rmsnorm ---------------------------------------------------------------------------------
+
+TEST(CpuOps, RmsNormMatchesDouble) {
+  for (int n : {1, 7, 64, 576, 1000}) {
+    const auto x = randn(n, 10 + n, 3.0f);
+    const auto w = randn(n, 20 + n);
+    std::vector<float> out(n, kNaN);
+    cpu::rmsnorm(out.data(), x.data(), w.data(), n, 1e-5f);
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double s = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int i = 0; i < n; ++i) {
+      // f32 sum of squares over n <= 1000 terms: relative error well under 1e-5.
+      EXPECT_NEAR(out[i], x[i] * s * w[i], 1e-5 * std::fabs(x[i] * s * w[i]) + 1e-7)
+          << n << " " << i;
+    }
+    // In place gives the same bits.
+    std::vector<float> y = x;
+    cpu::rmsnorm(y.data(), y.data(), w.data(), n, 1e-5f);
+    EXPECT_EQ(y, out);
+  }
+}
+
+// --- matvec / dequant for every computable type -------------------------------------------------
+
+struct TypeCase {
+  GgmlType type;
+  int64_t cols;
+};
+
+class CpuMatvec : public ::testing::TestWithParam<TypeCase> {};
+
+TEST_P(CpuMatvec, MatchesDoubleAndThreadsAgree) {
+  const auto [type, cols] = GetParam();
+  const int64_t rows = 77;
+  test::OwnedTensor t = test::make_tensor("w", rows, cols, type, 5, 0.5f);
+  t.view.data = t.bytes.data();
+  ASSERT_EQ(t.view.row_stride() * rows, t.bytes.size());
+  const auto x = randn(cols, 6, 1.0f);
+
+  // dequant_row decodes exactly what the bytes say.
+  std::vector<float> row(cols, kNaN);
+  for (int64_t r : {int64_t{0}, int64_t{13}, rows - 1}) {
+    cpu::dequant_row(t.view, r, row.data());
+    for (int64_t i = 0; i < cols; ++i) {
+      ASSERT_EQ(row[i], static_cast<float>(test::unpack_elem(t.bytes, cols, type, r, i)))
+          << "row " << r << " col " << i;
+    }
+  }
+
+  std::vector<float> out(rows, kNaN);
+  cpu::matvec_rows(out.data(), t.view, x.data(), 0, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < cols; ++i) {
+      const double w = test::unpack_elem(t.bytes, cols, type, r, i);
+      ref += w * x[i];
+      mag += std::fabs(w * x[i]);
+    }
+    // f32 accumulation of `cols` products: error bounded by ~cols * 2^-24 * sum|w x|; 1e-5 covers
+    // cols <= 1536 with margin (8-way partial sums keep it far below that in practice).
+    EXPECT_NEAR(out[r], ref, 1e-5 * mag + 1e-6) << "row " << r;
+  }
+
+  // A row range writes only its rows.
+  std::vector<float> part(rows, kNaN);
+  cpu::matvec_rows(part.data(), t.view, x.data(), 10, 20);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r >= 10 && r < 20) {
+      EXPECT_EQ(part[r], out[r]);
+    } else {
+      EXPECT_TRUE(std::isnan(part[r]));
+    }
+  }
+
+  // Threaded results are bit-identical to the single-threaded ones (rows are independent).
+  for (int nt : {1, 2, 3, 7}) {
+    std::vector<float> o(rows, kNaN);
+    cpu::matvec(o.data(), t.view, x.data(), nt);
+    EXPECT_EQ(o, out) << nt << " threads";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, CpuMatvec,
+    ::testing::Values(TypeCase{GgmlType::F32, 96}, TypeCase{GgmlType::F32, 70},
+                      TypeCase{GgmlType::F16, 576}, TypeCase{GgmlType::F16, 45},
+                      TypeCase{GgmlType::BF16, 128}, TypeCase{GgmlType::BF16, 33},
+                      TypeCase{GgmlType::Q4_0, 576}, TypeCase{GgmlType::Q4_0, 1536},
+                      TypeCase{GgmlType::Q4_1, 576}, TypeCase{GgmlType::Q8_0, 576}),
+    [](const ::testing::TestParamInfo<TypeCase>& p) {
+      return std::string(type_name(p.param.type)) + "_" + std::to_string(p.param.cols);
+    });
+
+TEST(CpuOps, MatvecLargeUsesThreadsAndMatches) {
+  // Big enough to take the threaded path (rows * cols >= 2^15).
+  test::OwnedTensor t = test::make_tensor("w", 1000, 576, GgmlType::Q4_0, 8, 0.3f);
+  t.view.data = t.bytes.data();
+  const auto x = randn(576, 9);
+  std::vector<float> one(1000, kNaN), many(1000, kNaN);
+  cpu::matvec_rows(one.data(), t.view, x.data(), 0, 1000);
+  cpu::matvec(many.data(), t.view, x.data(), 4);
+  EXPECT_EQ(one, many);
+}
+
+TEST(CpuOps, UnsupportedTypeIsAnError) {
+  std::vector<uint8_t> bytes(144 * 2);
+  TensorView v{"blk.0.attn_q.weight", GgmlType::Q4_K, 2, 256, bytes.data(), bytes.size()};
+  std::vector<float> out(256), x(256, 1.0f);
+  try {
+    cpu::matvec(out.data(), v, x.data(), 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q4_k"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cpu::dequant_row(v, 0, out.data()), Error);
+}
+
+TEST(CpuOps, EmbedReturnsTheRow) {
+  test::OwnedTensor t = test::make_tensor("token_embd.weight", 50, 64, GgmlType::Q8_0, 3, 1.0f);
+  t.view.data = t.bytes.data();
+  std::vector<float> out(64, kNaN);
+  cpu::embed(out.data(), t.view, 49);
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(out[i], static_cast<float>(test::unpack_elem(t.bytes, 64, GgmlType::Q8_0, 49, i)));
+  }
+  EXPECT_THROW(cpu::embed(out.data(), t.view, 50), Error);
+  EXPECT_THROW(cpu::embed(out.data(), t.view, -1), Error);
+}
+
+// --- rope ----------------------------------------------------------------------------------------
+
+TEST(CpuOps, RopeMatchesDoubleAtSeveralPositions) {
+  struct Shape {
+    int n_heads, head_dim, rope_dim;
+    float base;
+  };
+  for (const Shape& s :
+       {Shape{9, 64, 64, 100000.f}, Shape{8, 8, 8, 10000.f}, Shape{3, 64, 32, 10000.f}}) {
+    for (int pos : {0, 1, 2, 17, 300, 2047, 8191}) {
+      const int n = s.n_heads * s.head_dim;
+      const auto v0 = randn(n, 100 + pos);
+      std::vector<float> v = v0;
+      cpu::rope(v.data(), s.n_heads, s.head_dim, s.rope_dim, pos, s.base);
+      for (int h = 0; h < s.n_heads; ++h) {
+        for (int i = 0; i < s.head_dim / 2; ++i) {
+          const int a = h * s.head_dim + 2 * i;
+          double ra = v0[a], rb = v0[a + 1];
+          if (2 * i < s.rope_dim) {
+            const double th = pos * std::pow(double(s.base), -2.0 * i / s.rope_dim);
+            ra = v0[a] * std::cos(th) - v0[a + 1] * std::sin(th);
+            rb = v0[a] * std::sin(th) + v0[a + 1] * std::cos(th);
+          }
+          // cos/sin rounded to f32 then two f32 products: a few ulps of |v|.
+          EXPECT_NEAR(v[a], ra, 1e-6 * (std::fabs(v0[a]) + std::fabs(v0[a + 1])) + 1e-7)
+              << "pos " << pos << " head " << h << " pair " << i;
+          EXPECT_NEAR(v[a + 1], rb, 1e-6 * (std::fabs(v0[a]) + std::fabs(v0[a + 1])) + 1e-7);
+        }
+      }
+      if (pos == 0) {
+        EXPECT_EQ(v, v0);  // angle 0 is the identity
+      }
+    }
+  }
+}
+
+// --- attention -----------------------------------------------------------------------------------
+
+TEST(CpuOps, AttentionGqaMatchesDouble) {
+  struct Shape {
+    int n_heads, n_kv_heads, head_dim;
+  };
+  for (const Shape& s : {Shape{9, 3, 64}, Shape{8, 4, 8}, Shape{4, 4, 16}, Shape{6, 1, 32}}) {
+    for (int n_pos : {1, 2, 7, 100, 513}) {
+      const int kv_dim = s.n_kv_heads * s.head_dim;
+      const auto q = randn(s.n_heads * s.head_dim, n_pos, 1.5f);
+      const auto k = randn(size_t(n_pos) * kv_dim, n_pos + 1, 1.5f);
+      const auto v = randn(size_t(n_pos) * kv_dim, n_pos + 2);
+      std::vector<float> out(s.n_heads * s.head_dim, kNaN), scratch(n_pos, kNaN);
+      cpu::attention(out.data(), q.data(), k.data(), v.data(), n_pos, s.n_heads, s.n_kv_heads,
+                     s.head_dim, scratch.data());
+      const int group = s.n_heads / s.n_kv_heads;
+      for (int h = 0; h < s.n_heads; ++h) {
+        const int kvh = h / group;
+        std::vector<double> p(n_pos);
+        double mx = -1e300, sum = 0;
+        for (int t = 0; t < n_pos; ++t) {
+          double d = 0;
+          for (int i = 0; i < s.head_dim; ++i) {
+            d += double(q[h * s.head_dim + i]) * k[size_t(t) * kv_dim + kvh * s.head_dim + i];
+          }
+          p[t] = d / std::sqrt(double(s.head_dim));
+          mx = std::max(mx, p[t]);
+        }
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        for (int i = 0; i < s.head_dim; ++i) {
+          double ref = 0;
+          for (int t = 0; t < n_pos; ++t) {
+            ref += p[t] / sum * v[size_t(t) * kv_dim + kvh * s.head_dim + i];
+          }
+          // Scores of size ~|q||k| ~ 20 lose ~1e-6 relative in f32, amplified by exp: 2e-5 abs
+          // on outputs of order 1.
+          EXPECT_NEAR(out[h * s.head_dim + i], ref, 2e-5)
+              << "heads " << s.n_heads << "/" << s.n_kv_heads << " n_pos " << n_pos << " h " << h;
+        }
+      }
+    }
+  }
+}
+
+// --- silu_mul ------------------------------------------------------------------------------------
+
+TEST(CpuOps, SiluMulMatchesDouble) {
+  auto g = randn(1536, 41, 4.0f);
+  const auto u = randn(1536, 42, 2.0f);
+  g[0] = 100.f;   // exp(-100) underflows to tiny: silu(x) == x
+  g[1] = -100.f;  // exp(100) = 2.7e43 fits f32; silu -> -0
+  g[2] = -200.f;  // exp(200) overflows to inf: silu must be -0, not NaN
+  std::vector<float> out(g.size(), kNaN);
+  cpu::silu_mul(out.data(), g.data(), u.data(), static_cast<int>(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double ref = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
+    EXPECT_NEAR(out[i], ref, 1e-6 * std::fabs(ref) + 1e-7) << i;
+    EXPECT_FALSE(std::isnan(out[i])) << i;
+  }
+}
+
+// --- argmax --------------------------------------------------------------------------------------
+
+TEST(CpuOps, ArgmaxEdgeCases) {
+  const auto r = randn(49152, 77);
+  int ref = 0;
+  for (int i = 1; i < 49152; ++i) {
+    if (r[i] > r[ref]) ref = i;
+  }
+  EXPECT_EQ(cpu::argmax(r.data(), 49152), ref);
+
+  auto am = [](std::vector<float> v) { return cpu::argmax(v.data(), static_cast<int>(v.size())); };
+  EXPECT_EQ(am({1, 3, 3, 2}), 1);        // ties -> lowest index
+  EXPECT_EQ(am({kNaN, 1, 2, kNaN}), 2);  // NaN never wins
+  EXPECT_EQ(am({2, kNaN, 1}), 0);
+  EXPECT_EQ(am({kNaN, kNaN, kNaN}), 0);   // all NaN -> 0
+  EXPECT_EQ(am({1, kInf, 5, kInf}), 1);   // +inf wins, first of ties
+  EXPECT_EQ(am({-kInf, -kInf, -5}), 2);   // -inf loses to finite
+  EXPECT_EQ(am({-kInf, -kInf}), 0);       // all -inf -> first
+  EXPECT_EQ(am({kNaN, -kInf, kNaN}), 1);  // -inf beats NaN
+  EXPECT_EQ(am({-0.0f, 0.0f}), 0);        // -0 == +0: a tie
+  EXPECT_EQ(am({7}), 0);
+}
+
+// --- thread pool ---------------------------------------------------------------------------------
+
+TEST(ThreadPool, RunsEveryTaskOnceAndPropagatesErrors) {
+  ThreadPool pool(3);
+  EXPECT_EQ(pool.size(), 3);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::atomic<int>> hits(37);
+    pool.parallel_for(37, [&](int i) { hits[i].fetch_add(1); });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+  EXPECT_THROW(pool.parallel_for(10,
+                                 [](int i) {
+                                   if (i == 7) fail("task 7");
+                                 }),
+               Error);
+  // Still usable after an error.
+  std::atomic<int> n{0};
+  pool.parallel_for(5, [&](int) { n++; });
+  EXPECT_EQ(n.load(), 5);
+  EXPECT_EQ(&shared_thread_pool(2), &shared_thread_pool(2));  // persistent, not per call
+}
+
+}  // namespace
+}  // namespace smolrt
