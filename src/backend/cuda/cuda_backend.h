@@ -22,6 +22,8 @@ struct CudaOptions {
   bool use_graph = true;   // SMOLRT_CUDA_GRAPH=0: plain launches every step
   bool fused_norm = true;  // SMOLRT_CUDA_FUSED_NORM=0: separate RMSNorm kernels before matvecs
   bool pdl = true;         // SMOLRT_CUDA_PDL=0: no Programmatic Dependent Launch
+  // SMOLRT_CUDA_L2_PREFETCH=0: no bulk L2 prefetch of the next layer's weights
+  bool l2_prefetch = true;
 };
 CudaOptions cuda_options_from_env();
 
