@@ -53,11 +53,12 @@ int run(const Opts& o) {
     const char* name;
     CudaOptions opt;
   };
-  const Cfg cfgs[] = {{"graph+pdl+fused_norm", {true, true, true}},
-                      {"graph+fused_norm", {true, true, false}},
-                      {"graph+pdl+unfused_norm", {true, false, true}},
-                      {"graph+unfused_norm", {true, false, false}},
-                      {"plain+fused_norm", {false, true, false}}};
+  const Cfg cfgs[] = {{"graph+pdl+fused+l2pf", {true, true, true, true}},
+                      {"graph+pdl+fused", {true, true, true, false}},
+                      {"graph+fused+l2pf", {true, true, false, true}},
+                      {"graph+pdl+unfused+l2pf", {true, false, true, true}},
+                      {"graph+pdl+unfused", {true, false, true, false}},
+                      {"plain+fused+l2pf", {false, true, false, true}}};
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
   std::printf("%-24s %10s %10s %10s %12s %9s %8s\n", "config", "tok/s", "min", "max", "us/token",

@@ -9,6 +9,7 @@
 //     weights to the GGUF blocks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "quant/formats.h"
@@ -27,5 +28,20 @@ struct DevMat {
 constexpr int split_qbytes(GgmlType t) {
   return t == GgmlType::Q4_0 ? 16 : 32;
 }
+
+// Bytes of m's device image (quants + scales for the split layout), starting at m.q.
+inline size_t dev_mat_bytes(const DevMat& m) {
+  const size_t n = (size_t)m.rows * m.cols;
+  if (m.type == GgmlType::F32) return n * 4;
+  if (m.type == GgmlType::F16) return n * 2;
+  return (n / 32) * (split_qbytes(m.type) + 2);
+}
+
+// A byte range of weights to pull into L2 ahead of use (cp.async.bulk.prefetch.L2, a hint that
+// never changes results): the decode step passes the next layer's matrices of the same kind.
+struct L2Prefetch {
+  const void* ptr = nullptr;  // 16-byte aligned
+  size_t bytes = 0;           // rounded up to 16 by the launcher; stays inside the allocation
+};
 
 }  // namespace smolrt::cuda

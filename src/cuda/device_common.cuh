@@ -38,6 +38,13 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// Hopper bulk prefetch of [ptr, ptr+bytes) into L2 (bytes a multiple of 16, ptr 16-aligned).
+__device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ptr), "r"(bytes) : "memory");
+#endif
+}
+
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }

@@ -30,6 +30,8 @@ struct GemvParams {
   int head_dim, rope_dim, kv_dim, rope;
   float rope_base;
   const int* pos;
+  const char* pf_ptr;  // L2 prefetch range (bytes a multiple of 16), split across the blocks
+  size_t pf_bytes;
 };
 
 // Threads per block, fixed: the staging loops' trip counts derive from it. Small matrices get fewer
@@ -312,8 +314,20 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
     load_w<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, lane);
   }
 
+  // One bulk L2 prefetch per block of a later kernel's weights (a hint; independent of data, so
+  // it goes before the wait).
+  if (p.pf_bytes != 0 && threadIdx.x == 0) {
+    const size_t chunk = ((p.pf_bytes + gridDim.x - 1) / gridDim.x + 15) & ~size_t{15};
+    const size_t off = (size_t)blockIdx.x * chunk;
+    if (off < p.pf_bytes) {
+      const size_t n = p.pf_bytes - off < chunk ? p.pf_bytes - off : chunk;
+      prefetch_l2(p.pf_ptr + off, (uint32_t)n);
+    }
+  }
   pdl_wait();
   pdl_trigger();
+  int pos = 0;
+  if constexpr (E == Epi::Qkv) pos = *p.pos;  // issued early: overlaps the x staging
   extern __shared__ float4 smem_x4[];
   float xr[NX];
   stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane);
@@ -339,7 +353,6 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
     } else if constexpr (E == Epi::GateUp) {
       p.out0[item] = va / (1.f + expf(-va)) * vb;
     } else {
-      const int pos = *p.pos;
       if (p.rope && seg < 2) {
         const int i = (ra % p.head_dim) / 2;
         if (2 * i < p.rope_dim) {
@@ -404,8 +417,10 @@ void check_mat(const DevMat& w, const char* what) {
   }
 }
 
-GemvParams base_params(const float* x, const float* norm_w, float eps) {
+GemvParams base_params(const float* x, const float* norm_w, float eps, L2Prefetch pf) {
   GemvParams p = {};
+  p.pf_ptr = static_cast<const char*>(pf.ptr);
+  p.pf_bytes = pf.ptr ? (pf.bytes + 15) & ~size_t{15} : 0;
   p.x = x;
   p.norm_w = norm_w;
   p.eps = eps;
@@ -421,10 +436,10 @@ bool& pdl_enabled() {
 }
 
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s) {
+          bool accumulate, cudaStream_t s, L2Prefetch pf) {
   check_mat(w, "W");
   if (x == nullptr || out == nullptr) fail("gemv: null x or out");
-  GemvParams p = base_params(x, norm_w, eps);
+  GemvParams p = base_params(x, norm_w, eps, pf);
   p.m0 = w;
   p.n_items = (w.rows + 1) / 2;
   p.out0 = out;
@@ -445,7 +460,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
          " do not fit the projections (need even sizes dividing the rows)");
   }
   if (a.pos == nullptr) fail("gemv_qkv: null device position");
-  GemvParams p = base_params(a.x, a.norm_w, a.eps);
+  GemvParams p = base_params(a.x, a.norm_w, a.eps, a.pf);
   p.head_dim = a.head_dim;
   p.rope_dim = a.rope_dim;
   p.rope_base = a.rope_base;
@@ -470,6 +485,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
   float* outs[3] = {a.q_out, a.k_out, a.v_out};
   for (int i = 0; i < 3; ++i) {
     GemvParams q = p;
+    if (i > 0) q.pf_bytes = 0;
     q.m0 = q.m1 = q.m2 = *ms[i];
     q.out0 = q.out1 = q.out2 = outs[i];
     // Put this matrix's rows in segment i: segments before it are empty.
@@ -482,14 +498,14 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
 }
 
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s) {
+                  float eps, float* out, cudaStream_t s, L2Prefetch pf) {
   check_mat(wg, "W_gate");
   check_mat(wu, "W_up");
   if (wg.rows != wu.rows || wg.cols != wu.cols || wg.type != wu.type) {
     fail("gemv_gate_up: W_gate and W_up differ in shape or type (", type_name(wg.type), " vs ",
          type_name(wu.type), ")");
   }
-  GemvParams p = base_params(x, norm_w, eps);
+  GemvParams p = base_params(x, norm_w, eps, pf);
   p.m0 = wg;
   p.m1 = wu;
   p.n_items = wg.rows;

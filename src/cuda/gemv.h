@@ -19,8 +19,9 @@ namespace smolrt::cuda {
 constexpr int kGemvMaxCols = 2048;
 
 // out[r] = (accumulate ? out[r] : 0) + W[r,:]·n(x), r < w.rows. x: [w.cols]; out: [w.rows].
+// pf (optional): weights the grid prefetches into L2 for a later kernel (dev_mat.h).
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s);
+          bool accumulate, cudaStream_t s, L2Prefetch pf = {});
 
 // Q, K and V projections of one token in one launch (Wq, Wk, Wv must share one type; otherwise
 // the launcher issues one launch per matrix). With rope=true the epilogue also rotates Q and K
@@ -36,15 +37,16 @@ struct QkvArgs {
   float rope_base;
   const int* pos;  // device: position of this token
   bool rope;
-  float* q_out;  // [q_dim]
-  float* k_out;  // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
-  float* v_out;  // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
+  float* q_out;   // [q_dim]
+  float* k_out;   // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
+  float* v_out;   // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
+  L2Prefetch pf;  // optional, see gemv()
 };
 void gemv_qkv(const QkvArgs& a, cudaStream_t s);
 
 // FFN input: out[r] = silu(Wg[r,:]·n(x)) * (Wu[r,:]·n(x)), r < hidden_dim; one warp does the
 // gate and up row of the same r, so SiLU·up never leaves registers.
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s);
+                  float eps, float* out, cudaStream_t s, L2Prefetch pf = {});
 
 }  // namespace smolrt::cuda

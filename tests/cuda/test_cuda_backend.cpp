@@ -103,8 +103,9 @@ TEST(CudaBackendStories, GraphReplayEqualsPlainLaunches) {
   std::vector<std::vector<float>> graph_logits;
   std::vector<int> toks = kPrompt;
   toks.insert(toks.end(), kGolden.begin(), kGolden.begin() + 20);
-  for (CudaOptions o : {CudaOptions{true, true, true}, CudaOptions{false, true, false},
-                        CudaOptions{false, true, true}, CudaOptions{true, true, false}}) {
+  for (CudaOptions o : {CudaOptions{true, true, true, true}, CudaOptions{false, true, false, false},
+                        CudaOptions{false, true, true, true}, CudaOptions{true, true, false, true},
+                        CudaOptions{true, true, true, false}}) {
     gpu->set_options(o);
     gpu->reset();
     for (size_t i = 0; i < toks.size(); ++i) {

@@ -359,7 +359,10 @@ TEST(KernelLaunch, PdlMatchesPlain) {
   cuda::gemv(m.mat, dx.p(), nullptr, 0, a.p(), false, nullptr);
   cuda::pdl_enabled() = true;
   cuda::gemv(m.mat, dx.p(), nullptr, 0, b.p(), false, nullptr);
-  cuda::gemv(m.mat, dx.p(), nullptr, 0, b.p(), true, nullptr);  // chained, PDL edge
+  // chained (PDL edge), with an L2 prefetch of another matrix: a hint, same result
+  RandMat other(GgmlType::Q8_0, 1000, 576, 79);
+  cuda::gemv(m.mat, dx.p(), nullptr, 0, b.p(), true, nullptr,
+             {other.mat.q, cuda::dev_mat_bytes(other.mat)});
   cuda::pdl_enabled() = false;
   std::vector<float> ga = a.get(), gb = b.get();
   for (int i = 0; i < 576; ++i) ASSERT_EQ(gb[i], ga[i] + ga[i]) << i;

@@ -300,6 +300,18 @@ class CudaBackend final : public CudaBackendApi {
     return true;
   }
 
+  // The device bytes from a.q to the end of b (b uploaded at or after a, as upload_weights does).
+  static cuda::L2Prefetch span_of(const cuda::DevMat& a, const cuda::DevMat& b) {
+    cuda::L2Prefetch p;
+    const char* s = static_cast<const char*>(a.q);
+    const char* e = static_cast<const char*>(b.q) + cuda::dev_mat_bytes(b);
+    if (e > s) {
+      p.ptr = s;
+      p.bytes = (size_t)(e - s) & ~size_t{15};  // stay inside the allocation
+    }
+    return p;
+  }
+
   float* kcache(int l) const { return s_.kv + (size_t)(2 * l) * n_ctx_ * cfg_.kv_dim(); }
   float* vcache(int l) const { return s_.kv + (size_t)(2 * l + 1) * n_ctx_ * cfg_.kv_dim(); }
 
@@ -369,8 +381,12 @@ class CudaBackend final : public CudaBackendApi {
     const int* pos = s_.params + 1;
     if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
     if (debug) record("embed", s_.x, cfg_.dim);
+    const bool pf = copt_.l2_prefetch && !debug;
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const cuda::DevLayer& L = w_.layers[l];
+      // While layer l runs, each kernel pulls the same matrices of the next layer (of layer 0 for
+      // the next token, after the last) into L2, so they are read from L2, not HBM.
+      const cuda::DevLayer& N = w_.layers[(l + 1) % cfg_.n_layers];
       const std::string blk = "blk." + std::to_string(l) + ".";
       cuda::QkvArgs qa;
       qa.wq = L.wq;
@@ -382,6 +398,7 @@ class CudaBackend final : public CudaBackendApi {
       qa.rope_base = cfg_.rope_base;
       qa.pos = pos;
       qa.q_out = s_.q;
+      if (pf) qa.pf = span_of(N.wq, N.wv);
       if (fused) {
         qa.x = s_.x;
         qa.norm_w = L.attn_norm;
@@ -407,17 +424,25 @@ class CudaBackend final : public CudaBackendApi {
       if (mask & kAttn)
         cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
                                cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st);
-      if (mask & kWo) cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st);
+      if (mask & kWo) {
+        cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st,
+                   pf ? span_of(N.wo, N.wo) : cuda::L2Prefetch{});
+      }
       if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
       if (!(mask & kGateUp)) {
       } else if (fused) {
-        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st);
+        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st,
+                           pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{});
       } else {
         cuda::rmsnorm(s_.xb, s_.x, L.ffn_norm, cfg_.dim, eps, st);
         if (debug) record(blk + "ffn_norm", s_.xb, cfg_.dim);
-        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st);
+        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st,
+                           pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{});
       }
-      if (mask & kDown) cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st);
+      if (mask & kDown) {
+        cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st,
+                   pf ? span_of(N.w_down, N.w_down) : cuda::L2Prefetch{});
+      }
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
     if (!(mask & kHead)) {
@@ -525,6 +550,7 @@ CudaOptions cuda_options_from_env() {
     }
     o.prefill_chunk = static_cast<int>(n);
   }
+  o.l2_prefetch = env_flag("SMOLRT_CUDA_L2_PREFETCH", true);
   return o;
 }
 

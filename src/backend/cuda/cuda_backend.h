@@ -26,6 +26,8 @@ struct CudaOptions {
   // (SMOLRT_CUDA_PREFILL=0) runs one decode step per token.
   bool batched_prefill = true;
   int prefill_chunk = 512;  // SMOLRT_PREFILL_CHUNK: max tokens per prefill chunk (>= 1)
+  // SMOLRT_CUDA_L2_PREFETCH=0: no bulk L2 prefetch of the next layer's weights
+  bool l2_prefetch = true;
 };
 CudaOptions cuda_options_from_env();
 
