@@ -63,7 +63,10 @@ int run_main(const RunArgs& a) {
     };
   }
   const GenerateResult r = gen.generate(prompt_ids, go, on_text);
-  if (!a.json) std::fputc('\n', stdout);
+  if (!a.json) {
+    std::fputc('\n', stdout);
+    std::fflush(stdout);  // the stats line on stderr must not land inside the text
+  }
   std::fprintf(stderr,
                "smolrt run: %s backend, prefill %zu tokens in %.1f ms (%.1f tok/s), decode %d "
                "tokens in %.1f ms (%.1f tok/s), stop: %s, %s\n",

@@ -1,0 +1,183 @@
+// CudaPrefill: upload of the prefill-layout weight copy and the chunk loop over prefill_forward.
+#include "backend/cuda/cuda_prefill.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "cuda/argmax.h"
+#include "cuda/embed_batch.h"
+#include "cuda/gemv.h"
+
+namespace smolrt::cuda {
+namespace {
+
+bool shape_is(const TensorView& t, GgmlType type, int64_t rows, int64_t cols) {
+  return t.data != nullptr && t.type == type && t.rows == rows && t.cols == cols;
+}
+
+// True when every tensor the prefill reads has the type and shape its kernels take.
+bool model_fits(const Model& m) {
+  const LlamaConfig& c = m.config;
+  const Weights& w = m.weights;
+  // The lm_head and embedding run on the decode kernels (any type the decode backend took), so
+  // only the layers decide; Q8_0 stands in for the unused prefill lm_head type.
+  if (!prefill_supported(c, GgmlType::Q4_0, GgmlType::Q8_0)) return false;
+  if ((int)w.layers.size() != c.n_layers) return false;
+  const GgmlType q4 = GgmlType::Q4_0;
+  for (const LayerWeights& L : w.layers) {
+    if (!shape_is(L.wq, q4, c.q_dim(), c.dim) || !shape_is(L.wk, q4, c.kv_dim(), c.dim) ||
+        !shape_is(L.wv, q4, c.kv_dim(), c.dim) || !shape_is(L.wo, q4, c.dim, c.q_dim()) ||
+        !shape_is(L.w_gate, q4, c.hidden_dim, c.dim) ||
+        !shape_is(L.w_up, q4, c.hidden_dim, c.dim) || !shape_is(L.w_down, q4, c.dim, c.hidden_dim))
+      return false;
+  }
+  return true;
+}
+
+// Byte offsets of one layer's matrices inside the prefill allocation.
+struct LayerOffsets {
+  char *qkv, *o, *gate_up, *down;
+};
+
+// Places (or, with a nullptr base, sizes) the prefill image of the layer matrices.
+void layout(Carver& cv, const Weights& w, std::vector<LayerOffsets>& lay) {
+  lay.clear();
+  for (const LayerWeights& L : w.layers) {
+    LayerOffsets o;
+    o.qkv = cv.take<char>(L.wq.nbytes + L.wk.nbytes + L.wv.nbytes);
+    o.o = cv.take<char>(L.wo.nbytes);
+    o.gate_up = cv.take<char>(L.w_gate.nbytes + L.w_up.nbytes);
+    o.down = cv.take<char>(L.w_down.nbytes);
+    lay.push_back(o);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWeights& dw, float* kv,
+                                                 int n_ctx) {
+  if (!model_fits(m) || dw.layers.size() != m.weights.layers.size()) return nullptr;
+  const LlamaConfig& c = m.config;
+  const Weights& w = m.weights;
+  std::unique_ptr<CudaPrefill> p(new CudaPrefill());
+  p->dw_ = &dw;
+
+  // Size, allocate, then fill a host image of the whole allocation and copy it once.
+  std::vector<LayerOffsets> lay;
+  Carver sizer;
+  layout(sizer, w, lay);
+  p->buf_ = DeviceBuffer(sizer.used(), "batched-prefill layer weights (second copy)");
+  std::vector<char> img(sizer.used());
+  // Offsets from the sizing pass are nullptr-based: pointer value == byte offset.
+  auto off = [](const char* q) { return reinterpret_cast<uintptr_t>(q); };
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    char* qkv = img.data() + off(lay[l].qkv);
+    std::memcpy(qkv, L.wq.data, L.wq.nbytes);
+    std::memcpy(qkv + L.wq.nbytes, L.wk.data, L.wk.nbytes);
+    std::memcpy(qkv + L.wq.nbytes + L.wk.nbytes, L.wv.data, L.wv.nbytes);
+    std::memcpy(img.data() + off(lay[l].o), L.wo.data, L.wo.nbytes);
+    // gate/up interleaved by rows: row 2j = gate_j, row 2j+1 = up_j.
+    char* gu = img.data() + off(lay[l].gate_up);
+    const size_t rb = L.w_gate.row_stride();
+    const char* g = static_cast<const char*>(L.w_gate.data);
+    const char* u = static_cast<const char*>(L.w_up.data);
+    for (int64_t r = 0; r < c.hidden_dim; ++r) {
+      std::memcpy(gu + (2 * r) * rb, g + r * rb, rb);
+      std::memcpy(gu + (2 * r + 1) * rb, u + r * rb, rb);
+    }
+    std::memcpy(img.data() + off(lay[l].down), L.w_down.data, L.w_down.nbytes);
+  }
+  CUDA_CHECK(cudaMemcpy(p->buf_.get(), img.data(), img.size(), cudaMemcpyHostToDevice));
+
+  char* base = static_cast<char*>(p->buf_.get());
+  PrefillWeights& pw = p->pw_;
+  pw.cfg = c;
+  pw.n_ctx = n_ctx;
+  pw.kv_half = false;       // the decode cache is fp32
+  pw.token_embd = nullptr;  // embedded by chunk() from the decode layout
+  pw.output = nullptr;      // logits by head_row() with the decode lm_head
+  pw.output_norm = dw.output_norm;
+  const size_t kv_layer = (size_t)n_ctx * c.kv_dim();
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    PrefillLayerWeights P;
+    P.w_qkv = base + off(lay[l].qkv);
+    P.w_o = base + off(lay[l].o);
+    P.w_gate_up = base + off(lay[l].gate_up);
+    P.w_down = base + off(lay[l].down);
+    P.attn_norm = dw.layers[l].attn_norm;
+    P.ffn_norm = dw.layers[l].ffn_norm;
+    P.k_cache = kv + (2 * l) * kv_layer;
+    P.v_cache = kv + (2 * l + 1) * kv_layer;
+    pw.layers.push_back(P);
+  }
+  return p;
+}
+
+const int* CudaPrefill::stage_tokens(std::span<const int> tokens, cudaStream_t s) {
+  // The previous call's async copies may still read the staging buffer.
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const size_t need = tokens.size() * sizeof(int);
+  if (tok_host_.size() < need) tok_host_ = PinnedBuffer(std::max(need, size_t{4096}), "prompt ids");
+  int* h = static_cast<int*>(tok_host_.get());
+  std::copy(tokens.begin(), tokens.end(), h);
+  return h;
+}
+
+void CudaPrefill::chunk(const int* host_ids, int i0, int m, int pos0, cudaStream_t s) {
+  const int dim = pw_.cfg.dim;
+  CUDA_CHECK(
+      cudaMemcpyAsync(ws_.tokens, host_ids + i0, sizeof(int) * m, cudaMemcpyHostToDevice, s));
+  embed_batch(dw_->token_embd, ws_.tokens, m, ws_.x, dim, s);
+  prefill_forward(pw_, ws_, m, pos0 + i0, /*logit_rows=*/0, s);
+}
+
+void CudaPrefill::head_row(int i, float* logits, cudaStream_t s) {
+  gemv(dw_->output, ws_.x + (size_t)i * pw_.cfg.dim, dw_->output_norm, pw_.cfg.norm_eps, logits,
+       /*accumulate=*/false, s);
+}
+
+void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size,
+                           const PrefillLastOut& out, cudaStream_t s) {
+  const int n = (int)tokens.size();
+  if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
+  const int cs = std::min(chunk_size, n);
+  ws_.reserve(pw_.cfg, cs, 1);
+  const int* h = stage_tokens(tokens, s);
+  int m = 0;
+  for (int i0 = 0; i0 < n; i0 += cs) {
+    m = std::min(cs, n - i0);
+    chunk(h, i0, m, pos0, s);
+  }
+  // Last token: the decode step's own lm_head and argmax, into the decode buffers.
+  head_row(m - 1, out.logits, s);
+  argmax(out.logits, pw_.cfg.vocab_size, out.amax_v, out.amax_i, out.amax_out, s);
+}
+
+std::vector<float> CudaPrefill::run_all(std::span<const int> tokens, int pos0, int chunk_size,
+                                        cudaStream_t s) {
+  const int n = (int)tokens.size();
+  if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
+  const int cs = std::min({chunk_size, n, kAllLogitsChunk});
+  ws_.reserve(pw_.cfg, cs, cs);
+  const int* h = stage_tokens(tokens, s);
+  const size_t V = pw_.cfg.vocab_size;
+  std::vector<float> all((size_t)n * V);
+  for (int i0 = 0; i0 < n; i0 += cs) {
+    const int m = std::min(cs, n - i0);
+    chunk(h, i0, m, pos0, s);
+    // One decode gemv per row (the lm_head is read m times): the all-logits path serves tests
+    // and scoring, not generation, and stays bit-compatible with the decode lm_head.
+    for (int i = 0; i < m; ++i) head_row(i, ws_.logits + (size_t)i * V, s);
+    // Stream order keeps the next chunk's lm_head from overwriting ws_.logits before this copy.
+    CUDA_CHECK(cudaMemcpyAsync(all.data() + (size_t)i0 * V, ws_.logits, sizeof(float) * m * V,
+                               cudaMemcpyDeviceToHost, s));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return all;
+}
+
+}  // namespace smolrt::cuda

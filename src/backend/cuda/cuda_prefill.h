@@ -1,0 +1,77 @@
+// Batched (layer-major) prefill for CudaBackend: the glue between the decode session and the
+// prefill kernels of src/cuda/prefill_forward.h.
+//
+// Weights: the prefill GEMMs read raw GGUF Q4_0 blocks with QKV stacked and gate/up interleaved,
+// while the decode kernels read the 16-byte-aligned "split" layout (cuda/dev_mat.h). Until the
+// GEMMs read the split layout, CudaPrefill holds a SECOND device copy of the Q4_0 layer matrices
+// in the prefill layout, in one allocation, made only for models prefill_supported() accepts.
+// Memory cost: the layer matrices once more, for SmolLM2-135M Q4_0 ~61 MB (the decode weights
+// are ~91 MB). Everything else is the decode session's own: the embedding (cuda::embed_batch
+// reads the split layout), the final norm + lm_head (the decode gemv, one launch per logits row)
+// + GPU argmax, the F32 norm vectors, and the KV cache.
+//
+// KV cache: the decode session's fp32 cache, [n_layers][2][n_ctx][kv_dim] (k then v per layer);
+// prefill writes positions [pos0, pos0 + n) that decode then reads.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_weights.h"
+#include "cuda/prefill_forward.h"
+#include "model/model.h"
+
+namespace smolrt::cuda {
+
+// Where the last token's results go: the decode session's own buffers, so forward_prompt's
+// readback, the GPU sampler and the argmax readback work as after a decode step.
+struct PrefillLastOut {
+  float* logits = nullptr;  // device [vocab]
+  float* amax_v = nullptr;  // device [kArgmaxBlocks] argmax scratch
+  int* amax_i = nullptr;    // device [kArgmaxBlocks]
+  int* amax_out = nullptr;  // device [1] argmax of logits
+};
+
+class CudaPrefill {
+ public:
+  // nullptr when the batched prefill cannot run this model (types or shapes the prefill kernels
+  // do not support, e.g. stories260K or F32 weights): the caller keeps the token-by-token path.
+  // dw: the decode weights (embedding, norms, lm_head are used from there; must outlive this).
+  // kv: the decode KV cache as above.
+  static std::unique_ptr<CudaPrefill> create(const Model& m, const DeviceWeights& dw, float* kv,
+                                             int n_ctx);
+
+  // Tokens at positions [pos0, pos0 + n) in chunks of at most `chunk_size`; the caller has
+  // validated the ids and pos0 + n <= n_ctx. Logits (and argmax) of the last token only, into
+  // `out`; nothing is read back and the stream is not synchronized.
+  void run_last(std::span<const int> tokens, int pos0, int chunk_size, const PrefillLastOut& out,
+                cudaStream_t s);
+  // Same, returning the logits of every token, row-major [n][vocab] (synchronizes the stream).
+  // The chunk is capped at kAllLogitsChunk so the logits workspace stays kAllLogitsChunk rows.
+  std::vector<float> run_all(std::span<const int> tokens, int pos0, int chunk_size, cudaStream_t s);
+
+  size_t weight_bytes() const { return buf_.size(); }  // the second weight copy
+
+  static constexpr int kAllLogitsChunk = 128;
+
+ private:
+  CudaPrefill() = default;
+  // Copies tokens into pinned staging memory (grown on demand) for async H2D chunk copies.
+  const int* stage_tokens(std::span<const int> tokens, cudaStream_t s);
+  // H2D ids of tokens [i0, i0 + m), embedding into ws_.x, the layers.
+  void chunk(const int* host_ids, int i0, int m, int pos0, cudaStream_t s);
+  // logits row = lm_head(output_norm(ws_.x row i)) with the decode gemv.
+  void head_row(int i, float* logits, cudaStream_t s);
+
+  const DeviceWeights* dw_ = nullptr;
+  DeviceBuffer buf_;  // the prefill-layout layer matrices, one allocation
+  PrefillWeights pw_;
+  PrefillWorkspace ws_;    // chunk activations, grown on demand, reused
+  PinnedBuffer tok_host_;  // staging for token ids
+};
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,234 @@
+// Flash-style causal GQA attention for prefill. One 128-thread block per (16 queries, head):
+// 8 threads per query, each owning 8 of the 64 keys of a tile (scores) and head_dim/8 adjacent
+// output dims (P*V). The query lives in registers and K/V rows are read as float4 from shared
+// memory (4 FMAs per shared load: the loop is shared-memory-bandwidth-bound otherwise). K/V tiles
+// go through shared memory once per block instead of once per query; the softmax is online
+// (running max + sum, exp2 with log2(e) folded into the query scale).
+#include "cuda/attention_prefill.h"
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "cuda/launch.cuh"
+
+namespace smolrt::cuda {
+namespace {
+
+using detail::pdl_trigger;
+using detail::pdl_wait;
+
+constexpr int kQT = 16;  // queries per block
+constexpr int kKT = 64;  // keys per tile
+
+// One 8-element slice of a K row and the matching V row, held in registers between the global
+// load of the next tile and its store to shared memory (prefetch overlaps the current tile's math).
+template <class KV>
+struct KvRaw;
+template <>
+struct KvRaw<__half> {
+  uint4 k, v;
+  __device__ void load(const __half* kp, const __half* vp) {
+    k = *reinterpret_cast<const uint4*>(kp);
+    v = *reinterpret_cast<const uint4*>(vp);
+  }
+  __device__ void zero() { k = v = make_uint4(0, 0, 0, 0); }
+  __device__ static void put(const uint4& u, float* dst) {
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+    const float2 a = __half22float2(h[0]), b = __half22float2(h[1]), c = __half22float2(h[2]),
+                 d = __half22float2(h[3]);
+    *reinterpret_cast<float4*>(dst) = make_float4(a.x, a.y, b.x, b.y);
+    *reinterpret_cast<float4*>(dst + 4) = make_float4(c.x, c.y, d.x, d.y);
+  }
+  __device__ void store(float* ks, float* vs) const { put(k, ks), put(v, vs); }
+};
+template <>
+struct KvRaw<float> {
+  float4 k0, k1, v0, v1;
+  __device__ void load(const float* kp, const float* vp) {
+    k0 = *reinterpret_cast<const float4*>(kp), k1 = *reinterpret_cast<const float4*>(kp + 4);
+    v0 = *reinterpret_cast<const float4*>(vp), v1 = *reinterpret_cast<const float4*>(vp + 4);
+  }
+  __device__ void zero() { k0 = k1 = v0 = v1 = make_float4(0.f, 0.f, 0.f, 0.f); }
+  __device__ void store(float* ks, float* vs) const {
+    *reinterpret_cast<float4*>(ks) = k0, *reinterpret_cast<float4*>(ks + 4) = k1;
+    *reinterpret_cast<float4*>(vs) = v0, *reinterpret_cast<float4*>(vs + 4) = v1;
+  }
+};
+
+template <int HD, class KV>
+__global__ void __launch_bounds__(128)
+    attention_prefill_kernel(AttentionPrefillArgs a, float qscale) {
+  constexpr int DU = HD / 8;  // output dims per thread: [sub*DU, sub*DU + DU)
+  constexpr int KP = HD + 4;  // K pitch: the 8 rows a quarter-warp reads hit distinct banks
+  __shared__ __align__(16) float Ks[kKT][KP];
+  __shared__ __align__(16) float Vs[kKT][HD];
+  __shared__ float Ps[kQT][kKT + 1];     // +1: the 4 query rows a warp reads sit in different banks
+  constexpr int kSlices = kKT * HD / 8;  // 8-element K/V slices per tile
+  constexpr int kIters = (kSlices + 127) / 128;  // per thread
+
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+  const int kv_dim = a.n_kv_heads * HD;
+  const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kQT;  // longest (latest) query tiles first
+  const int tid = threadIdx.x, qi = tid >> 3, sub = tid & 7;
+  const bool valid = q0 + qi < a.n_tokens;
+  const int qpos = a.start + q0 + qi;
+  const int n_keys = a.start + min(q0 + kQT, a.n_tokens);  // keys the last query of the block sees
+
+  pdl_wait();  // q and the cache come from the QKV GEMM
+  pdl_trigger();
+  float qr[HD];  // this thread's query, pre-scaled by log2(e)/sqrt(head_dim); registers
+  {
+    const float* qp = a.q + (size_t)(valid ? q0 + qi : 0) * a.ldq + h * HD;
+#pragma unroll
+    for (int d = 0; d < HD; d += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(qp + d);
+      qr[d] = v.x * qscale, qr[d + 1] = v.y * qscale, qr[d + 2] = v.z * qscale,
+      qr[d + 3] = v.w * qscale;
+    }
+  }
+  float m = -INFINITY, l = 0.f, acc[DU];
+#pragma unroll
+  for (int u = 0; u < DU; ++u) acc[u] = 0.f;
+
+  KvRaw<KV> pre[kIters];
+  auto kv_load = [&](int k0) {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = tid + 128 * it;
+      const int j = i / (HD / 8), d = (i % (HD / 8)) * 8, kp = k0 + j;
+      if (i < kSlices && kp < n_keys) {
+        const size_t off = (size_t)kp * kv_dim + kvh * HD + d;
+        pre[it].load(kc + off, vc + off);
+      } else {
+        pre[it].zero();
+      }
+    }
+  };
+  kv_load(0);
+  for (int k0 = 0; k0 < n_keys; k0 += kKT) {
+    __syncthreads();  // previous tile fully consumed
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = tid + 128 * it;
+      if (i < kSlices) {
+        const int j = i / (HD / 8), d = (i % (HD / 8)) * 8;
+        pre[it].store(&Ks[j][d], &Vs[j][d]);
+      }
+    }
+    __syncthreads();
+    if (k0 + kKT < n_keys) kv_load(k0 + kKT);  // in flight during this tile's math
+
+    float s[8], mt = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int j = sub + 8 * u;
+      float dot = 0.f;
+#pragma unroll
+      for (int d = 0; d < HD; d += 4) {
+        const float4 k4 = *reinterpret_cast<const float4*>(&Ks[j][d]);
+        dot = fmaf(qr[d], k4.x, dot);
+        dot = fmaf(qr[d + 1], k4.y, dot);
+        dot = fmaf(qr[d + 2], k4.z, dot);
+        dot = fmaf(qr[d + 3], k4.w, dot);
+      }
+      s[u] = (valid && k0 + j <= qpos) ? dot : -INFINITY;
+      mt = fmaxf(mt, s[u]);
+    }
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+    const float m_new = fmaxf(m, mt);
+    const float mref = m_new == -INFINITY ? 0.f : m_new;  // fully masked row: keep NaN out
+    const float alpha = exp2f(m - mref);
+    float ls = 0.f;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const float p = exp2f(s[u] - mref);
+      Ps[qi][sub + 8 * u] = p;
+      ls += p;
+    }
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) ls += __shfl_xor_sync(0xffffffffu, ls, off);
+    l = l * alpha + ls;
+    m = m_new;
+    __syncwarp();  // the 8 writers of row qi are its 8 readers, all in this warp
+#pragma unroll
+    for (int u = 0; u < DU; ++u) acc[u] *= alpha;
+    const int jmax = min(kKT, n_keys - k0);
+    const float* vrow = &Vs[0][sub * DU];
+    for (int j = 0; j < jmax; ++j, vrow += HD) {
+      const float p = Ps[qi][j];
+      if constexpr (DU % 4 == 0) {
+#pragma unroll
+        for (int u = 0; u < DU; u += 4) {
+          const float4 v4 = *reinterpret_cast<const float4*>(vrow + u);
+          acc[u] = fmaf(p, v4.x, acc[u]);
+          acc[u + 1] = fmaf(p, v4.y, acc[u + 1]);
+          acc[u + 2] = fmaf(p, v4.z, acc[u + 2]);
+          acc[u + 3] = fmaf(p, v4.w, acc[u + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < DU; ++u) acc[u] = fmaf(p, vrow[u], acc[u]);
+      }
+    }
+  }
+  if (valid) {
+    const float inv = 1.f / l;
+    float* o = a.out + (size_t)(q0 + qi) * a.ldo + h * HD + sub * DU;
+#pragma unroll
+    for (int u = 0; u < DU; ++u) o[u] = acc[u] * inv;
+  }
+}
+
+template <int HD>
+void launch(const AttentionPrefillArgs& a, cudaStream_t s) {
+  const dim3 grid((unsigned)((a.n_tokens + kQT - 1) / kQT), (unsigned)a.n_heads);
+  const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)
+  if (a.kv_half) {
+    detail::launch_pdl(attention_prefill_kernel<HD, __half>, grid, dim3(128), s, a, qscale);
+  } else {
+    detail::launch_pdl(attention_prefill_kernel<HD, float>, grid, dim3(128), s, a, qscale);
+  }
+}
+
+}  // namespace
+
+bool attention_prefill_supports(int hd) {
+  return hd == 8 || hd == 16 || hd == 32 || hd == 64;
+}
+
+void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t s) {
+  if (!a.q || !a.k_cache || !a.v_cache || !a.out) fail("attention_prefill: null pointer");
+  if (a.n_tokens <= 0 || a.start < 0)
+    fail("attention_prefill: n_tokens=", a.n_tokens, " start=", a.start, " out of range");
+  if (a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    fail("attention_prefill: n_heads=", a.n_heads,
+         " must be a multiple of n_kv_heads=", a.n_kv_heads);
+  if (a.ldq < a.n_heads * a.head_dim || a.ldo < a.n_heads * a.head_dim)
+    fail("attention_prefill: ldq=", a.ldq, "/ldo=", a.ldo, " < n_heads*head_dim");
+  if (a.ldq % 4 != 0 || (reinterpret_cast<uintptr_t>(a.q) & 15u) ||
+      (reinterpret_cast<uintptr_t>(a.k_cache) & 15u) ||
+      (reinterpret_cast<uintptr_t>(a.v_cache) & 15u))
+    fail("attention_prefill: q (ldq=", a.ldq, ") and the caches must be 16-byte aligned");
+  switch (a.head_dim) {
+    case 8:
+      return launch<8>(a, s);
+    case 16:
+      return launch<16>(a, s);
+    case 32:
+      return launch<32>(a, s);
+    case 64:
+      return launch<64>(a, s);
+    default:
+      fail("attention_prefill: head_dim=", a.head_dim,
+           " is not supported (8, 16, 32, 64); use per-token attention");
+  }
+}
+
+}  // namespace smolrt::cuda
