@@ -28,15 +28,20 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float sacc[kThreads];
   __shared__ int last;
 
-  pdl_wait();
-  pdl_trigger();
+  // The position comes from the host copy that precedes the whole step, and cached K/V rows
+  // before it were written by earlier steps: both may be read before the PDL wait. Only q and
+  // the current position's K/V row come from the previous kernel.
   const int n_pos = *pos_ptr + 1;
+  const int cur = n_pos - 1;
   const int h = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
   const int subs = (n_pos + kAttnSub - 1) / kAttnSub;
   const int chunk = kAttnSub * ((subs + n_splits_max - 1) / n_splits_max);
   const int n_split = (n_pos + chunk - 1) / chunk;
   const int start = split * chunk;
-  if (start >= n_pos) return;
+  if (start >= n_pos) {
+    pdl_wait();  // every block waits, so completion stays transitive along the chain
+    return;
+  }
   const int end = min(n_pos, start + chunk);
   const int kv_dim = n_kv_heads * HD;
   const int kvh = h / (n_heads / n_kv_heads);
@@ -45,38 +50,64 @@ __global__ void __launch_bounds__(kThreads)
   // Pass-1 role: position tid/kTpp of the sub-chunk, dims [j*DPT, j*DPT+DPT).
   const int pp = tid / kTpp, j = tid % kTpp;
   const bool has_dims = j * DPT < HD;
-  float qr[DPT];
-#pragma unroll
-  for (int i = 0; i < DPT; ++i) qr[i] = has_dims ? q[h * HD + j * DPT + i] : 0.f;
   // Pass-2 role: dim d, positions g, g+G, ...
   const int d = tid % HD, g = tid / HD;
   const float* kbase = k_cache + kvh * HD + j * DPT;
   const float* vbase = v_cache + kvh * HD + d;
 
-  float m_run = -INFINITY, l_run = 0.f, acc = 0.f;
-  for (int c0 = start; c0 < end; c0 += kAttnSub) {
-    // V does not depend on the scores: issue its loads with K's (one memory round trip).
-    float vr[PPT];
+  // K and V of one sub-chunk into registers (one memory round trip); position `skip` is left
+  // for later.
+  float kreg[DPT], vr[PPT];
+  auto load_k = [&](int t) {
+    const float* kr = kbase + (size_t)t * kv_dim;
+    if constexpr (DPT % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < DPT; i += 4) {
+        const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
+        kreg[i] = k4.x;
+        kreg[i + 1] = k4.y;
+        kreg[i + 2] = k4.z;
+        kreg[i + 3] = k4.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < DPT; ++i) kreg[i] = kr[i];
+    }
+  };
+  auto load_kv = [&](int c0, int skip) {
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
-      const int tt = g + G * i;
-      vr[i] = c0 + tt < end ? vbase[(size_t)(c0 + tt) * kv_dim] : 0.f;
+      const int t = c0 + g + G * i;
+      vr[i] = t < end && t != skip ? vbase[(size_t)t * kv_dim] : 0.f;
     }
     const int t = c0 + pp;
-    float s = 0.f;
-    if (t < end && has_dims) {
-      const float* kr = kbase + (size_t)t * kv_dim;
-      if constexpr (DPT % 4 == 0) {
+    if (t < end && t != skip && has_dims) {
+      load_k(t);
+    } else {
 #pragma unroll
-        for (int i = 0; i < DPT; i += 4) {
-          const float4 k4 = *reinterpret_cast<const float4*>(kr + i);
-          s += qr[i] * k4.x + qr[i + 1] * k4.y + qr[i + 2] * k4.z + qr[i + 3] * k4.w;
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < DPT; ++i) s += qr[i] * kr[i];
-      }
+      for (int i = 0; i < DPT; ++i) kreg[i] = 0.f;
     }
+  };
+  load_kv(start, cur);
+
+  pdl_wait();
+  pdl_trigger();
+  float qr[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; ++i) qr[i] = has_dims ? q[h * HD + j * DPT + i] : 0.f;
+  if (start + pp == cur && has_dims) load_k(cur);
+#pragma unroll
+  for (int i = 0; i < PPT; ++i) {
+    if (start + g + G * i == cur) vr[i] = vbase[(size_t)cur * kv_dim];
+  }
+
+  float m_run = -INFINITY, l_run = 0.f, acc = 0.f;
+  for (int c0 = start; c0 < end; c0 += kAttnSub) {
+    if (c0 != start) load_kv(c0, -1);
+    const int t = c0 + pp;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < DPT; ++i) s += qr[i] * kreg[i];
 #pragma unroll
     for (int o = 1; o < kTpp; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (j == 0) sscore[pp] = t < end ? s * scale : -INFINITY;
