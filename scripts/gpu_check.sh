@@ -4,8 +4,9 @@
 # DIR (made by scripts/gpu_stage.sh) holds the binaries smolrt and smolrt_cuda_tests and
 # fixtures/{models/stories260K.gguf, tokenizers/smollm2-135m/tokenizer.json}.
 # Runs nvidia-smi, synth model generation, every GPU test (gtest XML + log), compute-sanitizer
-# memcheck and racecheck on a kernel-test subset, and the decode benchmark. Logs and JSON lines
-# go to $OUT (at most 8 files); a summary table is printed last.
+# memcheck and racecheck on a kernel-test subset, the decode benchmark, `smolrt bench` (batched
+# prefill + decode) and two short `smolrt run` generations on the synth model. Logs and JSON lines
+# go to $OUT (8 files); a summary table is printed last.
 set -uo pipefail
 DIR=${1:-.gpu}
 OUT=${OUT:-/tmp/gpu_check_out}
@@ -38,7 +39,7 @@ step synth 60 "$DIR/smolrt" synth --preset smollm-135m --type q4_0 \
   --tokenizer "$DIR/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$SYNTH"
 if [ -f "$SYNTH" ]; then export SMOLRT_SYNTH_MODEL=$SYNTH; fi
 
-step cuda_tests 150 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
+step cuda_tests 240 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
 # Without a visible GPU, asking for cuda must be a clear Error.
 step no_gpu_error 60 env CUDA_VISIBLE_DEVICES= "$DIR/smolrt_cuda_tests" \
   --gtest_filter='CudaBackendErrors.NoGpuIsAnError:KernelArgmax.*'
@@ -50,12 +51,26 @@ if command -v compute-sanitizer > /dev/null; then
   step racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 9 \
     --log-file "$OUT/racecheck.log" "$DIR/smolrt_cuda_tests" \
     --gtest_filter='KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*'
+  if [ -f "$SYNTH" ]; then
+    step memcheck_pf 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      --log-file "$OUT/memcheck_prefill.log" "$DIR/smolrt_cuda_tests" \
+      --gtest_filter='CudaPrefill.SampleAfterPrefillUsesPrefillLogits'
+  fi
 else
   SUMMARY+=("sanitizers     not installed")
 fi
 
 if [ -f "$SYNTH" ]; then
   step bench_decode 90 "$DIR/smolrt" bench-decode -m "$SYNTH" --json "$OUT/bench.jsonl"
+  # Prefill (batched on CUDA) + decode per prompt length, JSON lines appended to bench.jsonl.
+  step bench 150 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$SYNTH\" --backend cuda \
+    --prompt-lengths 32,128,512 --gen-length 128 --iterations 5 --json | tee -a \"$OUT/bench.jsonl\""
+  # A short generation through `smolrt run` (batched prefill, then decode).
+  step run 60 "$DIR/smolrt" run -m "$SYNTH" --backend cuda -n 24 --temp 0 \
+    -p "Once upon a time there was a little robot who wanted to learn how to paint. Every day"
+  # Sampled (llama.cpp default flags): the prompt goes through forward_prompt_sample.
+  step run_sample 60 "$DIR/smolrt" run -m "$SYNTH" --backend cuda -n 24 --seed 7 --json \
+    -p "The quick brown fox jumps over the lazy dog because"
 fi
 
 for s in "${SUMMARY[@]}"; do echo "STEP $s"; done
@@ -65,4 +80,4 @@ main 2>&1 | tee "$OUT/gpu_check.log"
 echo
 echo "=== summary"
 grep -hE "^\[  (PASSED|FAILED) |tests? from .* ran|worst|rel err|ERROR SUMMARY|RACECHECK SUMMARY|^graph|^plain|^device|^STEP" \
-  "$OUT/gpu_check.log" "$OUT"/memcheck.log "$OUT"/racecheck.log 2>/dev/null | tail -60
+  "$OUT/gpu_check.log" "$OUT"/memcheck*.log "$OUT"/racecheck.log 2>/dev/null | tail -60

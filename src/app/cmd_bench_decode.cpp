@@ -53,12 +53,18 @@ int run(const Opts& o) {
     const char* name;
     CudaOptions opt;
   };
-  const Cfg cfgs[] = {{"graph+pdl+fused+l2pf", {true, true, true, true}},
-                      {"graph+pdl+fused", {true, true, true, false}},
-                      {"graph+fused+l2pf", {true, true, false, true}},
-                      {"graph+pdl+unfused+l2pf", {true, false, true, true}},
-                      {"graph+pdl+unfused", {true, false, true, false}},
-                      {"plain+fused+l2pf", {false, true, false, true}}};
+  const Cfg cfgs[] = {
+      {"graph+pdl+fused (default)",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .l2_prefetch = false}},
+      {"graph+pdl+fused+l2pf",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .l2_prefetch = true}},
+      {"graph+fused",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = false, .l2_prefetch = false}},
+      {"graph+pdl+unfused",
+       CudaOptions{.use_graph = true, .fused_norm = false, .pdl = true, .l2_prefetch = false}},
+      {"plain+fused",
+       CudaOptions{.use_graph = false, .fused_norm = true, .pdl = false, .l2_prefetch = false}},
+  };
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
   std::printf("%-24s %10s %10s %10s %12s %9s %8s\n", "config", "tok/s", "min", "max", "us/token",

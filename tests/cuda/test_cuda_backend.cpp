@@ -103,9 +103,12 @@ TEST(CudaBackendStories, GraphReplayEqualsPlainLaunches) {
   std::vector<std::vector<float>> graph_logits;
   std::vector<int> toks = kPrompt;
   toks.insert(toks.end(), kGolden.begin(), kGolden.begin() + 20);
-  for (CudaOptions o : {CudaOptions{true, true, true, true}, CudaOptions{false, true, false, false},
-                        CudaOptions{false, true, true, true}, CudaOptions{true, true, false, true},
-                        CudaOptions{true, true, true, false}}) {
+  for (CudaOptions o :
+       {CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .l2_prefetch = true},
+        CudaOptions{.use_graph = false, .fused_norm = true, .pdl = false, .l2_prefetch = false},
+        CudaOptions{.use_graph = false, .fused_norm = true, .pdl = true, .l2_prefetch = true},
+        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = false, .l2_prefetch = true},
+        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .l2_prefetch = false}}) {
     gpu->set_options(o);
     gpu->reset();
     for (size_t i = 0; i < toks.size(); ++i) {
@@ -122,7 +125,8 @@ TEST(CudaBackendStories, GraphReplayEqualsPlainLaunches) {
       EXPECT_GT(gpu->stats().kernels_per_step, 0);
     }
   }
-  for (CudaOptions o : {CudaOptions{true, true, true}, CudaOptions{false, true, true}}) {
+  for (CudaOptions o : {CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true},
+                        CudaOptions{.use_graph = false, .fused_norm = true, .pdl = true}}) {
     gpu->set_options(o);
     EXPECT_EQ(greedy(*gpu, kPrompt, 64), kGolden) << "graph " << o.use_graph;
   }
@@ -132,8 +136,10 @@ TEST(CudaBackendStories, UnfusedNormMatchesFused) {
   REQUIRE_GPU();
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   Model m = load_model(path.string());
-  auto a = make_cuda_backend_ex(m, BackendOptions{}, CudaOptions{true, true, true});
-  auto b = make_cuda_backend_ex(m, BackendOptions{}, CudaOptions{true, false, true});
+  auto a = make_cuda_backend_ex(m, BackendOptions{},
+                                CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true});
+  auto b = make_cuda_backend_ex(m, BackendOptions{},
+                                CudaOptions{.use_graph = true, .fused_norm = false, .pdl = true});
   const double worst = compare_logits(*a, *b, kPrompt, 1e-5);
   std::cout << "[ stories260K ] fused vs unfused norm rel err: " << worst << "\n";
   EXPECT_EQ(greedy(*b, kPrompt, 64), kGolden);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/cpu/sample.h"
+#include "backend/cuda/cuda_prefill.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
 #include "core/cuda_check.h"
@@ -100,6 +101,7 @@ class CudaBackend final : public CudaBackendApi {
     // the attention split counters must start at zero.
     CUDA_CHECK(cudaMemset(scratch_.get(), 0xff, scratch_.size()));
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
+    prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
 
     params_host_ = cuda::PinnedBuffer(2 * sizeof(int) + sizeof(int), "step parameters");
     logits_host_ = cuda::PinnedBuffer(sizeof(float) * cfg_.vocab_size, "logits readback");
@@ -152,20 +154,41 @@ class CudaBackend final : public CudaBackendApi {
   }
   int forward_prompt_sample(std::span<const int> tokens, const SamplingParams& p, float u,
                             std::span<const int> history) override {
+    if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
+    if (batched(tokens)) {
+      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_);
+      pos_ += (int)tokens.size();
+      return sample_last(p, u, history);  // logits stay on the GPU
+    }
     forward_prompt(tokens);
     return sample_last(p, u, history);
   }
 
-  // The batched-prefill seam: until a batched path (run_layers_batched) lands, prompts run one
-  // decode step per token.
+  // Prompts: batched prefill (cuda_prefill.h) continuing at position(), logits of the last token
+  // left in s_.logits (+ argmax in s_.amax_out) like a decode step; otherwise one decode step
+  // per token (models the prefill kernels do not take, debug activations, option off).
   std::span<const float> forward_prompt(std::span<const int> tokens) override {
     if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
+    if (batched(tokens)) {
+      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_);
+      pos_ += (int)tokens.size();
+      CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), s_.logits, sizeof(float) * cfg_.vocab_size,
+                                 cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return {static_cast<const float*>(logits_host_.get()), (size_t)cfg_.vocab_size};
+    }
     std::span<const float> out;
     for (int t : tokens) out = forward_token(t, pos_);
     return out;
   }
 
   std::vector<float> forward_prompt_all(std::span<const int> tokens) override {
+    if (tokens.empty()) fail("forward_prompt_all: the prompt is empty; give at least one token");
+    if (batched(tokens)) {
+      std::vector<float> all = prefill_->run_all(tokens, pos_, copt_.prefill_chunk, stream_);
+      pos_ += (int)tokens.size();
+      return all;
+    }
     std::vector<float> all;
     all.reserve(tokens.size() * cfg_.vocab_size);
     for (int t : tokens) {
@@ -250,10 +273,33 @@ class CudaBackend final : public CudaBackendApi {
     st.weight_bytes = w_.bytes;
     st.scratch_bytes = scratch_.size();
     st.kernels_per_step = kernels_per_step_;
+    st.prefill_weight_bytes = prefill_ ? prefill_->weight_bytes() : 0;
     return st;
   }
 
  private:
+  cuda::PrefillLastOut prefill_out() const {
+    return {s_.logits, s_.amax_v, s_.amax_i, s_.amax_out};
+  }
+
+  // True when these tokens go through the batched prefill; then also checks every id and that
+  // they fit the context, before anything runs (so a bad prompt leaves the cache untouched).
+  bool batched(std::span<const int> tokens) {
+    if (!prefill_ || debug_ || !copt_.batched_prefill) return false;
+    if (copt_.prefill_chunk < 1) {
+      fail("prefill chunk size ", copt_.prefill_chunk,
+           " must be at least 1 (SMOLRT_PREFILL_CHUNK or CudaOptions::prefill_chunk)");
+    }
+    for (int t : tokens) check_token(t);
+    if ((size_t)pos_ + tokens.size() > (size_t)n_ctx_) {
+      fail("the prompt of ", tokens.size(), " tokens at position ", pos_,
+           " does not fit the context of ", n_ctx_, " tokens; pass a larger --ctx (at most ",
+           cfg_.n_ctx_train, ") or a shorter prompt");
+    }
+    cuda::pdl_enabled() = copt_.pdl;  // the embedding, lm_head and argmax launches
+    return true;
+  }
+
   // The device bytes from a.q to the end of b (b uploaded at or after a, as upload_weights does).
   static cuda::L2Prefetch span_of(const cuda::DevMat& a, const cuda::DevMat& b) {
     cuda::L2Prefetch p;
@@ -477,6 +523,7 @@ class CudaBackend final : public CudaBackendApi {
   cuda::DeviceWeights w_;
   cuda::DeviceBuffer scratch_;
   Scratch s_ = {};
+  std::unique_ptr<cuda::CudaPrefill> prefill_;  // batched prefill; nullptr: not supported
   cuda::PinnedBuffer params_host_, logits_host_, hist_host_;
   cpu::SampleScratch host_sample_scratch_;
   cudaStream_t stream_ = nullptr;
@@ -494,6 +541,15 @@ CudaOptions cuda_options_from_env() {
   o.use_graph = env_flag("SMOLRT_CUDA_GRAPH", true);
   o.fused_norm = env_flag("SMOLRT_CUDA_FUSED_NORM", true);
   o.pdl = env_flag("SMOLRT_CUDA_PDL", true);
+  o.batched_prefill = env_flag("SMOLRT_CUDA_PREFILL", true);
+  if (const char* v = std::getenv("SMOLRT_PREFILL_CHUNK"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > (1 << 20)) {
+      fail("SMOLRT_PREFILL_CHUNK=", v, " is not a token count; give an integer in [1, 1048576]");
+    }
+    o.prefill_chunk = static_cast<int>(n);
+  }
   o.l2_prefetch = env_flag("SMOLRT_CUDA_L2_PREFETCH", false);
   return o;
 }

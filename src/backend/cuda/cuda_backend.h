@@ -22,8 +22,13 @@ struct CudaOptions {
   bool use_graph = true;   // SMOLRT_CUDA_GRAPH=0: plain launches every step
   bool fused_norm = true;  // SMOLRT_CUDA_FUSED_NORM=0: separate RMSNorm kernels before matvecs
   bool pdl = true;         // SMOLRT_CUDA_PDL=0: no Programmatic Dependent Launch
-  // SMOLRT_CUDA_L2_PREFETCH=1: bulk L2 prefetch of the next layer's weights
-  bool l2_prefetch = false;  // measured neutral on H200 (2226 vs 2233 tok/s): off by default
+  // Prompts: layer-major batched prefill (cuda_prefill.h) for models it supports; false
+  // (SMOLRT_CUDA_PREFILL=0) runs one decode step per token.
+  bool batched_prefill = true;
+  int prefill_chunk = 512;  // SMOLRT_PREFILL_CHUNK: max tokens per prefill chunk (>= 1)
+  // SMOLRT_CUDA_L2_PREFETCH=1: bulk L2 prefetch of the next layer's weights; measured neutral on
+  // H200 (2366 vs 2380 tok/s), so off by default.
+  bool l2_prefetch = false;
 };
 CudaOptions cuda_options_from_env();
 
@@ -33,6 +38,9 @@ struct CudaStats {
   size_t weight_bytes = 0;   // the weights' device allocation
   size_t scratch_bytes = 0;  // activations + KV cache + scratch allocation
   int kernels_per_step = 0;  // kernel nodes in the captured decode graph (0 before capture)
+  // Second weight copy in the batched-prefill layout (cuda_prefill.h); 0 when the model has no
+  // batched prefill.
+  size_t prefill_weight_bytes = 0;
 };
 
 class CudaBackendApi : public Backend {
