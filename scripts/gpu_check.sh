@@ -73,6 +73,18 @@ if [ -f "$SYNTH" ]; then
     -p "The quick brown fox jumps over the lazy dog because"
 fi
 
+# The real SmolLM2-135M-Instruct Q4_0, when carried (two halves joined into $SMOLRT_REAL_MODEL by
+# the caller; see README "GPU checks").
+if [ -n "${SMOLRT_REAL_MODEL:-}" ] && [ -f "$SMOLRT_REAL_MODEL" ]; then
+  step real_test 120 env SMOLRT_MODEL="$SMOLRT_REAL_MODEL" "$DIR/smolrt_cuda_tests" \
+    --gtest_filter='CudaRealModel.*'
+  step real_run 60 "$DIR/smolrt" run -m "$SMOLRT_REAL_MODEL" --backend cuda -n 48 --temp 0 \
+    -p $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n'
+  step real_bench 150 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$SMOLRT_REAL_MODEL\" \
+    --backend cuda --prompt-lengths 32,128,512 --gen-length 128 --iterations 5 --json \
+    | tee -a \"$OUT/bench.jsonl\""
+fi
+
 for s in "${SUMMARY[@]}"; do echo "STEP $s"; done
 }
 
