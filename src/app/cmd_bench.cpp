@@ -98,14 +98,13 @@ int run_bench_cmd(const BenchArgs& a) {
               model.file->file_size() / 1048576.0, be->name().c_str(), be->device_name().c_str());
   if (copy_bw > 0) std::printf("device copy bandwidth %.0f GB/s (measured)\n", copy_bw);
   std::printf("%7s %5s | %26s | %26s | %9s | %8s | %8s\n", "prompt", "gen",
-              "prefill tok/s med [min,max]", "decode tok/s med [min,max]", "TTFT ms",
-              "us/token", "GB/s");
+              "prefill tok/s med [min,max]", "decode tok/s med [min,max]", "TTFT ms", "us/token",
+              "GB/s");
   for (const BenchRow& r : rows) {
     std::printf("%7d %5d | %10.0f [%6.0f,%6.0f] | %10.1f [%6.1f,%6.1f] | %9.2f | %8.1f | %8.0f",
                 r.prompt_length, r.gen_length, r.prefill_tok_s.median, r.prefill_tok_s.min,
-                r.prefill_tok_s.max, r.decode_tok_s.median, r.decode_tok_s.min,
-                r.decode_tok_s.max, r.ttft_ms.median, r.decode_us_per_token.median,
-                r.decode_weight_gb_s);
+                r.prefill_tok_s.max, r.decode_tok_s.median, r.decode_tok_s.min, r.decode_tok_s.max,
+                r.ttft_ms.median, r.decode_us_per_token.median, r.decode_weight_gb_s);
     if (copy_bw > 0) std::printf(" (%.0f%% of copy)", 100.0 * r.decode_weight_gb_s / copy_bw);
     std::printf("\n");
   }

@@ -2,5 +2,6 @@
 #pragma once
 
 namespace smolrt {
-const char* build_commit();  // short hash, "+dirty" when the tree had changes; "unknown" outside git
+const char*
+build_commit();  // short hash, "+dirty" when the tree had changes; "unknown" outside git
 }  // namespace smolrt

@@ -6,13 +6,13 @@
 
 #include "core/error.h"
 
-#define CUDA_CHECK(expr)                                                                   \
-  do {                                                                                     \
-    cudaError_t smolrt_err_ = (expr);                                                      \
-    if (smolrt_err_ != cudaSuccess) {                                                      \
-      ::smolrt::fail("CUDA error in ", #expr, ": ", cudaGetErrorName(smolrt_err_), " (",   \
-                     cudaGetErrorString(smolrt_err_), ") at ", __FILE__, ":", __LINE__);   \
-    }                                                                                      \
+#define CUDA_CHECK(expr)                                                                 \
+  do {                                                                                   \
+    cudaError_t smolrt_err_ = (expr);                                                    \
+    if (smolrt_err_ != cudaSuccess) {                                                    \
+      ::smolrt::fail("CUDA error in ", #expr, ": ", cudaGetErrorName(smolrt_err_), " (", \
+                     cudaGetErrorString(smolrt_err_), ") at ", __FILE__, ":", __LINE__); \
+    }                                                                                    \
   } while (0)
 
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

@@ -12,17 +12,17 @@
 namespace smolrt {
 
 struct LlamaConfig {
-  std::string arch;       // general.architecture; only "llama" is accepted
-  int dim = 0;            // llama.embedding_length (576 for SmolLM-135M)
-  int n_layers = 0;       // llama.block_count (30)
-  int n_heads = 0;        // llama.attention.head_count (9)
-  int n_kv_heads = 0;     // llama.attention.head_count_kv (3)
-  int head_dim = 0;       // dim / n_heads (64)
-  int hidden_dim = 0;     // llama.feed_forward_length (1536)
-  int vocab_size = 0;     // rows of token_embd.weight (49152)
-  int n_ctx_train = 0;    // llama.context_length (8192 for SmolLM2)
-  int rope_dim = 0;       // llama.rope.dimension_count (default head_dim)
-  float norm_eps = 1e-5f; // llama.attention.layer_norm_rms_epsilon
+  std::string arch;           // general.architecture; only "llama" is accepted
+  int dim = 0;                // llama.embedding_length (576 for SmolLM-135M)
+  int n_layers = 0;           // llama.block_count (30)
+  int n_heads = 0;            // llama.attention.head_count (9)
+  int n_kv_heads = 0;         // llama.attention.head_count_kv (3)
+  int head_dim = 0;           // dim / n_heads (64)
+  int hidden_dim = 0;         // llama.feed_forward_length (1536)
+  int vocab_size = 0;         // rows of token_embd.weight (49152)
+  int n_ctx_train = 0;        // llama.context_length (8192 for SmolLM2)
+  int rope_dim = 0;           // llama.rope.dimension_count (default head_dim)
+  float norm_eps = 1e-5f;     // llama.attention.layer_norm_rms_epsilon
   float rope_base = 10000.f;  // llama.rope.freq_base
   bool tied_output = false;   // output.weight absent -> lm_head is token_embd
 

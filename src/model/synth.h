@@ -2,9 +2,9 @@
 // and tests without downloading anything.
 //
 // Weights: a counter-based hash (splitmix64 of seed, tensor name, element index) feeds an inverse
-// normal CDF, so every element is independent of thread count and tensor order, and a seed always gives the
-// same bytes (with the same libm). Matrices ~ N(0, 0.02) like a trained model's; norm weights
-// ~ 1 + N(0, 0.05). Rows are generated and quantized directly into the output buffers.
+// normal CDF, so every element is independent of thread count and tensor order, and a seed always
+// gives the same bytes (with the same libm). Matrices ~ N(0, 0.02) like a trained model's; norm
+// weights ~ 1 + N(0, 0.05). Rows are generated and quantized directly into the output buffers.
 // Tensor types follow plan_tensor_type (model/quantize_model.h): for q4_0 the layer matrices are
 // Q4_0, token_embd is Q8_0 (tied: no output.weight), norms F32.
 //

@@ -42,20 +42,20 @@ enum class GgmlType : uint32_t {
 constexpr int kQK = 32;  // weights per block for Q4_0, Q4_1, Q8_0
 
 struct BlockQ4_0 {
-  uint16_t d;        // fp16 scale
-  uint8_t qs[16];    // nibbles: low = weights 0..15, high = weights 16..31
+  uint16_t d;      // fp16 scale
+  uint8_t qs[16];  // nibbles: low = weights 0..15, high = weights 16..31
 };
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block must be 18 bytes");
 
 struct BlockQ4_1 {
-  uint16_t d;        // fp16 scale
-  uint16_t m;        // fp16 minimum
+  uint16_t d;  // fp16 scale
+  uint16_t m;  // fp16 minimum
   uint8_t qs[16];
 };
 static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block must be 20 bytes");
 
 struct BlockQ8_0 {
-  uint16_t d;        // fp16 scale
+  uint16_t d;  // fp16 scale
   int8_t qs[32];
 };
 static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes");
@@ -63,15 +63,17 @@ static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes");
 // Size facts for every type id GGUF files may carry, supported for compute or not.
 struct TypeInfo {
   GgmlType type;
-  const char* name;     // "q4_0", as llama.cpp prints it
-  int block_size;       // elements per block (1 for F32/F16/BF16)
-  int block_bytes;      // bytes per block
-  bool computable;      // smolrt has kernels for it (F32, F16, BF16, Q4_0, Q4_1, Q8_0)
+  const char* name;  // "q4_0", as llama.cpp prints it
+  int block_size;    // elements per block (1 for F32/F16/BF16)
+  int block_bytes;   // bytes per block
+  bool computable;   // smolrt has kernels for it (F32, F16, BF16, Q4_0, Q4_1, Q8_0)
 };
 
 // nullptr for an id that is not a known GGML type.
 const TypeInfo* type_info(uint32_t id);
-inline const TypeInfo* type_info(GgmlType t) { return type_info(static_cast<uint32_t>(t)); }
+inline const TypeInfo* type_info(GgmlType t) {
+  return type_info(static_cast<uint32_t>(t));
+}
 const char* type_name(GgmlType t);  // "q4_0"; "unknown" for an unknown id
 
 // Bytes of a row of n elements; n must be a multiple of the block size (checked by callers).
@@ -114,7 +116,7 @@ SMOLRT_HD uint16_t f32_to_fp16(float f) {
     return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
   }
   if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to >= 65520 -> inf
-  if (ax < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+  if (ax < 0x38800000u) {               // below the smallest normal half (2^-14): subnormal or zero
     if (ax < 0x33000000u) return sign;  // < 2^-25 rounds to zero
     const uint32_t e = ax >> 23;
     const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
@@ -131,7 +133,9 @@ SMOLRT_HD uint16_t f32_to_fp16(float f) {
   return (uint16_t)(sign | h);
 }
 
-SMOLRT_HD float bf16_to_f32(uint16_t b) { return bits_to_f32((uint32_t)b << 16); }
+SMOLRT_HD float bf16_to_f32(uint16_t b) {
+  return bits_to_f32((uint32_t)b << 16);
+}
 
 SMOLRT_HD uint16_t f32_to_bf16(float f) {
   const uint32_t x = f32_to_bits(f);
@@ -140,7 +144,8 @@ SMOLRT_HD uint16_t f32_to_bf16(float f) {
   return (uint16_t)((x + rounding) >> 16);
 }
 
-// --- per-block dequantization (host and device) ---------------------------------------------------
+// --- per-block dequantization (host and device)
+// ---------------------------------------------------
 
 SMOLRT_HD void dequant_block_q4_0(const BlockQ4_0& b, float* out) {
   const float d = fp16_to_f32(b.d);

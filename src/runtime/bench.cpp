@@ -23,8 +23,8 @@ size_t decode_weight_bytes(const Model& m) {
   const Weights& w = m.weights;
   size_t bytes = w.output_norm.nbytes + w.output.nbytes + w.token_embd.row_stride();
   for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate,
-                                &l.w_up, &l.w_down}) {
+    for (const TensorView* t :
+         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
       bytes += t->nbytes;
     }
   }

@@ -24,10 +24,10 @@ Stat stat_of(std::vector<double> xs);  // empty -> zeros
 struct BenchRow {
   int prompt_length = 0;
   int gen_length = 0;
-  Stat prefill_tok_s;   // prompt tokens / prefill seconds
-  Stat decode_tok_s;    // generated tokens / decode seconds (first token excluded: it comes from
-                        // the prefill logits)
-  Stat ttft_ms;         // prefill + argmax of the last logits
+  Stat prefill_tok_s;  // prompt tokens / prefill seconds
+  Stat decode_tok_s;   // generated tokens / decode seconds (first token excluded: it comes from
+                       // the prefill logits)
+  Stat ttft_ms;        // prefill + argmax of the last logits
   Stat decode_us_per_token;
   double decode_weight_gb_s = 0;  // weight bytes per token / median decode time per token
 };
