@@ -15,12 +15,6 @@ run 60 "$DIR/smolrt" synth --preset smollm-135m --type q4_0 \
   --tokenizer "$DIR/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$S"
 export SMOLRT_SYNTH_MODEL=$S
 run 150 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml" 2>&1 | grep -E "^\[  (FAILED|PASSED)|tests ran|Failure|rel_l2|Expected|actual|which is|SKIP" | head -60
-run 60 compute-sanitizer --tool memcheck --error-exitcode 9 --log-file "$OUT/memcheck.log" \
-  "$DIR/smolrt_cuda_tests" --gtest_filter='Batch/AttnTokens.MatchesReference/[0-2]:AttentionPrefill.*' | tail -3
-grep "ERROR SUMMARY" "$OUT/memcheck.log"
-run 50 compute-sanitizer --tool racecheck --error-exitcode 9 --log-file "$OUT/racecheck.log" \
-  "$DIR/smolrt_cuda_tests" --gtest_filter='Batch/AttnTokens.MatchesReference/[0-1]' | tail -3
-grep "RACECHECK SUMMARY" "$OUT/racecheck.log"
 for v in auto bm32 occ2; do
   case $v in bm32) E="SMOLRT_GEMM_TC_BM=32" ;; occ2) E="SMOLRT_GEMM_TC_OCC=2" ;; *) E="X=1" ;; esac
   run 60 env $E "$DIR/smolrt" bench -m "$S" --backend cuda --prompt-lengths 32,128,512 \
@@ -28,6 +22,12 @@ for v in auto bm32 occ2; do
   echo "VARIANT $v"; cut -c1-600 "$OUT/bench_$v.jsonl"
 done
 run 70 "$DIR/bench_prefill" --reps 10 --tokens 1,32,512 --json "$OUT/bench_prefill.jsonl"
+run 60 compute-sanitizer --tool memcheck --error-exitcode 9 --log-file "$OUT/memcheck.log" \
+  "$DIR/smolrt_cuda_tests" --gtest_filter='Batch/AttnTokens.MatchesReference/[0-2]:AttentionPrefill.*' | tail -3
+grep "ERROR SUMMARY" "$OUT/memcheck.log"
+run 50 compute-sanitizer --tool racecheck --error-exitcode 9 --log-file "$OUT/racecheck.log" \
+  "$DIR/smolrt_cuda_tests" --gtest_filter='Batch/AttnTokens.MatchesReference/[0-1]' | tail -3
+grep "RACECHECK SUMMARY" "$OUT/racecheck.log"
 if command -v ncu > /dev/null; then
   run 80 ncu --clock-control none -k regex:'gemm_tc_kernel|attention_prefill' -c 5 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
