@@ -217,11 +217,20 @@ bool occ2() {
   static const bool v = env_int("SMOLRT_GEMM_TC_OCC") == 2;
   return v;
 }
+// SMOLRT_GEMM_TC_V=1: skip the cp.async pipeline kernel (gemm_pipe.cu), always run this one.
+bool legacy() {
+  static const bool v = env_int("SMOLRT_GEMM_TC_V") == 1;
+  return v;
+}
 
 }  // namespace
 
 template <class B, GemmEpilogue E>
 void launch_gemm_tc(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
+  if (!legacy() && launch_gemm_pipe<B, E>(a, o, sm_count(), s)) {
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int gn = (a.n + kBN - 1) / kBN;
   const int ksteps = (a.k + kBK - 1) / kBK;
   // 64-token tiles halve the activation re-reads but only when they still fill every SM.
