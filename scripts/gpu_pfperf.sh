@@ -25,6 +25,8 @@ for v in pipe legacy legacy_occ2; do
 done
 run 70 "$DIR/bench_prefill" --reps 10 --tokens 1,32,128,512 --json "$OUT/bench_prefill.jsonl"
 run 70 env SMOLRT_GEMM_TC_V=1 "$DIR/bench_prefill" --reps 10 --tokens 32,512 --json "$OUT/bench_prefill_legacy.jsonl"
+run 70 env SMOLRT_ATTN_KSPLIT=1 "$DIR/bench_prefill" --reps 10 --tokens 512 --json "$OUT/bench_prefill_ks1.jsonl"
+run 60 env SMOLRT_ATTN_KSPLIT=1 "$DIR/smolrt_cuda_tests" --gtest_filter='*Attn*:*Prefill*' 2>&1 | grep -E "^\[  (FAILED|PASSED)|tests ran|Failure|Expected|which is" | head -30
 run 90 compute-sanitizer --tool memcheck --error-exitcode 9 --log-file "$OUT/memcheck.log" \
   "$DIR/smolrt_cuda_tests" --gtest_filter='Batch/AttnTokens.*/2:Batch/GemmTokens.*/2:Batch/GemmTokens.*/0:AttentionPrefill.*' | tail -3
 grep "ERROR SUMMARY" "$OUT/memcheck.log"
@@ -34,6 +36,8 @@ grep "RACECHECK SUMMARY" "$OUT/racecheck.log"
 run 60 compute-sanitizer --tool synccheck --error-exitcode 9 --log-file "$OUT/synccheck.log" \
   "$DIR/smolrt_cuda_tests" --gtest_filter='Batch/AttnTokens.*/2:Batch/GemmTokens.SiluPair*/2' | tail -3
 grep "ERROR SUMMARY" "$OUT/synccheck.log"
+run 60 "$DIR/smolrt" run -m "$S" --backend cuda -n 16 --temp 0 \
+  -p "Once upon a time there was a little robot who wanted to learn how to paint. Every day"
 if command -v ncu > /dev/null; then
   run 80 ncu --clock-control none -k regex:'gemm_pipe_kernel|attention_prefill' -c 5 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "core/cuda_check.h"
@@ -57,23 +58,38 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(s));
 }
 
-template <int HD, class KV>
-__global__ void __launch_bounds__(kWarps * 32)
+// KS key groups of 4 warps each: group g takes key tiles g, g+KS, ... for the same 64 queries
+// (halves the serial tile chain of the longest query tile at KS=2); the partial (m, l, O) of
+// the groups merge through shared memory at the end.
+template <int HD, class KV, int KS>
+__global__ void __launch_bounds__(kWarps * 32 * KS)
     attention_prefill_tc_kernel(AttentionPrefillArgs a, float qscale) {
   constexpr int P = HD + 8;    // fp16 row pitch: +16 B puts the 8 rows of a fragment in distinct
                                // banks (both for the 32-bit K reads and for ldmatrix on V)
   constexpr int KC = HD / 16;  // 16-wide k chunks of the QK^T product
   constexpr int DT = HD / 8;   // 8-wide output column tiles
-  constexpr int kChunks = HD / 8;  // 16-byte chunks per K/V row
-  __shared__ __align__(128) __half Ks[2][kKT * P];
-  __shared__ __align__(128) __half Vs[2][kKT * P];
+  constexpr int kChunks = HD / 8;                             // 16-byte chunks per K/V row
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // [KS][2 stages][K, V][kKT * P]
+  const int tid_all = threadIdx.x, kg = tid_all / (kWarps * 32);
+  __half* gbase = reinterpret_cast<__half*>(smem_raw) + (size_t)kg * 4 * kKT * P;
+  auto Ks = [&](int st) { return gbase + (2 * st) * kKT * P; };
+  auto Vs = [&](int st) { return gbase + (2 * st + 1) * kKT * P; };
+  auto group_sync = [&] {  // named barrier per key group (ids 1, 2), its 128 threads only;
+                           // immediate ids so the kernel reserves 3 barriers, not all 16
+    if (KS == 1 || kg == 0) {
+      asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
+    } else {
+      asm volatile("bar.sync 2, %0;" ::"n"(kWarps * 32) : "memory");
+    }
+  };
 
   const KV* kc = static_cast<const KV*>(a.k_cache);
   const KV* vc = static_cast<const KV*>(a.v_cache);
   const int kv_dim = a.n_kv_heads * HD;
   const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBQ;  // longest (latest) query tiles first
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int tid = tid_all % (kWarps * 32), warp = tid >> 5, lane = tid & 31, g = lane >> 2,
+            t4 = lane & 3;
   const int n_keys = a.start + min(q0 + kBQ, a.n_tokens);
   const int wq0 = q0 + 16 * warp;                            // this warp's first query row
   const int r0 = wq0 + g, r1 = r0 + 8;                       // this lane's two rows
@@ -102,8 +118,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         int j, d;
         bool ok;
         const size_t off = slice(it, k0, j, d, ok);
-        cp_async16(&Ks[stage][j * P + d], kc + off, ok ? 16 : 0);
-        cp_async16(&Vs[stage][j * P + d], vc + off, ok ? 16 : 0);
+        cp_async16(&Ks(stage)[j * P + d], kc + off, ok ? 16 : 0);
+        cp_async16(&Vs(stage)[j * P + d], vc + off, ok ? 16 : 0);
       }
       cp_async_commit();
     } else {
@@ -126,16 +142,16 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int it = 0; it < kPer; ++it) {
         const int i = tid + kWarps * 32 * it, j = i / kChunks, d = (i % kChunks) * 8;
         const float4 a0 = pre[it][0], a1 = pre[it][1], b0 = pre[it][2], b1 = pre[it][3];
-        *reinterpret_cast<uint4*>(&Ks[stage][j * P + d]) =
+        *reinterpret_cast<uint4*>(&Ks(stage)[j * P + d]) =
             make_uint4(pack_half2(a0.x, a0.y), pack_half2(a0.z, a0.w), pack_half2(a1.x, a1.y),
                        pack_half2(a1.z, a1.w));
-        *reinterpret_cast<uint4*>(&Vs[stage][j * P + d]) =
+        *reinterpret_cast<uint4*>(&Vs(stage)[j * P + d]) =
             make_uint4(pack_half2(b0.x, b0.y), pack_half2(b0.z, b0.w), pack_half2(b1.x, b1.y),
                        pack_half2(b1.z, b1.w));
       }
     }
   };
-  issue(0, 0);
+  issue(0, kg * kKT);
 
   // Query fragments (A operand, row-major 16 x HD), pre-scaled by log2(e)/sqrt(HD).
   uint32_t qf[KC][4];
@@ -166,21 +182,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // l: this lane's partial row sums
 
   int stage = 0;
-  for (int k0 = 0; k0 < n_keys; k0 += kKT, stage ^= 1) {
+  for (int k0 = kg * kKT; k0 < n_keys; k0 += KS * kKT, stage ^= 1) {
     if constexpr (kHalf) {
-      if (k0 + kKT < n_keys) {
-        issue(stage ^ 1, k0 + kKT);
+      if (k0 + KS * kKT < n_keys) {
+        issue(stage ^ 1, k0 + KS * kKT);
         cp_async_wait<1>();  // this tile landed, the next one may still be in flight
       } else {
         cp_async_wait<0>();
       }
     } else {
       put(stage);
-      if (k0 + kKT < n_keys) issue(stage ^ 1, k0 + kKT);  // in flight during this tile's math
+      if (k0 + KS * kKT < n_keys) issue(stage ^ 1, k0 + KS * kKT);  // in flight during the math
     }
-    __syncthreads();
+    group_sync();
     if (warp_live && k0 <= wmax) {  // tiles wholly above the diagonal: nothing to add
-      const __half* ks = Ks[stage];
+      const __half* ks = Ks(stage);
       float s[8][4];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -226,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         pf[nt >> 1][(nt & 1) * 2 + 0] = pack_half2(p0, p1);
         pf[nt >> 1][(nt & 1) * 2 + 1] = pack_half2(p2, p3);
       }
-      const __half* vs = Vs[stage];
+      const __half* vs = Vs(stage);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -239,7 +255,44 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
-    __syncthreads();  // this stage is refilled by the next iteration's issue()
+    group_sync();  // this stage is refilled by the next iteration's issue()
+  }
+  if constexpr (KS > 1) {
+    // Merge: groups 1.. leave (m, l, O) per lane in shared memory (over the dead K/V tiles of
+    // group 0); group 0 rescales both to the common max and adds.
+    constexpr int kW = 4 * DT + 4;  // floats per lane
+    if constexpr (kHalf) cp_async_wait<0>();
+    __syncthreads();
+    float* xs = reinterpret_cast<float*>(smem_raw);
+    for (int gsrc = 1; gsrc < KS; ++gsrc) {
+      if (kg == gsrc) {
+        float* p = xs + (size_t)tid * kW;
+#pragma unroll
+        for (int i = 0; i < DT; ++i)
+          p[4 * i] = o[i][0], p[4 * i + 1] = o[i][1], p[4 * i + 2] = o[i][2],
+                p[4 * i + 3] = o[i][3];
+        p[4 * DT] = m0, p[4 * DT + 1] = m1, p[4 * DT + 2] = l0, p[4 * DT + 3] = l1;
+      }
+      __syncthreads();
+      if (kg == 0) {
+        const float* p = xs + (size_t)tid * kW;
+        const float mb0 = p[4 * DT], mb1 = p[4 * DT + 1];
+        const float mn0 = fmaxf(m0, mb0), mn1 = fmaxf(m1, mb1);
+        const float ref0 = mn0 == -INFINITY ? 0.f : mn0, ref1 = mn1 == -INFINITY ? 0.f : mn1;
+        const float sa0 = exp2f(m0 - ref0), sb0 = exp2f(mb0 - ref0);
+        const float sa1 = exp2f(m1 - ref1), sb1 = exp2f(mb1 - ref1);
+#pragma unroll
+        for (int i = 0; i < DT; ++i) {
+          o[i][0] = o[i][0] * sa0 + p[4 * i] * sb0, o[i][1] = o[i][1] * sa0 + p[4 * i + 1] * sb0;
+          o[i][2] = o[i][2] * sa1 + p[4 * i + 2] * sb1;
+          o[i][3] = o[i][3] * sa1 + p[4 * i + 3] * sb1;
+        }
+        l0 = l0 * sa0 + p[4 * DT + 2] * sb0, l1 = l1 * sa1 + p[4 * DT + 3] * sb1;
+        m0 = mn0, m1 = mn1;
+      }
+      __syncthreads();
+    }
+    if (kg != 0) return;
   }
 #pragma unroll
   for (int off = 1; off < 4; off <<= 1) {
@@ -259,15 +312,47 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// SMOLRT_ATTN_KSPLIT=1 pins one key group (experiments); unset: two once there are 2+ key tiles.
+int env_ksplit() {
+  static const int v = [] {
+    const char* e = std::getenv("SMOLRT_ATTN_KSPLIT");
+    return e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+
+template <int HD, class KV, int KS>
+void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s) {
+  constexpr int bytes = KS * 4 * kKT * (HD + 8) * 2;  // KS x 2 stages x (K, V) fp16 tiles
+  static_assert(bytes <= 227 * 1024 && KS <= 2, "tile set exceeds shared memory");
+  static bool configured = false;
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_tc_kernel<HD, KV, KS>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    configured = true;
+  }
+  const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)((a.n_tokens + kBQ - 1) / kBQ), (unsigned)a.n_heads);
+  cfg.blockDim = dim3(kWarps * 32 * KS);
+  cfg.dynamicSmemBytes = bytes;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = s ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_prefill_tc_kernel<HD, KV, KS>, a, qscale));
+}
+
 template <int HD>
 void launch_tc(const AttentionPrefillArgs& a, cudaStream_t s) {
   static_assert(HD % 16 == 0 && (HD / 8) % 2 == 0, "head_dim must be a multiple of 16");
-  const dim3 grid((unsigned)((a.n_tokens + kBQ - 1) / kBQ), (unsigned)a.n_heads);
-  const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)
+  const bool split = env_ksplit() != 1 && a.start + a.n_tokens > kKT;
   if (a.kv_half) {
-    launch_pdl(attention_prefill_tc_kernel<HD, __half>, grid, dim3(kWarps * 32), s, a, qscale);
+    split ? launch_ks<HD, __half, 2>(a, s) : launch_ks<HD, __half, 1>(a, s);
   } else {
-    launch_pdl(attention_prefill_tc_kernel<HD, float>, grid, dim3(kWarps * 32), s, a, qscale);
+    split ? launch_ks<HD, float, 2>(a, s) : launch_ks<HD, float, 1>(a, s);
   }
   CUDA_CHECK_LAUNCH();
 }
