@@ -16,6 +16,10 @@
 #include "cuda/launch.cuh"
 
 namespace smolrt::cuda {
+namespace detail {
+// attention_prefill_tc.cu: tensor-core path (head_dim 16/32/64); false = not taken.
+bool attention_prefill_tc(const AttentionPrefillArgs& a, cudaStream_t s);
+}  // namespace detail
 namespace {
 
 using detail::pdl_trigger;
@@ -216,6 +220,7 @@ void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t s) {
       (reinterpret_cast<uintptr_t>(a.k_cache) & 15u) ||
       (reinterpret_cast<uintptr_t>(a.v_cache) & 15u))
     fail("attention_prefill: q (ldq=", a.ldq, ") and the caches must be 16-byte aligned");
+  if (attention_prefill_supports(a.head_dim) && detail::attention_prefill_tc(a, s)) return;
   switch (a.head_dim) {
     case 8:
       return launch<8>(a, s);

@@ -1,5 +1,7 @@
 // Causal grouped-query attention over a whole prompt chunk in one launch (flash-attention-style:
 // key/value tiles of 64 staged in shared memory, online softmax, no score matrix in memory).
+// head_dim 16/32/64: tensor cores (attention_prefill_tc.cu; Q, K, V and P rounded to fp16, fp32
+// accumulation, ~1e-3 relative); head_dim 8: fp32 SIMT kernel.
 //
 // Query i of the chunk sits at absolute position start + i and attends to keys [0, start + i];
 // keys [0, start) are already in the cache from earlier chunks or turns, keys

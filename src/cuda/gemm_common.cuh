@@ -133,5 +133,9 @@ template <class B, GemmEpilogue E>
 void launch_gemm_small(const GemmArgs& a, const GemmOut& o, cudaStream_t s);
 template <class B, GemmEpilogue E>
 void launch_gemm_tc(const GemmArgs& a, const GemmOut& o, cudaStream_t s);
+// gemm_pipe.cu (cp.async pipeline); false when the weights are not 4-byte aligned per row (the
+// caller then runs gemm_tc's register-lookahead kernel). sms: multiprocessor count.
+template <class B, GemmEpilogue E>
+bool launch_gemm_pipe(const GemmArgs& a, const GemmOut& o, int sms, cudaStream_t s);
 
 }  // namespace smolrt::cuda::detail

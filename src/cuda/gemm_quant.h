@@ -10,7 +10,10 @@
 //                for all of them (fp32 math). Wins for tiny batches where the GEMM is launch- and
 //                latency-bound.
 //   TensorCore : Q4_0/Q8_0 tiles dequantized to fp16 in shared memory, activations converted to
-//                fp16, WMMA m16n16k16 with fp32 accumulation; 64-row x {32|64}-token tiles.
+//                fp16, WMMA m16n16k16 with fp32 accumulation. Weight rows 4-byte aligned
+//                (k % 64 == 0 for Q4_0): gemm_pipe.cu, raw tiles copied with a 4-stage cp.async
+//                pipeline, 64-row x 32-token tiles, 2 blocks/SM. Otherwise (or with
+//                SMOLRT_GEMM_TC_V=1) gemm_tc.cu: register lookahead, 64-row x {32|64}-token tiles.
 //   Auto       : TensorCore for t > kGemmSmallMaxTokens (chosen from bench/bench_prefill.cu).
 //   Residual (Accumulate) GEMMs with too few tiles split K across blocks and add atomically.
 //

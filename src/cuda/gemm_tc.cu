@@ -6,6 +6,7 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/cuda_check.h"
 #include "cuda/gemm_common.cuh"
@@ -32,8 +33,13 @@ struct TcSmem {  // the output tile reuses the operand tiles' space after the K 
   float rs[BM];
 };
 
-template <class B, GemmEpilogue E, int BM>
-__global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o, int kchunk) {
+// MINB: resident blocks per SM the register budget is capped for. MINB=1 keeps the two-step
+// register lookahead (181 registers at BM=64: one block per SM); MINB=2 drops to one step of
+// lookahead so two blocks fit (the other block hides the latency instead).
+template <class B, GemmEpilogue E, int BM, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB)
+    gemm_tc_kernel(GemmArgs a, GemmOut o, int kchunk) {
+  constexpr bool kLook2 = MINB == 1;
   constexpr int FM = BM / 32;                  // 16x16 fragments per warp along tokens
   constexpr int XV = BM * kBK / 4 / kThreads;  // float4 activation loads per thread per K step
   constexpr int WH = WBlock<B>::kHalves;       // one quant block per thread per K step
@@ -49,10 +55,11 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o
   const int kbeg = blockIdx.z * kchunk, kend = min(a.k, kbeg + kchunk);
   const bool norm = a.norm_w != nullptr;
 
-  uint2 xa[XV], xb[XV];  // two steps ahead: activations already fp16 (halves the registers)
-  float ss[XV];          // RMSNorm: sum of squares of this thread's slice of rows warp + 8j (fused:
-                         // the X tile streams through the block anyway, no extra pass over x)
-  uint16_t wa[WH], wb[WH];
+  uint2 xa[XV],
+      xb[kLook2 ? XV : 1];  // two steps ahead: activations already fp16 (halves the registers)
+  float ss[XV];  // RMSNorm: sum of squares of this thread's slice of rows warp + 8j (fused:
+                 // the X tile streams through the block anyway, no extra pass over x)
+  uint16_t wa[WH], wb[kLook2 ? WH : 1];
   const int wrow = tid >> 2, wblk = tid & 3;  // weight row in the tile, quant block in the step
   const uint16_t* wbase =
       reinterpret_cast<const uint16_t*>(static_cast<const char*>(a.w) + (size_t)(n0 + wrow) * rb);
@@ -122,22 +129,33 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmArgs a, GemmOut o
       }
     }
   };
-  // Two register buffers: the loads for step i+2 are issued at step i, so two global round
-  // trips overlap (the math per step is short; one-step lookahead left the latency exposed).
-  gload(xa, wa, kbeg);
-  if (kbeg + kBK < kend) gload(xb, wb, kbeg + kBK);
-  for (int kb = kbeg; kb < kend; kb += 2 * kBK) {
-    sstore(xa, wa);
-    __syncthreads();
-    if (kb + 2 * kBK < kend) gload(xa, wa, kb + 2 * kBK);
-    mma_step();
-    __syncthreads();
-    if (kb + kBK >= kend) break;
-    sstore(xb, wb);
-    __syncthreads();
-    if (kb + 3 * kBK < kend) gload(xb, wb, kb + 3 * kBK);
-    mma_step();
-    __syncthreads();
+  if constexpr (kLook2) {
+    // Two register buffers: the loads for step i+2 are issued at step i, so two global round
+    // trips overlap (the math per step is short; one-step lookahead left the latency exposed).
+    gload(xa, wa, kbeg);
+    if (kbeg + kBK < kend) gload(xb, wb, kbeg + kBK);
+    for (int kb = kbeg; kb < kend; kb += 2 * kBK) {
+      sstore(xa, wa);
+      __syncthreads();
+      if (kb + 2 * kBK < kend) gload(xa, wa, kb + 2 * kBK);
+      mma_step();
+      __syncthreads();
+      if (kb + kBK >= kend) break;
+      sstore(xb, wb);
+      __syncthreads();
+      if (kb + 3 * kBK < kend) gload(xb, wb, kb + 3 * kBK);
+      mma_step();
+      __syncthreads();
+    }
+  } else {
+    gload(xa, wa, kbeg);
+    for (int kb = kbeg; kb < kend; kb += kBK) {
+      sstore(xa, wa);
+      __syncthreads();
+      if (kb + kBK < kend) gload(xa, wa, kb + kBK);
+      mma_step();
+      __syncthreads();
+    }
   }
   if (norm) {  // rows warp + 8j: reduce over the 32 lanes (a row is 32 float4 of a K step)
 #pragma unroll
@@ -183,14 +201,41 @@ int sm_count() {
   return n;
 }
 
+// SMOLRT_GEMM_TC_BM=32|64 pins the token tile (experiments: the 64-token kernel needs 181
+// registers, i.e. one 256-thread block per SM; the 32-token one 128, i.e. two). Unset: auto.
+int env_int(const char* name) {
+  const char* e = std::getenv(name);
+  return e ? std::atoi(e) : 0;
+}
+int forced_bm() {
+  static const int v = env_int("SMOLRT_GEMM_TC_BM");
+  return v;
+}
+// SMOLRT_GEMM_TC_OCC=2: the 64-token kernel capped at 128 registers, one-step lookahead, two
+// blocks per SM (experiment).
+bool occ2() {
+  static const bool v = env_int("SMOLRT_GEMM_TC_OCC") == 2;
+  return v;
+}
+// SMOLRT_GEMM_TC_V=1: skip the cp.async pipeline kernel (gemm_pipe.cu), always run this one.
+bool legacy() {
+  static const bool v = env_int("SMOLRT_GEMM_TC_V") == 1;
+  return v;
+}
+
 }  // namespace
 
 template <class B, GemmEpilogue E>
 void launch_gemm_tc(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
+  if (!legacy() && launch_gemm_pipe<B, E>(a, o, sm_count(), s)) {
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int gn = (a.n + kBN - 1) / kBN;
   const int ksteps = (a.k + kBK - 1) / kBK;
   // 64-token tiles halve the activation re-reads but only when they still fill every SM.
-  const bool big = (long)gn * ((a.t + 63) / 64) >= sm_count();
+  const bool big =
+      forced_bm() == 64 || (forced_bm() != 32 && (long)gn * ((a.t + 63) / 64) >= sm_count());
   const int gm = big ? (a.t + 63) / 64 : (a.t + 31) / 32;
   // Residual GEMMs with too few tiles to fill the GPU (e.g. down: 9 column tiles at 32 tokens)
   // split K over blocks and add their partial sums atomically into the residual.
@@ -201,10 +246,12 @@ void launch_gemm_tc(const GemmArgs& a, const GemmOut& o, cudaStream_t s) {
   const int kchunk = ((ksteps + splits - 1) / splits) * kBK;
   splits = (a.k + kchunk - 1) / kchunk;
   const dim3 grid(gn, gm, splits);
-  if (big) {
-    launch_pdl(gemm_tc_kernel<B, E, 64>, grid, dim3(kThreads), s, a, o, kchunk);
+  if (big && occ2()) {
+    launch_pdl(gemm_tc_kernel<B, E, 64, 2>, grid, dim3(kThreads), s, a, o, kchunk);
+  } else if (big) {
+    launch_pdl(gemm_tc_kernel<B, E, 64, 1>, grid, dim3(kThreads), s, a, o, kchunk);
   } else {
-    launch_pdl(gemm_tc_kernel<B, E, 32>, grid, dim3(kThreads), s, a, o, kchunk);
+    launch_pdl(gemm_tc_kernel<B, E, 32, 1>, grid, dim3(kThreads), s, a, o, kchunk);
   }
   CUDA_CHECK_LAUNCH();
 }

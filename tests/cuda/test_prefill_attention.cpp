@@ -75,8 +75,12 @@ TEST_P(AttnTokens, MatchesReference) {
         a.out = dout.p, a.ldo = q_dim, a.n_tokens = T, a.start = start;
         a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv, a.head_dim = s.hd;
         attention_prefill(a, nullptr);
-        // fp32 math with exp2f and online rescaling: ~1e-6 relative; 1e-4 bounds it loosely.
-        EXPECT_LT(rel_l2(dout.download(), ref), 1e-4);
+        // SIMT path (head_dim 8): fp32 math with exp2f and online rescaling, ~1e-6 relative;
+        // 1e-4 bounds it loosely. Tensor-core path (head_dim 16/32/64): the query, P and (for an
+        // fp32 cache) K and V are rounded to fp16 (2^-11 relative each, ~5e-4..1e-3 rel L2 in
+        // total); 3e-3 bounds that with room, far below an indexing or masking error (~1).
+        const bool tc = s.hd % 16 == 0;
+        EXPECT_LT(rel_l2(dout.download(), ref), tc ? 3e-3 : 1e-4);
       }
     }
   }
