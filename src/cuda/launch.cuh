@@ -9,34 +9,19 @@
 
 #include <utility>
 
-#include "core/cuda_check.h"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda::detail {
 
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+using ::smolrt::cuda::pdl_trigger;
+using ::smolrt::cuda::pdl_wait;
 
+// Prefill launchers: PDL on any non-default stream (the legacy default stream keeps plain
+// serialization), no dynamic shared memory.
 template <class... KArgs, class... Args>
 void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = s ? 1 : 0;  // the legacy default stream keeps plain serialization
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  launch_kernel_pdl(s != nullptr, kernel, grid, block, 0, s, std::forward<Args>(args)...);
 }
 
 }  // namespace smolrt::cuda::detail
