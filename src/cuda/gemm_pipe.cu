@@ -26,22 +26,10 @@ constexpr int kBM = 32, kBN = 64, kBK = 128, kThreads = 256, kStages = 4;
 constexpr int kLDS = kBK + 8;  // fp16 row pitch (+16 B: rows skew across banks, 32 B aligned)
 constexpr int kLDC = kBN + 4;  // fp32 pitch of the staged output tile
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int src_bytes) {
   const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes)
                : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // Shared-memory layout (bytes), all offsets 16-byte aligned.
