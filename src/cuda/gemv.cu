@@ -33,6 +33,7 @@ struct GemvParams {
   const int* pos;
   float* part_v;  // Plain: per-block argmax partials (nullptr: none), see gemv_argmax
   int* part_i;
+  ArgmaxFinal fin;     // fin.count != nullptr: the last block also does argmax stage 2
   const char* pf_ptr;  // L2 prefetch range (bytes a multiple of 16), split across the blocks
   size_t pf_bytes;
 };
@@ -309,6 +310,53 @@ struct ItemRows {
   }
 };
 
+// Argmax stage 2 inside the lm_head kernel (saves the launch of a separate kernel): each block
+// takes a ticket after publishing its partial; the last one reduces all partials in a fixed order
+// (deterministic) and resets the counter for the next launch. sv/si: the block's shared scratch.
+__device__ __forceinline__ void argmax_last_block(const GemvParams& p, float* sv, int* si) {
+  __shared__ int is_last;
+  if (threadIdx.x == 0) {
+    __threadfence();  // our partial is visible before our ticket
+    is_last = atomicAdd(p.fin.count, 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  float v = 0.f;
+  int i = INT_MAX;
+  for (int k = threadIdx.x; k < (int)gridDim.x; k += kBlock) {
+    const float pv = __ldcg(p.part_v + k);  // L2: written by other blocks
+    const int pi = __ldcg(p.part_i + k);
+    if (amax_beats(pv, pi, v, i)) v = pv, i = pi;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (amax_beats(ov, oi, v, i)) v = ov, i = oi;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    sv[threadIdx.x >> 5] = v;
+    si[threadIdx.x >> 5] = i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < kBlock / 32; ++k) {
+      if (amax_beats(sv[k], si[k], v, i)) v = sv[k], i = si[k];
+    }
+    const int id = i == INT_MAX ? 0 : i;
+    *p.fin.out = id;
+    // The lm_head is the step's last kernel: every earlier kernel has completed, so the position
+    // slot they read may advance.
+    if (p.fin.next_params != nullptr) {
+      p.fin.next_params[0] = id;
+      p.fin.next_params[1] += 1;
+    }
+    if (p.fin.host_out != nullptr) *reinterpret_cast<volatile int*>(p.fin.host_out) = id;
+    *p.fin.count = 0;
+  }
+}
+
 // Warps stride over work items (grid capped for large matrices such as the lm_head, so the x
 // staging is amortized over several items); the next item's weights are loaded while the current
 // one is computed.
@@ -403,6 +451,7 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
         p.part_v[blockIdx.x] = best_v;
         p.part_i[blockIdx.x] = best_i;
       }
+      if (p.fin.count != nullptr) argmax_last_block(p, sv, si);
     }
   }
 }
@@ -489,7 +538,8 @@ void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float
 }
 
 int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-                float* part_v, int* part_i, cudaStream_t s, int max_blocks) {
+                float* part_v, int* part_i, cudaStream_t s, int max_blocks,
+                const ArgmaxFinal* fin) {
   check_mat(w, "W");
   if (x == nullptr || out == nullptr || part_v == nullptr || part_i == nullptr) {
     fail("gemv_argmax: null x, out or argmax partials");
@@ -503,6 +553,10 @@ int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps,
   p.out0 = out;
   p.part_v = part_v;
   p.part_i = part_i;
+  if (fin != nullptr) {
+    if (fin->count == nullptr || fin->out == nullptr) fail("gemv_argmax: null argmax counter/out");
+    p.fin = *fin;
+  }
   dispatch<Epi::Plain>(p, s, max_blocks);
   return grid_blocks(p.n_items, max_blocks);
 }

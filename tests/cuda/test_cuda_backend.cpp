@@ -184,16 +184,19 @@ TEST(CudaBackendStories, DeviceTokenAndFusedArgmaxMatchHostPath) {
   for (bool graph : {true, false}) {
     for (bool dt : {true, false}) {
       for (bool fa : {true, false}) {
-        for (int hb : {0, cuda::kGemvMaxBlocks}) {
+        for (int hb : {0, cuda::kGemvMaxBlocks, 7}) {
           CudaOptions o;
           o.use_graph = graph;
           o.device_token = dt;
           o.fused_argmax = fa;
           o.head_blocks = hb;
+          o.argmax_in_head = hb != 7;  // the separate stage-2 kernel after the fused stage 1
+          if (!fa && hb == 7) continue;
           gpu->set_options(o);
           const std::string what = "graph " + std::to_string(graph) + " device_token " +
                                    std::to_string(dt) + " fused_argmax " + std::to_string(fa) +
-                                   " head_blocks " + std::to_string(hb);
+                                   " head_blocks " + std::to_string(hb) + " in_head " +
+                                   std::to_string(o.argmax_in_head);
           EXPECT_EQ(mixed_session(*gpu), want) << what;
           EXPECT_EQ(greedy(*gpu, kPrompt, 64), kGolden) << what;
         }
@@ -361,10 +364,15 @@ TEST(CudaBackendSynth, DeviceTokenAndFusedArgmaxMatchHostPath) {
   const std::vector<int> want = greedy(*gpu, toks, 48);
   gpu->set_options(CudaOptions{});
   EXPECT_EQ(greedy(*gpu, toks, 48), want);
-  CudaOptions big;
-  big.head_blocks = cuda::kGemvMaxBlocks;
-  gpu->set_options(big);
-  EXPECT_EQ(greedy(*gpu, toks, 48), want);
+  for (int hb : {0, 100}) {
+    for (bool in_head : {true, false}) {
+      CudaOptions o;
+      o.head_blocks = hb;
+      o.argmax_in_head = in_head;
+      gpu->set_options(o);
+      EXPECT_EQ(greedy(*gpu, toks, 48), want) << "head_blocks " << hb << " in_head " << in_head;
+    }
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -363,9 +364,27 @@ int check_fused_argmax(const cuda::DevMat& m, const std::vector<float>& x, const
   EXPECT_GE(parts, 1);
   cuda::argmax_final(pv.p(), pi.p(), parts, out.p(), nullptr);
   const std::vector<float> la = a.get(), lb = b.get();
-  EXPECT_EQ(la, lb) << "rows " << m.rows << " max_blocks " << max_blocks;
+  // Bitwise (NaN logits included): the same kernel body computes both.
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)))
+      << "rows " << m.rows << " max_blocks " << max_blocks;
   const int id = out.get()[0];
   EXPECT_EQ(id, cpu::argmax(la.data(), m.rows)) << "rows " << m.rows << " blocks " << max_blocks;
+  // Stage 2 in the same kernel (last block by ticket), twice: the counter must reset itself.
+  Dev<int> count(std::vector<int>{0}), out2((size_t)1), params(std::vector<int>{3, 9});
+  cuda::ArgmaxFinal fin;
+  fin.count = count.p();
+  fin.out = out2.p();
+  fin.next_params = params.p();
+  for (int rep = 0; rep < 2; ++rep) {
+    out2.poison();
+    b.poison();
+    cuda::gemv_argmax(m, dx.p(), norm_w, 1e-5f, b.p(), pv.p(), pi.p(), nullptr, max_blocks, &fin);
+    EXPECT_EQ(out2.get()[0], id) << "in-kernel stage 2, rep " << rep << " blocks " << max_blocks;
+    EXPECT_EQ(count.get()[0], 0);
+    const std::vector<float> lc = b.get();
+    EXPECT_EQ(0, std::memcmp(la.data(), lc.data(), la.size() * sizeof(float)));
+  }
+  EXPECT_EQ(params.get(), (std::vector<int>{id, 11}));
   return id;
 }
 
@@ -404,6 +423,13 @@ TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
   Dev<int> pi((size_t)cuda::kGemvMaxBlocks), out((size_t)1);
   const int parts = cuda::gemv_argmax(fm, dxn.p(), nullptr, 0, lo.p(), pv.p(), pi.p(), nullptr, 9);
   cuda::argmax_final(pv.p(), pi.p(), parts, out.p(), nullptr);
+  EXPECT_EQ(out.get()[0], 0);
+  Dev<int> count(std::vector<int>{0});
+  cuda::ArgmaxFinal fin;
+  fin.count = count.p();
+  fin.out = out.p();
+  out.poison();
+  cuda::gemv_argmax(fm, dxn.p(), nullptr, 0, lo.p(), pv.p(), pi.p(), nullptr, 9, &fin);
   EXPECT_EQ(out.get()[0], 0);
   EXPECT_THROW(cuda::gemv_argmax(fm, dxn.p(), nullptr, 0, lo.p(), pv.p(), pi.p(), nullptr,
                                  cuda::kGemvMaxBlocks + 1),

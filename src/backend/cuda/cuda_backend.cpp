@@ -49,6 +49,7 @@ struct Scratch {
   float* amax_v;     // [max(kArgmaxBlocks, kGemvMaxBlocks)] argmax partials
   int* amax_i;       // [max(kArgmaxBlocks, kGemvMaxBlocks)]
   int* amax_out;     // [1]
+  int* amax_count;   // [1] ticket counter of the in-head argmax stage 2 (0 between steps)
   int* sample_hist;  // [n_ctx] penalty window for the GPU sampler
   int* sample_out;   // [1] sampled id (-1: candidate set too large, sample on the host)
 };
@@ -72,6 +73,7 @@ void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
   s.amax_v = c.take<float>(parts);
   s.amax_i = c.take<int>(parts);
   s.amax_out = c.take<int>(1);
+  s.amax_count = c.take<int>(1);
   s.sample_hist = c.take<int>(n_ctx);
   s.sample_out = c.take<int>(1);
 }
@@ -106,6 +108,7 @@ class CudaBackend final : public CudaBackendApi {
     // the attention split counters must start at zero.
     CUDA_CHECK(cudaMemset(scratch_.get(), 0xff, scratch_.size()));
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
+    CUDA_CHECK(cudaMemset(s_.amax_count, 0, sizeof(int)));
     prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
@@ -473,6 +476,11 @@ class CudaBackend final : public CudaBackendApi {
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
     const bool fa = copt_.fused_argmax;
+    const bool in_head = fa && copt_.argmax_in_head;
+    // Hand-off to the next step (device_token): token/pos slots and the pinned id. Not in the
+    // profiling graphs, which replay one position.
+    int* np = copt_.device_token && advance_ ? s_.params : nullptr;
+    int* ho = copt_.device_token && advance_ ? id_dev_ : nullptr;
     const float* head_x = s_.x;
     const float* head_norm = w_.output_norm;
     if ((mask & kHead) && !fused) {
@@ -483,24 +491,26 @@ class CudaBackend final : public CudaBackendApi {
     }
     if (!(mask & kHead)) {
     } else if (fa) {
+      cuda::ArgmaxFinal fin;
+      fin.count = s_.amax_count;
+      fin.out = s_.amax_out;
+      fin.next_params = np;
+      fin.host_out = ho;
       cuda::gemv_argmax(w_.output, head_x, head_norm, eps, s_.logits, s_.amax_v, s_.amax_i, st,
-                        copt_.head_blocks);
+                        copt_.head_blocks, in_head ? &fin : nullptr);
     } else {
       cuda::gemv(w_.output, head_x, head_norm, eps, s_.logits, false, st);
     }
     if (debug) record("logits", s_.logits, cfg_.vocab_size);
-    if (mask & kArgmax) {
-      // Hand-off to the next step (device_token): token/pos slots and the pinned id. Not in the
-      // profiling graphs, which replay one position.
-      int* np = copt_.device_token && advance_ ? s_.params : nullptr;
-      int* ho = copt_.device_token && advance_ ? id_dev_ : nullptr;
-      if (fa) {
-        cuda::argmax_final(s_.amax_v, s_.amax_i,
-                           cuda::gemv_argmax_parts(w_.output.rows, copt_.head_blocks), s_.amax_out,
-                           st, np, ho);
-      } else {
-        cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st, np, ho);
-      }
+    if (!(mask & kArgmax) || (in_head && (mask & kHead))) {
+      // done in the lm_head kernel (profiling an argmax-only graph with in_head times the
+      // separate stage-2 kernel instead)
+    } else if (fa) {
+      cuda::argmax_final(s_.amax_v, s_.amax_i,
+                         cuda::gemv_argmax_parts(w_.output.rows, copt_.head_blocks), s_.amax_out,
+                         st, np, ho);
+    } else {
+      cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st, np, ho);
     }
   }
 
@@ -613,6 +623,7 @@ CudaOptions cuda_options_from_env() {
   o.l2_prefetch = env_flag("SMOLRT_CUDA_L2_PREFETCH", false);
   o.device_token = env_flag("SMOLRT_CUDA_DEVICE_TOKEN", true);
   o.fused_argmax = env_flag("SMOLRT_CUDA_FUSED_ARGMAX", true);
+  o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", true);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_BLOCKS"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
