@@ -623,7 +623,7 @@ CudaOptions cuda_options_from_env() {
   o.l2_prefetch = env_flag("SMOLRT_CUDA_L2_PREFETCH", false);
   o.device_token = env_flag("SMOLRT_CUDA_DEVICE_TOKEN", true);
   o.fused_argmax = env_flag("SMOLRT_CUDA_FUSED_ARGMAX", true);
-  o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", true);
+  o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", false);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_BLOCKS"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);

@@ -39,11 +39,13 @@ struct CudaOptions {
   // (argmax stage 1 fused in), one small kernel reduces them.
   bool fused_argmax = true;
   // SMOLRT_CUDA_HEAD_BLOCKS: grid cap of the lm_head matvec (0 = the matvec default, 528), at most
-  // 1056; 1056 measured 2411 vs 2394 tok/s on H200 (more bytes in flight).
+  // 1056; 1056 measured 2411 vs 2394 tok/s on H200 (more bytes in flight), ~2 us/token.
   int head_blocks = 1056;
-  // SMOLRT_CUDA_ARGMAX_IN_HEAD=0: off. On (with fused_argmax): the lm_head kernel's last block
-  // also does argmax stage 2 (ticket counter), one kernel fewer per step.
-  bool argmax_in_head = true;
+  // SMOLRT_CUDA_ARGMAX_IN_HEAD=1: on (with fused_argmax), the lm_head kernel's last block also
+  // does argmax stage 2 (ticket counter), one kernel fewer per step. Off by default: measured
+  // slower on H200 (419.1 vs 418.0 us/token; the fence + atomic of 1056 blocks costs more than
+  // the launch it saves under PDL).
+  bool argmax_in_head = false;
 };
 CudaOptions cuda_options_from_env();
 
