@@ -65,6 +65,10 @@ if [ -f "$SYNTH" ]; then
   # Prefill (batched on CUDA) + decode per prompt length, JSON lines appended to bench.jsonl.
   step bench 150 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$SYNTH\" --backend cuda \
     --prompt-lengths 32,128,512 --gen-length 128 --iterations 5 --json | tee -a \"$OUT/bench.jsonl\""
+  # The same decode without the device-token hand-off and the fused lm_head argmax (the old path).
+  step bench_old 60 bash -c "set -o pipefail; SMOLRT_CUDA_DEVICE_TOKEN=0 SMOLRT_CUDA_FUSED_ARGMAX=0 SMOLRT_CUDA_HEAD_BLOCKS=0 \
+    \"$DIR/smolrt\" bench -m \"$SYNTH\" --backend cuda --prompt-lengths 32 --gen-length 128 \
+    --iterations 5 --json | tee \"$OUT/bench_old.jsonl\""
   # A short generation through `smolrt run` (batched prefill, then decode).
   step run 60 "$DIR/smolrt" run -m "$SYNTH" --backend cuda -n 24 --temp 0 \
     -p "Once upon a time there was a little robot who wanted to learn how to paint. Every day"

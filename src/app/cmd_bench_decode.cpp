@@ -54,8 +54,21 @@ int run(const Opts& o) {
     CudaOptions opt;
   };
   const Cfg cfgs[] = {
-      {"graph+pdl+fused (default)",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .l2_prefetch = false}},
+      {"graph+pdl+fused (default)", CudaOptions{}},
+      {"graph+pdl+fused host-copy",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .device_token = false}},
+      {"graph+pdl+fused argmax-in-head",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .argmax_in_head = true}},
+      {"graph+pdl+fused argmax-sep",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .fused_argmax = false}},
+      {"graph+pdl+fused head528",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .head_blocks = 0}},
+      {"graph+pdl+fused old-host", CudaOptions{.use_graph = true,
+                                               .fused_norm = true,
+                                               .pdl = true,
+                                               .device_token = false,
+                                               .fused_argmax = false,
+                                               .head_blocks = 0}},
       {"graph+pdl+fused+l2pf",
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .l2_prefetch = true}},
       {"graph+fused",
@@ -67,7 +80,7 @@ int run(const Opts& o) {
   };
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
-  std::printf("%-24s %10s %10s %10s %12s %9s %8s\n", "config", "tok/s", "min", "max", "us/token",
+  std::printf("%-27s %10s %10s %10s %12s %9s %8s\n", "config", "tok/s", "min", "max", "us/token",
               "GB/s", "kernels");
   for (const Cfg& c : cfgs) {
     b->set_options(c.opt);
@@ -86,7 +99,7 @@ int run(const Opts& o) {
     const double us = 1e6 / s.median;
     const double gbs = wbytes / (us * 1e-6) / 1e9;
     const int kernels = b->stats().kernels_per_step;
-    std::printf("%-24s %10.1f %10.1f %10.1f %12.2f %9.0f %8d\n", c.name, s.median, s.min, s.max, us,
+    std::printf("%-27s %10.1f %10.1f %10.1f %12.2f %9.0f %8d\n", c.name, s.median, s.min, s.max, us,
                 gbs, kernels);
     if (js) {
       nlohmann::json j = {{"bench", "decode"},

@@ -28,9 +28,10 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float sacc[kThreads];
   __shared__ int last;
 
-  // The position comes from the host copy that precedes the whole step, and cached K/V rows
-  // before it were written by earlier steps: both may be read before the PDL wait. Only q and
-  // the current position's K/V row come from the previous kernel.
+  // The position comes from the host copy that precedes the whole step or from the previous
+  // step's last kernel (argmax hand-off), complete before this step's first kernel passes its
+  // wait; cached K/V rows before it were written by earlier steps: both may be read before the
+  // PDL wait. Only q and the current position's K/V row come from the previous kernel.
   const int n_pos = *pos_ptr + 1;
   const int cur = n_pos - 1;
   const int h = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, lane = tid & 31;

@@ -4,6 +4,7 @@
 // lives in registers for the whole dot product.
 #include "cuda/gemv.h"
 
+#include <climits>
 #include <cstddef>
 
 #include "core/cuda_check.h"
@@ -30,6 +31,9 @@ struct GemvParams {
   int head_dim, rope_dim, kv_dim, rope;
   float rope_base;
   const int* pos;
+  float* part_v;  // Plain: per-block argmax partials (nullptr: none), see gemv_argmax
+  int* part_i;
+  ArgmaxFinal fin;     // fin.count != nullptr: the last block also does argmax stage 2
   const char* pf_ptr;  // L2 prefetch range (bytes a multiple of 16), split across the blocks
   size_t pf_bytes;
 };
@@ -38,6 +42,13 @@ struct GemvParams {
 // blocks than SMs, which is fine: at decode sizes they are latency-bound, not bandwidth-bound.
 constexpr int kBlock = 128;
 constexpr int kMaxBlocks = 132 * 4;
+
+// Argmax candidate order (argmax.h): does (av, ai) beat (bv, bi)? Candidates never hold NaN.
+__device__ __forceinline__ bool amax_beats(float av, int ai, float bv, int bi) {
+  if (ai == INT_MAX) return false;
+  if (bi == INT_MAX) return true;
+  return av > bv || (av == bv && ai < bi);
+}
 
 constexpr bool is_quant(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
@@ -299,6 +310,53 @@ struct ItemRows {
   }
 };
 
+// Argmax stage 2 inside the lm_head kernel (saves the launch of a separate kernel): each block
+// takes a ticket after publishing its partial; the last one reduces all partials in a fixed order
+// (deterministic) and resets the counter for the next launch. sv/si: the block's shared scratch.
+__device__ __forceinline__ void argmax_last_block(const GemvParams& p, float* sv, int* si) {
+  __shared__ int is_last;
+  if (threadIdx.x == 0) {
+    __threadfence();  // our partial is visible before our ticket
+    is_last = atomicAdd(p.fin.count, 1) == (int)gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  float v = 0.f;
+  int i = INT_MAX;
+  for (int k = threadIdx.x; k < (int)gridDim.x; k += kBlock) {
+    const float pv = __ldcg(p.part_v + k);  // L2: written by other blocks
+    const int pi = __ldcg(p.part_i + k);
+    if (amax_beats(pv, pi, v, i)) v = pv, i = pi;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (amax_beats(ov, oi, v, i)) v = ov, i = oi;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    sv[threadIdx.x >> 5] = v;
+    si[threadIdx.x >> 5] = i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < kBlock / 32; ++k) {
+      if (amax_beats(sv[k], si[k], v, i)) v = sv[k], i = si[k];
+    }
+    const int id = i == INT_MAX ? 0 : i;
+    *p.fin.out = id;
+    // The lm_head is the step's last kernel: every earlier kernel has completed, so the position
+    // slot they read may advance.
+    if (p.fin.next_params != nullptr) {
+      p.fin.next_params[0] = id;
+      p.fin.next_params[1] += 1;
+    }
+    if (p.fin.host_out != nullptr) *reinterpret_cast<volatile int*>(p.fin.host_out) = id;
+    *p.fin.count = 0;
+  }
+}
+
 // Warps stride over work items (grid capped for large matrices such as the lm_head, so the x
 // staging is amortized over several items); the next item's weights are loaded while the current
 // one is computed.
@@ -332,6 +390,8 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   float xr[NX];
   stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane);
 
+  float best_v = 0.f;  // Plain + argmax: lane 0's best row so far
+  int best_i = INT_MAX;
   for (; item < p.n_items; item += stride) {
     const ItemRows<E> ir(p, item);
     WRegs<T, NX> wn;
@@ -350,6 +410,10 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
     if constexpr (E == Epi::Plain) {
       p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
       if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
+      if (p.part_v != nullptr) {
+        if (!isnan(va) && amax_beats(va, ra, best_v, best_i)) best_v = va, best_i = ra;
+        if (rb != ra && !isnan(vb) && amax_beats(vb, rb, best_v, best_i)) best_v = vb, best_i = rb;
+      }
     } else if constexpr (E == Epi::GateUp) {
       p.out0[item] = va / (1.f + expf(-va)) * vb;
     } else {
@@ -370,14 +434,40 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
       dst[ra + 1] = vb;
     }
   }
+  if constexpr (E == Epi::Plain) {
+    // Fused argmax stage 1: one partial per block (saves a kernel and a re-read of the logits).
+    if (p.part_v != nullptr) {
+      __shared__ float sv[kBlock / 32];
+      __shared__ int si[kBlock / 32];
+      if (lane == 0) {
+        sv[threadIdx.x >> 5] = best_v;
+        si[threadIdx.x >> 5] = best_i;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int k = 1; k < kBlock / 32; ++k) {
+          if (amax_beats(sv[k], si[k], best_v, best_i)) best_v = sv[k], best_i = si[k];
+        }
+        p.part_v[blockIdx.x] = best_v;
+        p.part_i[blockIdx.x] = best_i;
+      }
+      if (p.fin.count != nullptr) argmax_last_block(p, sv, si);
+    }
+  }
+}
+
+// Grid size: one block per 4 work items, at most max_blocks (default: 4 blocks per SM of a
+// 132-SM Hopper, all resident at once); beyond that warps loop.
+int grid_blocks(int n_items, int max_blocks) {
+  const int wpb = kBlock / 32;
+  const int cap = max_blocks > 0 ? max_blocks : kMaxBlocks;
+  const int blocks = (n_items + wpb - 1) / wpb;
+  return blocks < cap ? blocks : cap;
 }
 
 template <GgmlType T, Epi E>
-void launch_t(const GemvParams& p, int cols, cudaStream_t s) {
-  // At most 4 blocks per SM of a 132-SM Hopper (all resident at once); beyond that warps loop.
-  const int wpb = kBlock / 32;
-  int blocks = (p.n_items + wpb - 1) / wpb;
-  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+void launch_t(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
+  const int blocks = grid_blocks(p.n_items, max_blocks);
   const dim3 grid(blocks), block(kBlock);
   if (cols <= 1024) {
     launch_kernel(gemv_kernel<T, 32, E>, grid, block, xs_bytes<T>(cols), s, p);
@@ -388,17 +478,17 @@ void launch_t(const GemvParams& p, int cols, cudaStream_t s) {
 
 // The one dispatch place from runtime weight type to kernel template.
 template <Epi E>
-void dispatch(const GemvParams& p, cudaStream_t s) {
+void dispatch(const GemvParams& p, cudaStream_t s, int max_blocks = 0) {
   const int cols = p.m0.cols;
   switch (p.m0.type) {
     case GgmlType::F32:
-      return launch_t<GgmlType::F32, E>(p, cols, s);
+      return launch_t<GgmlType::F32, E>(p, cols, s, max_blocks);
     case GgmlType::F16:
-      return launch_t<GgmlType::F16, E>(p, cols, s);
+      return launch_t<GgmlType::F16, E>(p, cols, s, max_blocks);
     case GgmlType::Q4_0:
-      return launch_t<GgmlType::Q4_0, E>(p, cols, s);
+      return launch_t<GgmlType::Q4_0, E>(p, cols, s, max_blocks);
     case GgmlType::Q8_0:
-      return launch_t<GgmlType::Q8_0, E>(p, cols, s);
+      return launch_t<GgmlType::Q8_0, E>(p, cols, s, max_blocks);
     default:
       fail("gemv: no CUDA matrix-vector kernel for type ", type_name(p.m0.type),
            "; supported: f32, f16, q4_0, q8_0");
@@ -445,6 +535,34 @@ void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float
   p.out0 = out;
   p.accumulate = accumulate ? 1 : 0;
   dispatch<Epi::Plain>(p, s);
+}
+
+int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
+                float* part_v, int* part_i, cudaStream_t s, int max_blocks,
+                const ArgmaxFinal* fin) {
+  check_mat(w, "W");
+  if (x == nullptr || out == nullptr || part_v == nullptr || part_i == nullptr) {
+    fail("gemv_argmax: null x, out or argmax partials");
+  }
+  if (max_blocks < 0 || max_blocks > kGemvMaxBlocks) {
+    fail("gemv_argmax: max_blocks ", max_blocks, " outside 0..", kGemvMaxBlocks);
+  }
+  GemvParams p = base_params(x, norm_w, eps, {});
+  p.m0 = w;
+  p.n_items = (w.rows + 1) / 2;
+  p.out0 = out;
+  p.part_v = part_v;
+  p.part_i = part_i;
+  if (fin != nullptr) {
+    if (fin->count == nullptr || fin->out == nullptr) fail("gemv_argmax: null argmax counter/out");
+    p.fin = *fin;
+  }
+  dispatch<Epi::Plain>(p, s, max_blocks);
+  return grid_blocks(p.n_items, max_blocks);
+}
+
+int gemv_argmax_parts(int rows, int max_blocks) {
+  return grid_blocks((rows + 1) / 2, max_blocks);
 }
 
 void gemv_qkv(const QkvArgs& a, cudaStream_t s) {

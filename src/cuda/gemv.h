@@ -23,6 +23,27 @@ constexpr int kGemvMaxCols = 2048;
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
           bool accumulate, cudaStream_t s, L2Prefetch pf = {});
 
+// lm_head with argmax stage 1 fused in: out = W·n(x) as gemv(accumulate=false), and block b also
+// writes the best (value, row) among the rows it computed to part_v[b], part_i[b] (NaN never wins,
+// ties -> lowest row, index INT_MAX = no candidate; the rules of argmax.h). Returns the number of
+// partials written, for argmax_final. max_blocks: grid cap, 0 = the default (4 blocks per SM of a
+// 132-SM Hopper), at most kGemvMaxBlocks; part_v/part_i hold at least kGemvMaxBlocks entries.
+//
+// fin (optional): argmax stage 2 in the same kernel, done by the last block to finish (a ticket
+// counter); outputs as argmax_final (argmax.h).
+struct ArgmaxFinal {
+  int* count = nullptr;        // device int, 0 before the launch; the kernel leaves it 0
+  int* out = nullptr;          // device int: the id
+  int* next_params = nullptr;  // optional [2] {token, pos} slots: id, pos + 1 (argmax.h)
+  int* host_out = nullptr;     // optional pinned (UVA-mapped) host int: the id
+};
+constexpr int kGemvMaxBlocks = 132 * 8;
+int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
+                float* part_v, int* part_i, cudaStream_t s, int max_blocks = 0,
+                const ArgmaxFinal* fin = nullptr);
+// The partial count gemv_argmax returns for a matrix of `rows` rows (no launch).
+int gemv_argmax_parts(int rows, int max_blocks = 0);
+
 // Q, K and V projections of one token in one launch (Wq, Wk, Wv must share one type; otherwise
 // the launcher issues one launch per matrix). With rope=true the epilogue also rotates Q and K
 // (GGUF "normal" RoPE: adjacent pairs (2i, 2i+1) of each head by pos*base^(-2i/rope_dim)) and

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "cuda/gemv.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -129,6 +130,78 @@ TEST(CudaBackendStories, GraphReplayEqualsPlainLaunches) {
                         CudaOptions{.use_graph = false, .fused_norm = true, .pdl = true}}) {
     gpu->set_options(o);
     EXPECT_EQ(greedy(*gpu, kPrompt, 64), kGolden) << "graph " << o.use_graph;
+  }
+}
+
+// The device-token hand-off (no H2D copy for greedy continuations) and the fused lm_head argmax
+// give the tokens of the host-copy path, also across forward_token / rollback / reset / prefill
+// that leave the device slots stale.
+std::vector<int> mixed_session(Backend& b) {
+  std::vector<int> out;
+  b.reset();
+  int t = b.forward_token_greedy(kPrompt[0], 0);
+  for (int i = 1; i < 12; ++i) out.push_back(t = b.forward_token_greedy(t, i));
+  // A different token at the next position: must be copied, not taken from the device slot.
+  out.push_back(t = b.forward_token_greedy((t + 1) % 512, 12));
+  out.push_back(t = b.forward_token_greedy(t, 13));
+  // Logits step (argmax id unknown to the host), then greedy continuing from the host's pick.
+  std::span<const float> l = b.forward_token(t, 14);
+  int best = 0;
+  for (int i = 1; i < (int)l.size(); ++i) best = l[i] > l[best] ? i : best;
+  out.push_back(t = b.forward_token_greedy(best, 15));
+  out.push_back(t = b.forward_token_greedy(t, 16));
+  // Rollback: the same token at an earlier position, then the returned token at the slot's
+  // position after a rollback that rewinds past it.
+  b.rollback(10);
+  out.push_back(t = b.forward_token_greedy(t, 10));
+  const int keep = t;
+  out.push_back(b.forward_token_greedy(t, 11));
+  b.rollback(11);
+  out.push_back(t = b.forward_token_greedy(keep, 11));
+  for (int i = 12; i < 20; ++i) out.push_back(t = b.forward_token_greedy(t, i));
+  // Prompt (batched prefill or per-token steps), then greedy continuation.
+  b.reset();
+  std::span<const float> pl = b.forward_prompt(kPrompt);
+  best = 0;
+  for (int i = 1; i < (int)pl.size(); ++i) best = pl[i] > pl[best] ? i : best;
+  int pos = (int)kPrompt.size();
+  out.push_back(t = best);
+  for (int i = 0; i < 10; ++i) out.push_back(t = b.forward_token_greedy(t, pos++));
+  return out;
+}
+
+TEST(CudaBackendStories, DeviceTokenAndFusedArgmaxMatchHostPath) {
+  REQUIRE_GPU();
+  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+  Model m = load_model(path.string());
+  CudaOptions host;
+  host.device_token = false;
+  host.fused_argmax = false;
+  auto ref = make_cuda_backend_ex(m, BackendOptions{}, host);
+  const std::vector<int> want = mixed_session(*ref);
+  EXPECT_EQ(greedy(*ref, kPrompt, 64), kGolden);
+  auto gpu = make_cuda_backend_ex(m, BackendOptions{}, CudaOptions{});
+  for (bool graph : {true, false}) {
+    for (bool dt : {true, false}) {
+      for (bool fa : {true, false}) {
+        for (int hb : {0, cuda::kGemvMaxBlocks, 7}) {
+          CudaOptions o;
+          o.use_graph = graph;
+          o.device_token = dt;
+          o.fused_argmax = fa;
+          o.head_blocks = hb;
+          o.argmax_in_head = hb != 7;  // the separate stage-2 kernel after the fused stage 1
+          if (!fa && hb == 7) continue;
+          gpu->set_options(o);
+          const std::string what = "graph " + std::to_string(graph) + " device_token " +
+                                   std::to_string(dt) + " fused_argmax " + std::to_string(fa) +
+                                   " head_blocks " + std::to_string(hb) + " in_head " +
+                                   std::to_string(o.argmax_in_head);
+          EXPECT_EQ(mixed_session(*gpu), want) << what;
+          EXPECT_EQ(greedy(*gpu, kPrompt, 64), kGolden) << what;
+        }
+      }
+    }
   }
 }
 
@@ -270,6 +343,36 @@ TEST(CudaBackendSynth, LogitsMatchCpuAtSeveralPositions) {
   // Greedy continuations agree for a while (random weights: near-ties may flip later).
   std::vector<int> g = greedy(*gpu, toks, 8), c = greedy(*cpu, toks, 8);
   EXPECT_EQ(g, c);
+}
+
+TEST(CudaBackendSynth, DeviceTokenAndFusedArgmaxMatchHostPath) {
+  REQUIRE_GPU();
+  const char* p = std::getenv("SMOLRT_SYNTH_MODEL");
+  if (p == nullptr || !std::filesystem::exists(p)) {
+    GTEST_SKIP() << "skipped: SMOLRT_SYNTH_MODEL not set or missing";
+  }
+  Model m = load_model(p);
+  BackendOptions bo;
+  bo.n_ctx = 256;
+  CudaOptions host;
+  host.device_token = false;
+  host.fused_argmax = false;
+  auto gpu = make_cuda_backend_ex(m, bo, host);
+  std::vector<int> toks;
+  for (int i = 0; i < 16; ++i) toks.push_back((i * 7919 + 13) % m.config.vocab_size);
+  // Same kernels and reductions on both paths: the tokens must be identical, not just close.
+  const std::vector<int> want = greedy(*gpu, toks, 48);
+  gpu->set_options(CudaOptions{});
+  EXPECT_EQ(greedy(*gpu, toks, 48), want);
+  for (int hb : {0, 100}) {
+    for (bool in_head : {true, false}) {
+      CudaOptions o;
+      o.head_blocks = hb;
+      o.argmax_in_head = in_head;
+      gpu->set_options(o);
+      EXPECT_EQ(greedy(*gpu, toks, 48), want) << "head_blocks " << hb << " in_head " << in_head;
+    }
+  }
 }
 
 }  // namespace

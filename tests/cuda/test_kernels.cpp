@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -345,6 +346,123 @@ TEST(KernelArgmax, Cases) {
   for (int n : {1, 31, 257, 67585}) {
     std::vector<float> v = test::randn(n, n);
     EXPECT_EQ(gpu_argmax(v), cpu::argmax(v.data(), n)) << "n " << n;
+  }
+}
+
+// --- lm_head with argmax stage 1 fused in -----------------------------------------------------
+
+// gemv_argmax + argmax_final vs gemv + the CPU argmax: bit-identical logits (same kernel body),
+// the same id. Returns the id.
+int check_fused_argmax(const cuda::DevMat& m, const std::vector<float>& x, const float* norm_w,
+                       int max_blocks) {
+  Dev<float> dx(x), a((size_t)m.rows), b((size_t)m.rows), pv((size_t)cuda::kGemvMaxBlocks);
+  Dev<int> pi((size_t)cuda::kGemvMaxBlocks), out((size_t)1);
+  cuda::gemv(m, dx.p(), norm_w, 1e-5f, a.p(), false, nullptr);
+  const int parts =
+      cuda::gemv_argmax(m, dx.p(), norm_w, 1e-5f, b.p(), pv.p(), pi.p(), nullptr, max_blocks);
+  EXPECT_EQ(parts, cuda::gemv_argmax_parts(m.rows, max_blocks));
+  EXPECT_GE(parts, 1);
+  cuda::argmax_final(pv.p(), pi.p(), parts, out.p(), nullptr);
+  const std::vector<float> la = a.get(), lb = b.get();
+  // Bitwise (NaN logits included): the same kernel body computes both.
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)))
+      << "rows " << m.rows << " max_blocks " << max_blocks;
+  const int id = out.get()[0];
+  EXPECT_EQ(id, cpu::argmax(la.data(), m.rows)) << "rows " << m.rows << " blocks " << max_blocks;
+  // Stage 2 in the same kernel (last block by ticket), twice: the counter must reset itself.
+  Dev<int> count(std::vector<int>{0}), out2((size_t)1), params(std::vector<int>{3, 9});
+  cuda::ArgmaxFinal fin;
+  fin.count = count.p();
+  fin.out = out2.p();
+  fin.next_params = params.p();
+  for (int rep = 0; rep < 2; ++rep) {
+    out2.poison();
+    b.poison();
+    cuda::gemv_argmax(m, dx.p(), norm_w, 1e-5f, b.p(), pv.p(), pi.p(), nullptr, max_blocks, &fin);
+    EXPECT_EQ(out2.get()[0], id) << "in-kernel stage 2, rep " << rep << " blocks " << max_blocks;
+    EXPECT_EQ(count.get()[0], 0);
+    const std::vector<float> lc = b.get();
+    EXPECT_EQ(0, std::memcmp(la.data(), lc.data(), la.size() * sizeof(float)));
+  }
+  EXPECT_EQ(params.get(), (std::vector<int>{id, 11}));
+  return id;
+}
+
+TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
+  REQUIRE_GPU();
+  const std::vector<float> x = test::randn(576, 91);
+  Dev<float> norm(test::randn(576, 92));
+  RandMat head(GgmlType::Q8_0, 49152, 576, 90);  // the SmolLM2-135M lm_head shape
+  for (int mb : {0, cuda::kGemvMaxBlocks, 7, 1}) check_fused_argmax(head.mat, x, nullptr, mb);
+  check_fused_argmax(head.mat, x, norm.p(), 0);
+  RandMat odd(GgmlType::Q4_0, 1001, 576, 93);  // odd rows: the last item recomputes one row
+  check_fused_argmax(odd.mat, x, nullptr, 0);
+  check_fused_argmax(odd.mat, x, nullptr, 3);
+
+  // F32 matrices built to hit the rules: ties -> lowest row across blocks; NaN never wins.
+  const int rows = 300, cols = 64;
+  const std::vector<float> xs = test::randn(cols, 94);
+  std::vector<float> w = test::randn((size_t)rows * cols, 95);
+  for (int c = 0; c < cols; ++c) {
+    w[(size_t)250 * cols + c] = 10.f * xs[c];  // tie between rows 250 and 280: 250 wins
+    w[(size_t)280 * cols + c] = 10.f * xs[c];
+    w[(size_t)5 * cols + c] = 20.f * xs[c];  // larger, but NaN below
+  }
+  w[(size_t)5 * cols + 3] = NAN;
+  Dev<float> dw(w);
+  const cuda::DevMat fm{GgmlType::F32, rows, cols, dw.p(), nullptr};
+  for (int mb : {0, 2, 9}) EXPECT_EQ(check_fused_argmax(fm, xs, nullptr, mb), 250);
+  std::vector<float> same((size_t)rows * cols);
+  for (size_t i = 0; i < same.size(); ++i) same[i] = xs[i % cols];  // all rows equal
+  Dev<float> ds(same);
+  const cuda::DevMat sm{GgmlType::F32, rows, cols, ds.p(), nullptr};
+  EXPECT_EQ(check_fused_argmax(sm, xs, nullptr, 9), 0);
+  std::vector<float> xnan = xs;
+  xnan[0] = NAN;  // every logit NaN -> 0
+  Dev<float> dxn(xnan), lo((size_t)rows), pv((size_t)cuda::kGemvMaxBlocks);
+  Dev<int> pi((size_t)cuda::kGemvMaxBlocks), out((size_t)1);
+  const int parts = cuda::gemv_argmax(fm, dxn.p(), nullptr, 0, lo.p(), pv.p(), pi.p(), nullptr, 9);
+  cuda::argmax_final(pv.p(), pi.p(), parts, out.p(), nullptr);
+  EXPECT_EQ(out.get()[0], 0);
+  Dev<int> count(std::vector<int>{0});
+  cuda::ArgmaxFinal fin;
+  fin.count = count.p();
+  fin.out = out.p();
+  out.poison();
+  cuda::gemv_argmax(fm, dxn.p(), nullptr, 0, lo.p(), pv.p(), pi.p(), nullptr, 9, &fin);
+  EXPECT_EQ(out.get()[0], 0);
+  EXPECT_THROW(cuda::gemv_argmax(fm, dxn.p(), nullptr, 0, lo.p(), pv.p(), pi.p(), nullptr,
+                                 cuda::kGemvMaxBlocks + 1),
+               Error);
+  EXPECT_THROW(cuda::argmax_final(pv.p(), pi.p(), 0, out.p(), nullptr), Error);
+}
+
+// The decode hand-off: stage 2 writes the id into the token slot, advances the position slot and
+// stores the id in pinned host memory (UVA-mapped), for both argmax entry points.
+TEST(KernelArgmax, HandOffToNextStep) {
+  REQUIRE_GPU();
+  std::vector<float> v = test::randn(49152, 96);
+  v[31337] = 99.f;
+  Dev<float> dv(v), pv((size_t)cuda::kGemvMaxBlocks);
+  Dev<int> pi((size_t)cuda::kGemvMaxBlocks), out((size_t)1);
+  cuda::PinnedBuffer host(sizeof(int), "test");
+  int* hid = static_cast<int*>(host.get());
+  int* hid_dev = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&hid_dev), hid, 0));
+  for (int round = 0; round < 2; ++round) {
+    Dev<int> params(std::vector<int>{7, 41});
+    *hid = -5;
+    if (round == 0) {
+      cuda::argmax(dv.p(), (int)v.size(), pv.p(), pi.p(), out.p(), nullptr, params.p(), hid_dev);
+    } else {
+      // The first round's stage-1 partials are still in pv/pi: 192 blocks of 256 threads cover
+      // 49152 values.
+      cuda::argmax_final(pv.p(), pi.p(), 192, out.p(), nullptr, params.p(), hid_dev);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(params.get(), (std::vector<int>{31337, 42})) << "round " << round;
+    EXPECT_EQ(*reinterpret_cast<volatile int*>(hid), 31337) << "round " << round;
+    EXPECT_EQ(out.get()[0], 31337);
   }
 }
 

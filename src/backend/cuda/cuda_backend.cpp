@@ -32,7 +32,9 @@ bool env_flag(const char* name, bool def) {
 
 // Device scratch of one session, carved from one allocation (sizes from the config and n_ctx).
 struct Scratch {
-  int* params;       // [2] token, pos (written by an H2D copy before each step)
+  // [2] token, pos: written by an H2D copy before a step, or (device_token) by the previous
+  // step's argmax stage 2 (id, pos + 1)
+  int* params;
   float* x;          // [dim] residual stream
   float* xb;         // [dim] normalized x (unfused / debug path)
   float* q;          // [q_dim]
@@ -44,9 +46,10 @@ struct Scratch {
   float* kv;         // [n_layers][2][n_ctx][kv_dim] fp32
   float* attn_part;  // [n_heads][max_splits][head_dim+2]
   int* attn_count;   // [n_heads]
-  float* amax_v;     // [kArgmaxBlocks]
-  int* amax_i;       // [kArgmaxBlocks]
+  float* amax_v;     // [max(kArgmaxBlocks, kGemvMaxBlocks)] argmax partials
+  int* amax_i;       // [max(kArgmaxBlocks, kGemvMaxBlocks)]
   int* amax_out;     // [1]
+  int* amax_count;   // [1] ticket counter of the in-head argmax stage 2 (0 between steps)
   int* sample_hist;  // [n_ctx] penalty window for the GPU sampler
   int* sample_out;   // [1] sampled id (-1: candidate set too large, sample on the host)
 };
@@ -64,9 +67,13 @@ void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
   s.kv = c.take<float>((size_t)cfg.n_layers * 2 * n_ctx * cfg.kv_dim());
   s.attn_part = c.take<float>((size_t)cfg.n_heads * cuda::attn_splits(n_ctx) * (cfg.head_dim + 2));
   s.attn_count = c.take<int>(cfg.n_heads);
-  s.amax_v = c.take<float>(cuda::kArgmaxBlocks);
-  s.amax_i = c.take<int>(cuda::kArgmaxBlocks);
+  constexpr int parts =
+      cuda::kArgmaxBlocks > cuda::kGemvMaxBlocks ? cuda::kArgmaxBlocks : cuda::kGemvMaxBlocks;
+  static_assert(cuda::kGemvMaxBlocks <= cuda::kArgmaxMaxParts);
+  s.amax_v = c.take<float>(parts);
+  s.amax_i = c.take<int>(parts);
   s.amax_out = c.take<int>(1);
+  s.amax_count = c.take<int>(1);
   s.sample_hist = c.take<int>(n_ctx);
   s.sample_out = c.take<int>(1);
 }
@@ -101,9 +108,13 @@ class CudaBackend final : public CudaBackendApi {
     // the attention split counters must start at zero.
     CUDA_CHECK(cudaMemset(scratch_.get(), 0xff, scratch_.size()));
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
+    CUDA_CHECK(cudaMemset(s_.amax_count, 0, sizeof(int)));
     prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
 
-    params_host_ = cuda::PinnedBuffer(2 * sizeof(int) + sizeof(int), "step parameters");
+    // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
+    params_host_ = cuda::PinnedBuffer(4 * sizeof(int), "step parameters");
+    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&id_dev_),
+                                        static_cast<int*>(params_host_.get()) + 3, 0));
     logits_host_ = cuda::PinnedBuffer(sizeof(float) * cfg_.vocab_size, "logits readback");
     hist_host_ = cuda::PinnedBuffer(sizeof(int) * n_ctx_, "sampling history");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -137,10 +148,21 @@ class CudaBackend final : public CudaBackendApi {
 
   int forward_token_greedy(int token, int pos) override {
     step(token, pos);
-    int* out = static_cast<int*>(params_host_.get()) + 2;
-    CUDA_CHECK(cudaMemcpyAsync(out, s_.amax_out, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return *out;
+    int id;
+    if (copt_.device_token) {
+      // The argmax kernel stored the id in pinned host memory: one sync, no copy.
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      id = *reinterpret_cast<volatile const int*>(static_cast<int*>(params_host_.get()) + 3);
+      slots_known_ = true;  // the device slots now hold (id, pos + 1)
+      slot_token_ = id;
+      slot_pos_ = pos + 1;
+    } else {
+      int* out = static_cast<int*>(params_host_.get()) + 2;
+      CUDA_CHECK(cudaMemcpyAsync(out, s_.amax_out, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      id = *out;
+    }
+    return id;
   }
 
   // Sampling on the GPU (cuda::sample): one 4-byte readback instead of the logits. The host
@@ -323,14 +345,22 @@ class CudaBackend final : public CudaBackendApi {
     kernels_per_step_ = 0;
   }
 
+  // Launches one decode step for (token, pos). The device slots are written by an H2D copy unless
+  // they already hold exactly (token, pos): the previous greedy step's argmax left them so. Any
+  // other step leaves the token slot unknown to the host (slots_known_ = false).
   void step(int token, int pos) {
     check_token(token);
     check_pos(pos);
-    int* hp = static_cast<int*>(params_host_.get());
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned params are free to overwrite
-    hp[0] = token;
-    hp[1] = pos;
-    CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    const bool on_device =
+        copt_.device_token && slots_known_ && token == slot_token_ && pos == slot_pos_;
+    slots_known_ = false;
+    if (!on_device) {
+      int* hp = static_cast<int*>(params_host_.get());
+      CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned params are free to overwrite
+      hp[0] = token;
+      hp[1] = pos;
+      CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    }
     cuda::pdl_enabled() = copt_.pdl;
     if (debug_) {
       acts_.clear();
@@ -445,17 +475,42 @@ class CudaBackend final : public CudaBackendApi {
       }
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
-    if (!(mask & kHead)) {
-    } else if (fused) {
-      cuda::gemv(w_.output, s_.x, w_.output_norm, eps, s_.logits, false, st);
-    } else {
+    const bool fa = copt_.fused_argmax;
+    const bool in_head = fa && copt_.argmax_in_head;
+    // Hand-off to the next step (device_token): token/pos slots and the pinned id. Not in the
+    // profiling graphs, which replay one position.
+    int* np = copt_.device_token && advance_ ? s_.params : nullptr;
+    int* ho = copt_.device_token && advance_ ? id_dev_ : nullptr;
+    const float* head_x = s_.x;
+    const float* head_norm = w_.output_norm;
+    if ((mask & kHead) && !fused) {
       cuda::rmsnorm(s_.xb, s_.x, w_.output_norm, cfg_.dim, eps, st);
       if (debug) record("output_norm", s_.xb, cfg_.dim);
-      cuda::gemv(w_.output, s_.xb, nullptr, eps, s_.logits, false, st);
+      head_x = s_.xb;
+      head_norm = nullptr;
+    }
+    if (!(mask & kHead)) {
+    } else if (fa) {
+      cuda::ArgmaxFinal fin;
+      fin.count = s_.amax_count;
+      fin.out = s_.amax_out;
+      fin.next_params = np;
+      fin.host_out = ho;
+      cuda::gemv_argmax(w_.output, head_x, head_norm, eps, s_.logits, s_.amax_v, s_.amax_i, st,
+                        copt_.head_blocks, in_head ? &fin : nullptr);
+    } else {
+      cuda::gemv(w_.output, head_x, head_norm, eps, s_.logits, false, st);
     }
     if (debug) record("logits", s_.logits, cfg_.vocab_size);
-    if (mask & kArgmax) {
-      cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st);
+    if (!(mask & kArgmax) || (in_head && (mask & kHead))) {
+      // done in the lm_head kernel (profiling an argmax-only graph with in_head times the
+      // separate stage-2 kernel instead)
+    } else if (fa) {
+      cuda::argmax_final(s_.amax_v, s_.amax_i,
+                         cuda::gemv_argmax_parts(w_.output.rows, copt_.head_blocks), s_.amax_out,
+                         st, np, ho);
+    } else {
+      cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st, np, ho);
     }
   }
 
@@ -473,6 +528,7 @@ class CudaBackend final : public CudaBackendApi {
                                                       {"all", kAllParts}};
     int* hp = static_cast<int*>(params_host_.get());
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    slots_known_ = false;
     hp[0] = 1;
     hp[1] = pos_ - 1;
     CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
@@ -485,7 +541,16 @@ class CudaBackend final : public CudaBackendApi {
       cudaGraph_t g = nullptr;
       cudaGraphExec_t ex = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      enqueue_step(false, bits);
+      advance_ = false;
+      try {
+        enqueue_step(false, bits);
+      } catch (...) {
+        advance_ = true;
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      advance_ = true;
       CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
       CUDA_CHECK(cudaGraphInstantiate(&ex, g, 0));
       for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(ex, stream_));
@@ -531,6 +596,11 @@ class CudaBackend final : public CudaBackendApi {
   cudaGraphExec_t exec_ = nullptr;
   int kernels_per_step_ = 0;
   double copy_gbs_ = 0;
+  int* id_dev_ = nullptr;  // device address of params_host_[3] (the argmax kernel's id store)
+  // What the device token/pos slots hold, when the host knows (device_token hand-off).
+  bool slots_known_ = false;
+  int slot_token_ = 0, slot_pos_ = 0;
+  bool advance_ = true;  // enqueue_step: argmax hands off to the next step (off when profiling)
   std::vector<Activation> acts_;
 };
 
@@ -551,6 +621,18 @@ CudaOptions cuda_options_from_env() {
     o.prefill_chunk = static_cast<int>(n);
   }
   o.l2_prefetch = env_flag("SMOLRT_CUDA_L2_PREFETCH", false);
+  o.device_token = env_flag("SMOLRT_CUDA_DEVICE_TOKEN", true);
+  o.fused_argmax = env_flag("SMOLRT_CUDA_FUSED_ARGMAX", true);
+  o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", false);
+  if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_BLOCKS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > cuda::kGemvMaxBlocks) {
+      fail("SMOLRT_CUDA_HEAD_BLOCKS=", v, " is not a grid cap; give an integer in [0, ",
+           cuda::kGemvMaxBlocks, "] (0 = default)");
+    }
+    o.head_blocks = static_cast<int>(n);
+  }
   return o;
 }
 

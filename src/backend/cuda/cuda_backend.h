@@ -5,7 +5,8 @@
 // One decode step = embed, 5 kernels per layer (RMSNorm+QKV+RoPE+KV append, split attention,
 // Wo+residual, RMSNorm+gate/up+SiLU·up, down+residual), RMSNorm+lm_head, 2-stage argmax. The
 // step is captured ONCE as a CUDA graph; the token and position are read from device memory
-// (an 8-byte H2D copy before each replay), so nothing is re-captured per token.
+// (an 8-byte H2D copy before each replay, skipped for greedy continuations: the previous step's
+// argmax leaves them there, see CudaOptions::device_token), so nothing is re-captured per token.
 #pragma once
 
 #include <memory>
@@ -29,6 +30,22 @@ struct CudaOptions {
   // SMOLRT_CUDA_L2_PREFETCH=1: bulk L2 prefetch of the next layer's weights; measured neutral on
   // H200 (2366 vs 2380 tok/s), so off by default.
   bool l2_prefetch = false;
+  // SMOLRT_CUDA_DEVICE_TOKEN=0: off. On: the step's last kernel (argmax stage 2) writes the
+  // greedy id into the device token slot and advances the device position slot, and stores the id
+  // in pinned host memory; forward_token_greedy(t, p) then skips the H2D parameter copy (and the
+  // D2H copy) when t/p are what the previous greedy step returned/left (the copy otherwise).
+  bool device_token = true;
+  // SMOLRT_CUDA_FUSED_ARGMAX=0: off. On: the lm_head matvec emits per-block argmax partials
+  // (argmax stage 1 fused in), one small kernel reduces them.
+  bool fused_argmax = true;
+  // SMOLRT_CUDA_HEAD_BLOCKS: grid cap of the lm_head matvec (0 = the matvec default, 528), at most
+  // 1056; 1056 measured 2411 vs 2394 tok/s on H200 (more bytes in flight), ~2 us/token.
+  int head_blocks = 1056;
+  // SMOLRT_CUDA_ARGMAX_IN_HEAD=1: on (with fused_argmax), the lm_head kernel's last block also
+  // does argmax stage 2 (ticket counter), one kernel fewer per step. Off by default: measured
+  // slower on H200 (419.1 vs 418.0 us/token; the fence + atomic of 1056 blocks costs more than
+  // the launch it saves under PDL).
+  bool argmax_in_head = false;
 };
 CudaOptions cuda_options_from_env();
 
