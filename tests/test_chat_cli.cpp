@@ -15,34 +15,10 @@
 namespace smolrt {
 namespace {
 
-struct Proc {
-  int status = -1;
-  std::string out, err;
-};
+using test::Proc;
 
 Proc run_chat(const std::string& args, const std::string& input) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  const std::string tag = std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const std::filesystem::path in = dir / ("smolrt_chat_in_" + tag);
-  const std::filesystem::path out = dir / ("smolrt_chat_out_" + tag);
-  const std::filesystem::path err = dir / ("smolrt_chat_err_" + tag);
-  std::ofstream(in) << input;
-  const std::string cmd = std::string(SMOLRT_BINARY) + " chat " + args + " < '" + in.string() +
-                          "' > '" + out.string() + "' 2> '" + err.string() + "'";
-  Proc p;
-  p.status = std::system(cmd.c_str());
-  auto slurp = [](const std::filesystem::path& f) {
-    std::stringstream ss;
-    ss << std::ifstream(f).rdbuf();
-    return ss.str();
-  };
-  p.out = slurp(out);
-  p.err = slurp(err);
-  std::filesystem::remove(in);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return p;
+  return test::run_shell(cat("'", SMOLRT_BINARY, "' chat ", args), input);
 }
 
 TEST(ChatCli, TwoTurnsThroughAPipeThenExit) {
@@ -51,7 +27,7 @@ TEST(ChatCli, TwoTurnsThroughAPipeThenExit) {
                            "' --chat-template chatml --backend cpu --ctx 256 --temp 0 -n 10 "
                            "--system 'You tell stories.'";
   const Proc p = run_chat(args, "Once upon a time\nThe dog ran\n/exit\nnever read\n");
-  ASSERT_EQ(p.status, 0) << p.err;
+  ASSERT_EQ(p.rc, 0) << p.err;
 
   // The same conversation in-process.
   const Model model = load_model(path.string());
@@ -77,7 +53,7 @@ TEST(ChatCli, EndOfInputEndsTheChatAndResetWorks) {
   const std::string args =
       "-m '" + path.string() + "' --chat-template chatml --backend cpu --ctx 256 --temp 0 -n 8";
   const Proc p = run_chat(args, "Once upon a time\n/reset\nOnce upon a time\n");
-  ASSERT_EQ(p.status, 0) << p.err;
+  ASSERT_EQ(p.rc, 0) << p.err;
   // After /reset the same first message gives the same reply again.
   const size_t nl = p.out.find('\n');
   ASSERT_NE(nl, std::string::npos);
@@ -88,17 +64,17 @@ TEST(ChatCli, BadOptionsAreClearErrors) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   const std::string m = "-m '" + path.string() + "' --backend cpu ";
   Proc p = run_chat(m + "--chat-template llama3", "hi\n");
-  EXPECT_NE(p.status, 0);
+  EXPECT_NE(p.rc, 0);
   EXPECT_NE(p.err.find("--chat-template"), std::string::npos) << p.err;
   // stories260K has no chat template: auto detection says how to force ChatML.
   p = run_chat(m, "hi\n");
-  EXPECT_NE(p.status, 0);
+  EXPECT_NE(p.rc, 0);
   EXPECT_NE(p.err.find("--chat-template chatml"), std::string::npos) << p.err;
   p = run_chat(m + "--chat-template chatml --temp -1", "hi\n");
-  EXPECT_NE(p.status, 0);
+  EXPECT_NE(p.rc, 0);
   EXPECT_NE(p.err.find("--temp"), std::string::npos) << p.err;
   p = run_chat(m + "--chat-template chatml --top-p 1.5", "hi\n");
-  EXPECT_NE(p.status, 0);
+  EXPECT_NE(p.rc, 0);
   EXPECT_NE(p.err.find("--top-p"), std::string::npos) << p.err;
 }
 

@@ -25,16 +25,8 @@ struct RunResult {
 };
 
 RunResult run_smolrt(const std::string& args) {
-  const std::string cmd = std::string("'") + SMOLRT_BINARY + "' " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  return r;
+  const test::Proc p = test::run_shell(cat("'", SMOLRT_BINARY, "' ", args, " 2>&1"));
+  return RunResult{p.rc, p.out};
 }
 
 class CliQuant : public ::testing::Test {
@@ -137,14 +129,9 @@ TEST(QuantOracle, ByteExactAgainstGgufPy) {
   const std::string script = std::string(SMOLRT_SOURCE_DIR) + "/tests/oracle/gguf_quant_oracle.py";
   const std::string cmd = std::string(py ? py : "python3") + " '" + script + "' --smolrt '" +
                           SMOLRT_BINARY + "' --fixtures '" + fixtures_dir().string() + "' 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  const test::Proc r = test::run_shell(cmd);
+  const std::string& out = r.out;
+  const int code = r.rc;
   if (code == 77) GTEST_SKIP() << "skipped: " << out;
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("0 mismatched"), std::string::npos) << out;

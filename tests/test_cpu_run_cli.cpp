@@ -12,35 +12,13 @@
 namespace smolrt {
 namespace {
 
-struct Proc {
-  int rc = -1;
-  std::string out, err;
-};
+using test::Proc;
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs `env smolrt args` (args are single-quoted), capturing stdout, stderr and the exit code.
+// `env smolrt run args...` (args single-quoted): stdout, stderr and the exit code.
 Proc run_smolrt(const std::vector<std::string>& args, const std::string& env = "") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  const std::string tag = std::to_string(::getpid()) + "_" +
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const auto out = dir / ("smolrt_run_" + tag + ".out"), err = dir / ("smolrt_run_" + tag + ".err");
-  std::string cmd = env + " '" + std::string(SMOLRT_BINARY) + "' run";
-  for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " >'" + out.string() + "' 2>'" + err.string() + "'";
-  const int st = std::system(cmd.c_str());
-  Proc p;
-  p.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  p.out = slurp(out);
-  p.err = slurp(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return p;
+  std::vector<std::string> all = {"run"};
+  all.insert(all.end(), args.begin(), args.end());
+  return test::run_smolrt(all, env);
 }
 
 TEST(CpuRunCli, JsonOnStories260K) {

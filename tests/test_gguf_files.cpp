@@ -21,17 +21,8 @@ struct RunResult {
 
 // Runs the smolrt binary with `args` (and `env` assignments before it) through the shell.
 RunResult run(const std::string& args, bool merge_stderr, const std::string& env = "") {
-  const std::string cmd =
-      cat(env, " '", SMOLRT_BINARY, "' ", args, merge_stderr ? " 2>&1" : " 2>/dev/null");
-  RunResult r{-1, ""};
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  const test::Proc p = test::run_shell(cat(env, " '", SMOLRT_BINARY, "' ", args));
+  return RunResult{p.rc, merge_stderr ? p.out + p.err : p.out};
 }
 
 TEST(GgufFiles, Stories260K) {

@@ -15,32 +15,12 @@
 namespace smolrt {
 namespace {
 
-struct Proc {
-  int rc = -1;
-  std::string out, err;
-};
+using test::Proc;
 
 Proc run(const std::vector<std::string>& args) {
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string tag = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const auto out = dir / ("smolrt_sampler_run_out_" + tag);
-  const auto err = dir / ("smolrt_sampler_run_err_" + tag);
-  std::string cmd = "'" + std::string(SMOLRT_BINARY) + "' run";
-  for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " > '" + out.string() + "' 2> '" + err.string() + "'";
-  Proc p;
-  const int st = std::system(cmd.c_str());
-  p.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  auto slurp = [](const std::filesystem::path& f) {
-    std::stringstream ss;
-    ss << std::ifstream(f).rdbuf();
-    return ss.str();
-  };
-  p.out = slurp(out);
-  p.err = slurp(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return p;
+  std::vector<std::string> all = {"run"};
+  all.insert(all.end(), args.begin(), args.end());
+  return test::run_smolrt(all);
 }
 
 std::vector<std::string> base(const std::string& model) {

@@ -8,17 +8,11 @@
 
 namespace {
 
-// Runs a shell command; returns stdout (+ stderr when `merge_err`) and sets *rc to the exit code.
+// Runs a shell command; returns stdout and stderr together and sets *rc to the exit code.
 std::string run(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  const smolrt::test::Proc p = smolrt::test::run_shell(cmd + " 2>&1");
+  *rc = p.rc;
+  return p.out;
 }
 
 TEST(TokenizeCli, JsonIdsOnlyAndNoSpecial) {

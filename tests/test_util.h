@@ -3,11 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/paths.h"
 
 namespace smolrt::test {
@@ -26,6 +33,52 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   for (float& x : v) x = d(rng);
   return v;
 }
+
+// --- running the smolrt binary (and other commands) ----------------------------------------------
+
+struct Proc {
+  int rc = -1;      // exit code; -1 when the command did not exit normally (signal)
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs a shell command line with `input` on stdin (empty: /dev/null), capturing stdout and stderr
+// separately through temporary files.
+inline Proc run_shell(const std::string& cmd, const std::string& input = "") {
+  static std::atomic<int> counter{0};
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  const std::filesystem::path in = dir / ("smolrt_test_in_" + tag);
+  const std::filesystem::path out = dir / ("smolrt_test_out_" + tag);
+  const std::filesystem::path err = dir / ("smolrt_test_err_" + tag);
+  std::ofstream(in, std::ios::binary) << input;
+  const std::string full =
+      "(" + cmd + ") <'" + in.string() + "' >'" + out.string() + "' 2>'" + err.string() + "'";
+  const int st = std::system(full.c_str());
+  auto slurp = [](const std::filesystem::path& f) {
+    std::stringstream ss;
+    ss << std::ifstream(f, std::ios::binary).rdbuf();
+    return ss.str();
+  };
+  Proc p;
+  p.rc = (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+  p.out = slurp(out);
+  p.err = slurp(err);
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return p;
+}
+
+#if defined(SMOLRT_BINARY)
+// `env smolrt args...`, every argument single-quoted (none may contain a single quote).
+inline Proc run_smolrt(const std::vector<std::string>& args, const std::string& env = "",
+                       const std::string& input = "") {
+  std::string cmd = env + " '" + std::string(SMOLRT_BINARY) + "'";
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  return run_shell(cmd, input);
+}
+#endif
 
 }  // namespace smolrt::test
 

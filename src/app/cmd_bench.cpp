@@ -119,17 +119,17 @@ REGISTER_COMMAND(Command{
                    "benchmark the synthetic SmolLM-135M-shaped Q4_0 model (made once, cached)");
       sub.add_option("--prompt-lengths", a->prompt_lengths, "prompt lengths, comma separated")
           ->delimiter(',')
-          ->check(CLI::PositiveNumber);
+          ->check(CLI::Range(1, 1 << 24));
       sub.add_option("--gen-length", a->gen_length, "tokens to decode per run")
-          ->check(CLI::PositiveNumber);
+          ->check(CLI::Range(1, 1 << 24));
       sub.add_option("--iterations", a->iterations, "timed iterations (after one warm-up)")
-          ->check(CLI::PositiveNumber);
+          ->check(CLI::Range(1, 1 << 24));
       sub.add_option("--backend", a->backend, "cpu | cuda | auto")
           ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
       sub.add_option("--ctx", a->ctx, "KV-cache size in tokens (default: model context)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(CLI::Range(0, 1 << 24));
       sub.add_option("--threads", a->threads, "CPU threads (0 = all cores)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(CLI::Range(0, 1 << 24));
       sub.add_flag("--json", a->json, "one JSON object per prompt length (JSON lines)");
       return [a] { return run_bench_cmd(*a); };
     }});
