@@ -183,20 +183,7 @@ TEST(QuantizeModel, ParseTargetType) {
 TEST(DefaultModel, Q4_0HasTheSmolLMLayout) {
   REQUIRE_DEFAULT_MODEL(path);
   auto f = gguf::File::open(path.string());
-  std::map<GgmlType, int> count;
-  uint64_t params = 0, nbytes = 0;
-  for (const auto& t : f->tensors()) {
-    ++count[t.type];
-    params += t.n_elements();
-    nbytes += t.nbytes;
-  }
-  EXPECT_EQ(f->tensors().size(), 272u);
-  EXPECT_EQ(count[GgmlType::Q4_0], 210);
-  EXPECT_EQ(count[GgmlType::Q8_0], 1);
-  EXPECT_EQ(count[GgmlType::F32], 61);
-  EXPECT_EQ(params, 134515008u);
-  EXPECT_EQ(nbytes, 89941248u);
-  EXPECT_EQ(f->find_tensor("token_embd.weight")->type, GgmlType::Q8_0);
+  test::expect_smollm135m_q4_0_layout(*f);
   EXPECT_EQ(f->get_uint("general.file_type"), 2u);
   EXPECT_EQ(f->get_string("tokenizer.ggml.pre"), "smollm");
 }

@@ -19,14 +19,7 @@ namespace smolrt {
 namespace {
 
 const Tokenizer* smollm() {
-  static std::unique_ptr<Tokenizer> tok;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    const auto p = test::fixture("tokenizers/smollm2-135m/tokenizer.json");
-    if (!p.empty()) tok = std::make_unique<Tokenizer>(vocab_from_hf_json(p.string()));
-  }
-  return tok.get();
+  return test::smollm_tokenizer();
 }
 
 bool valid_utf8(const std::string& s) {

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -16,6 +18,8 @@
 
 #include "core/error.h"
 #include "core/paths.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 namespace smolrt::test {
 
@@ -32,6 +36,40 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
   return v;
+}
+
+// SmolLM2's tokenizer from the fixtures' tokenizer.json, loaded once; nullptr when absent.
+inline const Tokenizer* smollm_tokenizer() {
+  static std::unique_ptr<Tokenizer> tok;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    const std::filesystem::path p = fixture("tokenizers/smollm2-135m/tokenizer.json");
+    if (!p.empty()) tok = std::make_unique<Tokenizer>(vocab_from_hf_json(p.string()));
+  }
+  return tok.get();
+}
+
+// The exact layout of a SmolLM-135M Q4_0 file (facts.md): 272 tensors, 210 Q4_0 layer matrices,
+// a Q8_0 tied token_embd, 61 F32 norms, 134,515,008 parameters, 89,941,248 bytes of tensor data.
+inline void expect_smollm135m_q4_0_layout(const gguf::File& f) {
+  std::map<GgmlType, int> count;
+  uint64_t params = 0, nbytes = 0;
+  for (const auto& t : f.tensors()) {
+    ++count[t.type];
+    params += t.n_elements();
+    nbytes += t.nbytes;
+  }
+  EXPECT_EQ(f.tensors().size(), 272u);
+  EXPECT_EQ(count[GgmlType::Q4_0], 210);
+  EXPECT_EQ(count[GgmlType::Q8_0], 1);
+  EXPECT_EQ(count[GgmlType::F32], 61);
+  EXPECT_EQ(params, 134515008u);
+  EXPECT_EQ(nbytes, 89941248u);
+  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+  ASSERT_NE(emb, nullptr);
+  EXPECT_EQ(emb->type, GgmlType::Q8_0);
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);  // tied
 }
 
 // --- running the smolrt binary (and other commands) ----------------------------------------------
