@@ -36,7 +36,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-
 // Two 8x8 fp16 matrices transposed out of shared memory per call pair: the B operand (k = key,
 // n = head dim) of two adjacent 8-wide output column tiles.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
