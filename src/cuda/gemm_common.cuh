@@ -128,6 +128,30 @@ __device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, 
   }
 }
 
+// Writes a BM x BN fp32 tile staged in shared memory (row pitch LDC) through the epilogue: two
+// adjacent columns per thread, consecutive threads on consecutive pairs (coalesced stores). Rows
+// are scaled by rs[r] when the GEMM normalized its input (norm); the partial sums of a K split
+// (gridDim.z > 1, Accumulate only) are added atomically.
+template <GemmEpilogue E, int BM, int BN, int LDC, int NT>
+__device__ __forceinline__ void store_tile(const GemmArgs& a, const GemmOut& o, const float* Cs,
+                                           const float* rs, bool norm, int t0, int n0, int tid) {
+  for (int p = tid; p < BM * (BN / 2); p += NT) {
+    const int r = p / (BN / 2), c = (p % (BN / 2)) * 2;
+    const int tok = t0 + r, col = n0 + c;
+    if (tok < a.t && col < a.n) {
+      const float sc = norm ? rs[r] : 1.f;
+      const float v0 = Cs[r * LDC + c] * sc, v1 = Cs[r * LDC + c + 1] * sc;
+      if (E == GemmEpilogue::Accumulate && gridDim.z > 1) {
+        float* y = o.y + (size_t)tok * o.ldy + col;
+        atomicAdd(y, v0);
+        if (col + 1 < a.n) atomicAdd(y + 1, v1);
+      } else {
+        epi_pair<E>(o, a.n, tok, col, v0, v1);
+      }
+    }
+  }
+}
+
 // Launchers (host), one per kernel family; shapes already checked by gemm_quant().
 template <class B, GemmEpilogue E>
 void launch_gemm_small(const GemmArgs& a, const GemmOut& o, cudaStream_t s);

@@ -164,21 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_kernel(GemmArgs a, Gemm
   wmma::store_matrix_sync(&Cs[(wm * 16) * kLDC + wn * 16], acc, kLDC, wmma::mem_row_major);
   __syncthreads();
 
-  for (int p = tid; p < kBM * (kBN / 2); p += kThreads) {
-    const int r = p / (kBN / 2), c = (p % (kBN / 2)) * 2;
-    const int tok = t0 + r, col = n0 + c;
-    if (tok < a.t && col < a.n) {
-      const float sc = norm ? rs[r] : 1.f;
-      const float v0 = Cs[r * kLDC + c] * sc, v1 = Cs[r * kLDC + c + 1] * sc;
-      if (E == GemmEpilogue::Accumulate && gridDim.z > 1) {  // partial sums of a K split
-        float* y = o.y + (size_t)tok * o.ldy + col;
-        atomicAdd(y, v0);
-        if (col + 1 < a.n) atomicAdd(y + 1, v1);
-      } else {
-        epi_pair<E>(o, a.n, tok, col, v0, v1);
-      }
-    }
-  }
+  store_tile<E, kBM, kBN, kLDC, kThreads>(a, o, Cs, rs, norm, t0, n0, tid);
 }
 
 }  // namespace

@@ -173,22 +173,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
                             wmma::mem_row_major);
   __syncthreads();
 
-  // Pairs of adjacent columns; consecutive threads take consecutive pairs (coalesced stores).
-  for (int p = tid; p < BM * (kBN / 2); p += kThreads) {
-    const int r = p / (kBN / 2), c = (p % (kBN / 2)) * 2;
-    const int tok = t0 + r, col = n0 + c;
-    if (tok < a.t && col < a.n) {
-      const float sc = norm ? sm.rs[r] : 1.f;
-      const float v0 = Cs[r * kLDC + c] * sc, v1 = Cs[r * kLDC + c + 1] * sc;
-      if (E == GemmEpilogue::Accumulate && gridDim.z > 1) {  // partial sums of a K split
-        float* y = o.y + (size_t)tok * o.ldy + col;
-        atomicAdd(y, v0);
-        if (col + 1 < a.n) atomicAdd(y + 1, v1);
-      } else {
-        epi_pair<E>(o, a.n, tok, col, v0, v1);
-      }
-    }
-  }
+  store_tile<E, BM, kBN, kLDC, kThreads>(a, o, Cs, sm.rs, norm, t0, n0, tid);
 }
 
 int sm_count() {

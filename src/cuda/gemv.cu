@@ -70,6 +70,20 @@ constexpr size_t xs_bytes(int cols) {
   return (is_quant(T) ? (size_t)(cols / 32) * 36 : (size_t)cols) * sizeof(float);
 }
 
+// RMSNorm scale 1/sqrt(mean(x^2) + eps) from each thread's partial sum of squares: warp sums,
+// then one shared-memory pass over the NT/32 warp totals. Every thread of the block must call it.
+template <int NT>
+__device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane, int cols,
+                                                 float eps) {
+  ss = warp_sum(ss);
+  if (lane == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int k = 0; k < NT / 32; ++k) total += red[k];
+  return rsqrtf(total / (float)cols + eps);
+}
+
 // The block stages x (normalized when norm_w is set: one block reduction) in shared memory; each
 // lane then copies its slice into registers (quant: lane owns blocks lane+32k, 32 slots each;
 // F32/F16: lane owns columns lane+32j). All threads must call this. The global loads of x and
@@ -99,13 +113,7 @@ __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float*
       for (int i = 0; i < MV; ++i) {
         ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
       }
-      ss = warp_sum(ss);
-      if (lane == 0) red[threadIdx.x >> 5] = ss;
-      __syncthreads();
-      float total = 0.f;
-#pragma unroll
-      for (int k = 0; k < nt / 32; ++k) total += red[k];
-      const float scale = rsqrtf(total / (float)cols + eps);
+      const float scale = block_rms_scale<nt>(ss, red, lane, cols, eps);
 #pragma unroll
       for (int i = 0; i < MV; ++i) {
         v[i].x = v[i].x * scale * w[i].x;
@@ -133,13 +141,7 @@ __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float*
     if (norm_w != nullptr) {
 #pragma unroll
       for (int i = 0; i < MS; ++i) ss += v[i] * v[i];
-      ss = warp_sum(ss);
-      if (lane == 0) red[threadIdx.x >> 5] = ss;
-      __syncthreads();
-      float total = 0.f;
-#pragma unroll
-      for (int k = 0; k < nt / 32; ++k) total += red[k];
-      const float scale = rsqrtf(total / (float)cols + eps);
+      const float scale = block_rms_scale<nt>(ss, red, lane, cols, eps);
 #pragma unroll
       for (int i = 0; i < MS; ++i) v[i] = v[i] * scale * w[i];
     }
