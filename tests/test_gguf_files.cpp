@@ -112,6 +112,8 @@ TEST(GgufInfo, JsonOnStories) {
   EXPECT_EQ(k["vocab_size"], 512);
   EXPECT_EQ(k["bos_token_id"], 1);
   EXPECT_EQ(k["eos_token_id"], 2);
+  EXPECT_EQ(k["padding_token_id"], "none");  // stored as 0xFFFFFFFF: "no such token"
+  EXPECT_TRUE(k["eot_token_id"].is_null());  // key absent
   EXPECT_EQ(k["chat_template"], false);
 }
 

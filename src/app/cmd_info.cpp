@@ -108,7 +108,10 @@ ordered_json describe(const std::string& path) {
   k["vocab_size"] = or_null(array_len(*f, "tokenizer.ggml.tokens"));
   k["merges"] = or_null(array_len(*f, "tokenizer.ggml.merges"));
   for (const char* id : {"bos", "eos", "unknown", "padding", "eot", "sep"}) {
-    k[cat(id, "_token_id")] = or_null(opt_int(*f, cat("tokenizer.ggml.", id, "_token_id")));
+    ordered_json v = or_null(opt_int(*f, cat("tokenizer.ggml.", id, "_token_id")));
+    // Converters write "no such token" as -1 stored in a u32 (0xFFFFFFFF): shown as "none".
+    if (v.is_number() && (v.get<int64_t>() == 0xFFFFFFFFll || v.get<int64_t>() < 0)) v = "none";
+    k[cat(id, "_token_id")] = v;
   }
   k["add_bos_token"] = or_null(opt_bool(*f, "tokenizer.ggml.add_bos_token"));
   k["add_eos_token"] = or_null(opt_bool(*f, "tokenizer.ggml.add_eos_token"));
