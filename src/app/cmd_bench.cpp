@@ -57,11 +57,7 @@ int run_bench_cmd(const BenchArgs& a) {
   }
 
   Model model = load_model(path);
-  BackendOptions bo;
-  bo.kind = a.backend;
-  bo.n_ctx = a.ctx;
-  bo.n_threads = a.threads;
-  std::unique_ptr<Backend> be = make_backend(model, bo);
+  std::unique_ptr<Backend> be = make_backend(model, BackendOptions{a.backend, a.ctx, a.threads});
   BenchConfig cfg;
   cfg.prompt_lengths = a.prompt_lengths;
   cfg.gen_length = a.gen_length;

@@ -53,11 +53,7 @@ int chat_main(const ChatArgs& a) {
   const std::string& tmpl = tok.vocab().chat_template;
   resolve_chat_format(a.chat_template, tmpl);  // ChatML or a clear Error naming --chat-template
 
-  BackendOptions bo;
-  bo.kind = a.backend;
-  bo.n_ctx = a.ctx;
-  bo.n_threads = a.threads;
-  std::unique_ptr<Backend> be = make_backend(model, bo);
+  std::unique_ptr<Backend> be = make_backend(model, BackendOptions{a.backend, a.ctx, a.threads});
 
   ChatOptions co;
   co.sampling = a.sampling;

@@ -40,11 +40,7 @@ int run_main(const RunArgs& a) {
   const std::string path = resolve_model_path(a.model);
   const Model model = load_model(path);
   const Tokenizer tok(vocab_from_gguf(*model.file));
-  BackendOptions bo;
-  bo.kind = a.backend;
-  bo.n_ctx = a.ctx;
-  bo.n_threads = a.threads;
-  std::unique_ptr<Backend> be = make_backend(model, bo);
+  std::unique_ptr<Backend> be = make_backend(model, BackendOptions{a.backend, a.ctx, a.threads});
 
   Generator gen(*be, tok);
   const std::vector<int> prompt_ids = gen.tokenize_prompt(a.prompt);
