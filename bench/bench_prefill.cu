@@ -1,6 +1,6 @@
 // bench_prefill: batched-prefill speed on a SmolLM-135M-shaped model with random Q4_0 weights
-// (30 layers, dim 576, 9/3 heads, ffn 1536, Q8_0 tied 49152-row lm_head), plus per-GEMM timings of
-// both GEMM paths (Small SIMT vs TensorCore) to place the Auto crossover.
+// (30 layers, dim 576, 9/3 heads, ffn 1536, Q8_0 tied 49152-row lm_head), plus the time of each of
+// a layer's five launches.
 //
 // Timing: CUDA events around CUDA-graph replays of the whole prefill (launch gaps as in a
 // graph-driven backend) after warm-up; median, min and max of --reps runs. Output: a table on
@@ -19,7 +19,7 @@
 
 #include "core/cuda_check.h"
 #include "cuda/attention_prefill.h"
-#include "cuda/gemm_quant.h"
+#include "cuda/gemm_q4.h"
 #include "cuda/prefill_model.h"
 
 using namespace smolrt;
@@ -147,77 +147,17 @@ int main(int argc, char** argv) try {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  // --- per-GEMM paths ---------------------------------------------------------------------------
-  struct G {
-    const char* name;
-    int n, k;
-    GgmlType t;
-  };
-  const G gemms[] = {{"qkv", 960, 576, GgmlType::Q4_0},
-                     {"wo", 576, 576, GgmlType::Q4_0},
-                     {"gate_up", 3072, 576, GgmlType::Q4_0},
-                     {"down", 576, 1536, GgmlType::Q4_0},
-                     {"lm_head", 49152, 576, GgmlType::Q8_0}};
-  std::printf("\n%-8s %5s %12s %12s %10s %10s\n", "gemm", "T", "small_us", "tc_us", "small_TF/s",
-              "tc_TF/s");
-  float* y = nullptr;
-  CUDA_CHECK(cudaMalloc(&y, sizeof(float) * (size_t)max_t * 49152));
-  for (const G& g : gemms) {
-    const void* wp = g.t == GgmlType::Q8_0 ? pm.weights().output : nullptr;
-    void* tmpw = nullptr;
-    if (!wp) {
-      const auto raw = random_blocks((size_t)g.n * g.k / 32, 18, seed++, 0.002f);
-      CUDA_CHECK(cudaMalloc(&tmpw, raw.size()));
-      CUDA_CHECK(cudaMemcpy(tmpw, raw.data(), raw.size(), cudaMemcpyHostToDevice));
-      wp = tmpw;
-    }
-    for (int T : tokens_list) {
-      if (g.t == GgmlType::Q8_0 && T > 128 && T != max_t) continue;
-      GemmArgs a;
-      a.w = wp, a.wtype = g.t, a.n = g.n, a.k = g.k, a.x = ws.ffh, a.ldx = g.k, a.t = T;
-      GemmOut o;
-      o.y = y, o.ldy = g.n;
-      CUDA_CHECK(cudaMemset(ws.ffh, 0x3c, sizeof(float) * (size_t)T * g.k));  // 0.0115 each
-      // 20 back-to-back launches per timed sample: kernel time, not host launch latency.
-      constexpr int kBack = 20;
-      Stats ss = time_ms(
-          [&] {
-            for (int r = 0; r < kBack; ++r)
-              gemm_quant(a, GemmEpilogue::Store, o, s, GemmPath::Small);
-          },
-          reps, s);
-      Stats st = time_ms(
-          [&] {
-            for (int r = 0; r < kBack; ++r)
-              gemm_quant(a, GemmEpilogue::Store, o, s, GemmPath::TensorCore);
-          },
-          reps, s);
-      ss.med /= kBack, st.med /= kBack;
-      const double flop = 2.0 * g.n * g.k * T;
-      std::printf("%-8s %5d %12.2f %12.2f %10.2f %10.2f\n", g.name, T, ss.med * 1e3, st.med * 1e3,
-                  flop / ss.med / 1e9, flop / st.med / 1e9);
-      if (jf)
-        std::fprintf(jf,
-                     "{\"bench\":\"gemm\",\"gemm\":\"%s\",\"n\":%d,\"k\":%d,\"tokens\":%d,"
-                     "\"small_us\":%.3f,\"tc_us\":%.3f,\"small_tflops\":%.3f,\"tc_tflops\":%.3f}\n",
-                     g.name, g.n, g.k, T, ss.med * 1e3, st.med * 1e3, flop / ss.med / 1e9,
-                     flop / st.med / 1e9);
-    }
-    if (tmpw) CUDA_CHECK(cudaFree(tmpw));
-  }
-  CUDA_CHECK(cudaFree(y));
-
-  // --- per-kernel breakdown of one layer inside the prefill (Auto paths, layer 0) ----------------
+  // --- per-kernel breakdown of one layer inside the prefill (layer 0) ----------------
   {
     const PrefillWeights& pw = pm.weights();
     const PrefillLayerWeights& L = pw.layers[0];
-    std::printf("\n%5s %9s %9s %9s %9s %9s  (us per launch, 20 back-to-back)\n", "T", "qkv_rope",
-                "attn", "wo_acc", "gu_silu", "down_acc");
+    std::printf("\n%5s %9s %9s %9s %9s %9s %9s  (us per launch, 20 back-to-back)\n", "T",
+                "qkv_rope", "attn", "wo_acc", "gu_silu", "down_acc", "act_f16");
     for (int T : tokens_list) {
       constexpr int kBack = 20;
-      GemmArgs a;
+      GemmQ4Args a;
       a.t = T, a.eps = 1e-5f;
-      a.w = L.w_qkv, a.n = 960, a.k = 576, a.x = ws.x, a.ldx = 576, a.norm_w = L.attn_norm;
+      a.w0 = L.wq, a.w1 = L.wk, a.w2 = L.wv, a.x = ws.x, a.ldx = 576, a.norm_w = L.attn_norm;
       GemmOut oq;
       oq.y = ws.q, oq.ldy = 576, oq.q_dim = 576, oq.kv_dim = 192, oq.head_dim = 64;
       oq.rope_dim = 64, oq.rope_base = 10000.f, oq.pos0 = 0, oq.k_cache = L.k_cache;
@@ -232,91 +172,95 @@ int main(int argc, char** argv) try {
                1e3 / kBack;
       };
       CUDA_CHECK(cudaMemset(ws.x, 0x3c, sizeof(float) * (size_t)T * 576));
-      const double t_qkv = rep([&] { gemm_quant(a, GemmEpilogue::QkvRope, oq, s); });
+      // Large chunks run the GEMMs on fp16 inputs as prefill_forward does (act_to_f16 timed apart).
+      const bool h = T >= kGemmF16MinTokens;
+      double t_cvt = 0;
+      if (h) {
+        t_cvt = rep([&] { act_to_f16(ws.x, 576, T, 576, L.attn_norm, 1e-5f, ws.xh, ws.ldh(), s); });
+        a.xh = ws.xh, a.ldh = ws.ldh(), a.norm_w = nullptr;
+      }
+      const double t_qkv = rep([&] { gemm_q4(a, GemmEpilogue::QkvRope, oq, s); });
       AttentionPrefillArgs at;
       at.q = ws.q, at.ldq = 576, at.k_cache = L.k_cache, at.v_cache = L.v_cache, at.kv_half = true;
       at.out = ws.att, at.ldo = 576, at.n_tokens = T, at.start = 0, at.n_heads = 9;
       at.n_kv_heads = 3, at.head_dim = 64;
       const double t_att = rep([&] { attention_prefill(at, s); });
-      GemmArgs b = a;
-      b.w = L.w_o, b.n = 576, b.k = 576, b.x = ws.att, b.norm_w = nullptr;
+      GemmQ4Args b;
+      b.t = T, b.w0 = L.wo, b.x = ws.att, b.ldx = 576;
+      if (h) b.xh = ws.xh, b.ldh = ws.ldh();
       GemmOut orr;
       orr.y = ws.x, orr.ldy = 576;
-      const double t_wo = rep([&] { gemm_quant(b, GemmEpilogue::Accumulate, orr, s); });
-      GemmArgs g = a;
-      g.w = L.w_gate_up, g.n = 3072, g.norm_w = L.ffn_norm;
+      const double t_wo = rep([&] { gemm_q4(b, GemmEpilogue::Accumulate, orr, s); });
+      GemmQ4Args g = a;
+      g.w0 = L.w_gate, g.w1 = L.w_up, g.norm_w = h ? nullptr : L.ffn_norm;
       GemmOut og;
       og.y = ws.ffh, og.ldy = 1536;
-      const double t_gu = rep([&] { gemm_quant(g, GemmEpilogue::SiluPair, og, s); });
-      GemmArgs d = b;
-      d.w = L.w_down, d.k = 1536, d.x = ws.ffh, d.ldx = 1536;
-      const double t_dn = rep([&] { gemm_quant(d, GemmEpilogue::Accumulate, orr, s); });
-      std::printf("%5d %9.2f %9.2f %9.2f %9.2f %9.2f\n", T, t_qkv, t_att, t_wo, t_gu, t_dn);
+      if (h) og.yh = ws.hh, og.ldyh = ws.ldh();
+      const double t_gu = rep([&] { gemm_q4(g, GemmEpilogue::SiluPair, og, s); });
+      GemmQ4Args d = b;
+      d.w0 = L.w_down, d.x = ws.ffh, d.ldx = 1536;
+      if (h) d.xh = ws.hh, d.ldh = ws.ldh();
+      const double t_dn = rep([&] { gemm_q4(d, GemmEpilogue::Accumulate, orr, s); });
+      std::printf("%5d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", T, t_qkv, t_att, t_wo, t_gu, t_dn,
+                  t_cvt);
       if (jf)
         std::fprintf(jf,
                      "{\"bench\":\"layer_kernels\",\"tokens\":%d,\"qkv_us\":%.3f,\"attn_us\":%.3f,"
-                     "\"wo_us\":%.3f,\"gate_up_us\":%.3f,\"down_us\":%.3f}\n",
-                     T, t_qkv, t_att, t_wo, t_gu, t_dn);
+                     "\"wo_us\":%.3f,\"gate_up_us\":%.3f,\"down_us\":%.3f,\"act_f16_us\":%.3f}\n",
+                     T, t_qkv, t_att, t_wo, t_gu, t_dn, t_cvt);
     }
   }
 
   // --- whole prefill
   // ------------------------------------------------------------------------------
-  std::printf("\n%5s %6s %10s %10s %10s %12s %10s %10s\n", "T", "smax", "med_ms", "min_ms",
-              "max_ms", "tok/s", "nograph_ms", "TF/s");
+  std::printf("\n%5s %10s %10s %10s %12s %10s %10s\n", "T", "med_ms", "min_ms", "max_ms", "tok/s",
+              "nograph_ms", "TF/s");
   const double flop_tok = 2.0 * c.n_layers *
                           ((double)c.dim * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.dim +
                            3.0 * c.dim * c.hidden_dim);
-  std::vector<int> smax_list = {gemm_small_max_tokens()};
-  if (gemm_small_max_tokens() != 8) smax_list.push_back(8);
-  for (int T : tokens_list)
-    for (int smax : smax_list) {
-      if (smax != smax_list[0] && (T <= smax_list[0] || T > smax)) continue;  // same kernels
-      set_gemm_small_max_tokens(smax);
-      // Plain launches.
-      const Stats plain = time_ms([&] { prefill_forward(pm.weights(), ws, T, 0, 1, s); }, reps, s);
-      // Graph of the same launches.
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      prefill_forward(pm.weights(), ws, T, 0, 1, s);  // warm statics before capture
-      CUDA_CHECK(cudaStreamSynchronize(s));
-      CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      prefill_forward(pm.weights(), ws, T, 0, 1, s);
-      CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      cudaEvent_t e0, e1;
-      CUDA_CHECK(cudaEventCreate(&e0));
-      CUDA_CHECK(cudaEventCreate(&e1));
-      for (int i = 0; i < 5; ++i) CUDA_CHECK(cudaGraphLaunch(exec, s));
-      std::vector<double> ms;
-      for (int i = 0; i < reps; ++i) {
-        CUDA_CHECK(cudaEventRecord(e0, s));
-        CUDA_CHECK(cudaGraphLaunch(exec, s));
-        CUDA_CHECK(cudaEventRecord(e1, s));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float m = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
-        ms.push_back(m);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double med = ms[ms.size() / 2];
-      const double tflops = flop_tok * T / (med * 1e-3) / 1e12;
-      std::printf("%5d %6d %10.4f %10.4f %10.4f %12.0f %10.4f %10.2f\n", T, smax, med, ms.front(),
-                  ms.back(), T / (med * 1e-3), plain.med, tflops);
-      if (jf)
-        std::fprintf(
-            jf,
-            "{\"bench\":\"prefill\",\"device\":\"%s\",\"tokens\":%d,\"median_ms\":%.5f,"
-            "\"min_ms\":%.5f,\"max_ms\":%.5f,\"tok_per_s\":%.0f,\"nograph_median_ms\":%.5f,"
-            "\"layer_tflops\":%.3f,\"reps\":%d,\"small_max\":%d}\n",
-            prop.name, T, med, ms.front(), ms.back(), T / (med * 1e-3), plain.med, tflops, reps,
-            smax);
-      CUDA_CHECK(cudaEventDestroy(e0));
-      CUDA_CHECK(cudaEventDestroy(e1));
-      CUDA_CHECK(cudaGraphExecDestroy(exec));
-      CUDA_CHECK(cudaGraphDestroy(graph));
+  for (int T : tokens_list) {
+    // Plain launches.
+    const Stats plain = time_ms([&] { prefill_forward(pm.weights(), ws, T, 0, 1, s); }, reps, s);
+    // Graph of the same launches.
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    prefill_forward(pm.weights(), ws, T, 0, 1, s);  // warm statics before capture
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    prefill_forward(pm.weights(), ws, T, 0, 1, s);
+    CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < 5; ++i) CUDA_CHECK(cudaGraphLaunch(exec, s));
+    std::vector<double> ms;
+    for (int i = 0; i < reps; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0, s));
+      CUDA_CHECK(cudaGraphLaunch(exec, s));
+      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float m = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
+      ms.push_back(m);
     }
-  set_gemm_small_max_tokens(-1);
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double tflops = flop_tok * T / (med * 1e-3) / 1e12;
+    std::printf("%5d %10.4f %10.4f %10.4f %12.0f %10.4f %10.2f\n", T, med, ms.front(), ms.back(),
+                T / (med * 1e-3), plain.med, tflops);
+    if (jf)
+      std::fprintf(jf,
+                   "{\"bench\":\"prefill\",\"device\":\"%s\",\"tokens\":%d,\"median_ms\":%.5f,"
+                   "\"min_ms\":%.5f,\"max_ms\":%.5f,\"tok_per_s\":%.0f,\"nograph_median_ms\":%.5f,"
+                   "\"layer_tflops\":%.3f,\"reps\":%d}\n",
+                   prop.name, T, med, ms.front(), ms.back(), T / (med * 1e-3), plain.med, tflops,
+                   reps);
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+  }
   if (jf) std::fclose(jf);
   CUDA_CHECK(cudaStreamDestroy(s));
   return 0;

@@ -53,8 +53,15 @@ if command -v compute-sanitizer > /dev/null; then
     --gtest_filter='KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*'
   if [ -f "$SYNTH" ]; then
     step memcheck_pf 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      --log-file "$OUT/memcheck_prefill.log" "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='CudaPrefill.SampleAfterPrefillUsesPrefillLogits'
+      --log-file /tmp/memcheck_prefill.log "$DIR/smolrt_cuda_tests" \
+      --gtest_filter='CudaPrefill.SampleAfterPrefillUsesPrefillLogits:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*'
+    # The prefill GEMM's shared-memory staging and K-split reduction, small and large tiles.
+    step racecheck_pf 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      --log-file /tmp/racecheck_prefill.log "$DIR/smolrt_cuda_tests" \
+      --gtest_filter='Batch/GemmTokens.*/3:Batch/GemmTokens.*/4'
+    # At most 8 files come back from $OUT: the prefill logs go after the kernel-subset ones.
+    cat /tmp/memcheck_prefill.log >> "$OUT/memcheck.log" 2>/dev/null
+    cat /tmp/racecheck_prefill.log >> "$OUT/racecheck.log" 2>/dev/null
   fi
 else
   SUMMARY+=("sanitizers     not installed")
@@ -96,4 +103,4 @@ main 2>&1 | tee "$OUT/gpu_check.log"
 echo
 echo "=== summary"
 grep -hE "^\[  (PASSED|FAILED) |tests? from .* ran|worst|rel err|ERROR SUMMARY|RACECHECK SUMMARY|^graph|^plain|^device|^STEP" \
-  "$OUT/gpu_check.log" "$OUT"/memcheck*.log "$OUT"/racecheck.log 2>/dev/null | tail -60
+  "$OUT/gpu_check.log" "$OUT"/memcheck.log "$OUT"/racecheck.log 2>/dev/null | tail -60

@@ -8,10 +8,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHARED=${SMOLRT_FIXTURES:-$ROOT/../shared}
 rm -rf "$DEST"
 mkdir -p "$DEST/fixtures/models" "$DEST/fixtures/tokenizers/smollm2-135m"
-cp "$BUILD/smolrt" "$BUILD/smolrt_cuda_tests" "$DEST/"
+cp "$BUILD/smolrt" "$BUILD/smolrt_cuda_tests" "$BUILD/bench_prefill" "$DEST/"
 cp "$ROOT/scripts/gpu_check.sh" "$DEST/"
 cp "$SHARED/models/stories260K.gguf" "$DEST/fixtures/models/"
 cp "$SHARED/tokenizers/smollm2-135m/tokenizer.json" "$SHARED/tokenizers/smollm2-135m/config.json" \
   "$DEST/fixtures/tokenizers/smollm2-135m/"
-strip "$DEST/smolrt" "$DEST/smolrt_cuda_tests" 2>/dev/null || true
+strip "$DEST/smolrt" "$DEST/smolrt_cuda_tests" "$DEST/bench_prefill" 2>/dev/null || true
 du -sh "$DEST"

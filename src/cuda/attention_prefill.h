@@ -5,7 +5,7 @@
 //
 // Query i of the chunk sits at absolute position start + i and attends to keys [0, start + i];
 // keys [0, start) are already in the cache from earlier chunks or turns, keys
-// [start, start + n_tokens) were written there by this chunk's QKV GEMM (gemm_quant QkvRope).
+// [start, start + n_tokens) were written there by this chunk's QKV GEMM (gemm_q4 QkvRope).
 #pragma once
 
 #include <cuda_runtime.h>

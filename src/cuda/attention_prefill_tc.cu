@@ -319,17 +319,9 @@ void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s) {
     configured = true;
   }
   const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)((a.n_tokens + kBQ - 1) / kBQ), (unsigned)a.n_heads);
-  cfg.blockDim = dim3(kWarps * 32 * KS);
-  cfg.dynamicSmemBytes = bytes;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = s ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_prefill_tc_kernel<HD, KV, KS>, a, qscale));
+  launch_kernel_pdl(s != nullptr, attention_prefill_tc_kernel<HD, KV, KS>,
+                    dim3((unsigned)((a.n_tokens + kBQ - 1) / kBQ), (unsigned)a.n_heads),
+                    dim3(kWarps * 32 * KS), (size_t)bytes, s, a, qscale);
 }
 
 template <int HD>

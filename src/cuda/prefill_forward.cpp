@@ -6,7 +6,9 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/attention_prefill.h"
-#include "cuda/gemm_quant.h"
+#include "cuda/embed_batch.h"
+#include "cuda/gemm_q4.h"
+#include "cuda/gemv.h"
 #include "cuda/prefill_ops.h"
 
 namespace smolrt::cuda {
@@ -18,11 +20,12 @@ PrefillWorkspace::~PrefillWorkspace() {
 }
 
 void PrefillWorkspace::release() {
-  for (void* p :
-       {(void*)x, (void*)q, (void*)att, (void*)ffh, (void*)logits, (void*)tokens, (void*)argmax})
+  for (void* p : {(void*)x, (void*)q, (void*)att, (void*)ffh, (void*)logits, (void*)tokens,
+                  (void*)argmax, (void*)xh, (void*)hh})
     if (p) cudaFree(p);
   x = q = att = ffh = logits = nullptr;
   tokens = argmax = nullptr;
+  xh = hh = nullptr;
   cap_tokens_ = cap_logits_ = 0;
 }
 
@@ -41,17 +44,22 @@ void PrefillWorkspace::reserve(const LlamaConfig& c, int max_tokens, int max_log
   CUDA_CHECK(cudaMalloc(&logits, sizeof(float) * (size_t)nl * vocab_));
   CUDA_CHECK(cudaMalloc(&tokens, sizeof(int) * nt));
   CUDA_CHECK(cudaMalloc(&argmax, sizeof(int) * nl));
+  ldh_ = (std::max({dim_, q_dim_, hidden_}) + 63) / 64 * 64;
+  CUDA_CHECK(cudaMalloc(&xh, sizeof(uint16_t) * nt * ldh_));
+  CUDA_CHECK(cudaMalloc(&hh, sizeof(uint16_t) * nt * ldh_));
+  CUDA_CHECK(cudaMemset(xh, 0, sizeof(uint16_t) * nt * ldh_));  // pad columns stay zero
+  CUDA_CHECK(cudaMemset(hh, 0, sizeof(uint16_t) * nt * ldh_));
   cap_tokens_ = nt;
   cap_logits_ = nl;
 }
 
 // --- forward -------------------------------------------------------------------------------------
 
-bool prefill_supported(const LlamaConfig& c, GgmlType layer_type, GgmlType output_type) {
-  return layer_type == GgmlType::Q4_0 &&
-         (output_type == GgmlType::Q8_0 || output_type == GgmlType::Q4_0) &&
-         attention_prefill_supports(c.head_dim) && c.dim % 32 == 0 && c.q_dim() % 32 == 0 &&
-         c.hidden_dim % 32 == 0 && c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim;
+bool prefill_supported(const LlamaConfig& c, GgmlType layer_type) {
+  return layer_type == GgmlType::Q4_0 && attention_prefill_supports(c.head_dim) &&
+         c.dim % 32 == 0 && c.q_dim() % 32 == 0 && c.hidden_dim % 32 == 0 && c.q_dim() % 16 == 0 &&
+         c.kv_dim() % 16 == 0 && c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim &&
+         c.head_dim % 2 == 0;
 }
 
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
@@ -69,21 +77,31 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   if ((int)w.layers.size() != c.n_layers) fail("prefill_forward: layer count mismatch");
   const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hid = c.hidden_dim;
 
-  if (w.token_embd)
-    embed_rows(w.token_embd, w.embd_type, c.vocab_size, dim, ws.tokens, n, ws.x, dim, s);
+  if (w.token_embd.q) embed_batch(w.token_embd, ws.tokens, n, ws.x, dim, s);
+  // Large chunks: GEMM inputs go through act_to_f16 once (fp16, fragment order, norm applied) and
+  // the GEMMs stage them as they are; small ones fuse the norm and the conversion into the GEMM.
+  const bool h = n >= kGemmF16MinTokens;
+  const int ldh = ws.ldh();
+  auto input = [&](GemmQ4Args& a, float* x, int k, const float* norm_w, uint16_t* staged) {
+    if (!h) {
+      a.x = x, a.ldx = k, a.norm_w = norm_w;
+    } else {
+      if (staged == ws.xh) act_to_f16(x, k, n, k, norm_w, c.norm_eps, ws.xh, ldh, s);
+      a.xh = staged, a.ldh = ldh;
+    }
+  };
   for (const PrefillLayerWeights& L : w.layers) {
-    GemmArgs a;
-    a.wtype = GgmlType::Q4_0;
+    // 1. norm + QKV + RoPE + KV write
+    GemmQ4Args a;
     a.t = n;
     a.eps = c.norm_eps;
-    // 1. norm + QKV + RoPE + KV write
-    a.w = L.w_qkv, a.n = q_dim + 2 * kv_dim, a.k = dim, a.x = ws.x, a.ldx = dim;
-    a.norm_w = L.attn_norm;
+    a.w0 = L.wq, a.w1 = L.wk, a.w2 = L.wv;
+    input(a, ws.x, dim, L.attn_norm, ws.xh);
     GemmOut o;
     o.y = ws.q, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = c.head_dim;
     o.rope_dim = c.rope_dim, o.rope_base = c.rope_base, o.pos0 = pos0;
     o.k_cache = L.k_cache, o.v_cache = L.v_cache, o.kv_half = w.kv_half;
-    gemm_quant(a, GemmEpilogue::QkvRope, o, s);
+    gemm_q4(a, GemmEpilogue::QkvRope, o, s);
     // 2. attention
     AttentionPrefillArgs at;
     at.q = ws.q, at.ldq = q_dim, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
@@ -91,27 +109,32 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
     attention_prefill(at, s);
     // 3. x += Wo att
-    a.w = L.w_o, a.n = dim, a.k = q_dim, a.x = ws.att, a.ldx = q_dim, a.norm_w = nullptr;
+    GemmQ4Args b;
+    b.t = n, b.w0 = L.wo;
+    input(b, ws.att, q_dim, nullptr, ws.xh);
     GemmOut r;
     r.y = ws.x, r.ldy = dim;
-    gemm_quant(a, GemmEpilogue::Accumulate, r, s);
-    // 4. norm + gate/up + silu
-    a.w = L.w_gate_up, a.n = 2 * hid, a.k = dim, a.x = ws.x, a.ldx = dim, a.norm_w = L.ffn_norm;
-    GemmOut g;
-    g.y = ws.ffh, g.ldy = hid;
-    gemm_quant(a, GemmEpilogue::SiluPair, g, s);
+    gemm_q4(b, GemmEpilogue::Accumulate, r, s);
+    // 4. norm + gate/up + silu (fp16 output straight into the down GEMM's input when h)
+    GemmQ4Args g;
+    g.t = n, g.eps = c.norm_eps, g.w0 = L.w_gate, g.w1 = L.w_up;
+    input(g, ws.x, dim, L.ffn_norm, ws.xh);
+    GemmOut go;
+    go.y = ws.ffh, go.ldy = hid;
+    if (h) go.yh = ws.hh, go.ldyh = ldh;
+    gemm_q4(g, GemmEpilogue::SiluPair, go, s);
     // 5. x += Wdown h
-    a.w = L.w_down, a.n = dim, a.k = hid, a.x = ws.ffh, a.ldx = hid, a.norm_w = nullptr;
-    gemm_quant(a, GemmEpilogue::Accumulate, r, s);
+    GemmQ4Args d;
+    d.t = n, d.w0 = L.w_down;
+    input(d, ws.ffh, hid, nullptr, ws.hh);
+    gemm_q4(d, GemmEpilogue::Accumulate, r, s);
   }
   if (logit_rows == 0) return;
-  GemmArgs a;
-  a.w = w.output, a.wtype = w.output_type, a.n = c.vocab_size, a.k = dim;
-  a.x = ws.x + (size_t)(n - logit_rows) * dim, a.ldx = dim, a.t = logit_rows;
-  a.norm_w = w.output_norm, a.eps = c.norm_eps;
-  GemmOut o;
-  o.y = ws.logits, o.ldy = c.vocab_size;
-  gemm_quant(a, GemmEpilogue::Store, o, s);
+  // The decode lm_head (fused output norm), one launch per row: the last-token case is one launch,
+  // and every row's logits are bit-identical to the decode step's.
+  for (int i = 0; i < logit_rows; ++i)
+    gemv(w.output, ws.x + (size_t)(n - logit_rows + i) * dim, w.output_norm, c.norm_eps,
+         ws.logits + (size_t)i * c.vocab_size, /*accumulate=*/false, s);
   argmax_rows(ws.logits, c.vocab_size, c.vocab_size, logit_rows, ws.argmax, s);
 }
 

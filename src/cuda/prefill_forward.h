@@ -1,12 +1,12 @@
 // Layer-major batched prefill on the GPU: all tokens of a chunk pass layer L before layer L+1.
 // Per layer, five launches over the whole chunk:
-//   1. gemm_quant QkvRope  : RMSNorm(attn_norm) prologue, [Wq;Wk;Wv] GEMM, RoPE on q and k,
-//                            k and v written into the KV cache at positions pos0..pos0+n-1
-//   2. attention_prefill   : causal GQA over cache positions [0, pos0+i] for query i
-//   3. gemm_quant Accumulate: x += Wo * att
-//   4. gemm_quant SiluPair : RMSNorm(ffn_norm) prologue, interleaved [gate;up] GEMM, silu(g)*u
-//   5. gemm_quant Accumulate: x += Wdown * h
-// then RMSNorm(output_norm) + lm_head GEMM for the last token (or every token) and argmax.
+//   1. gemm_q4 QkvRope    : RMSNorm(attn_norm) prologue, [Wq;Wk;Wv] GEMM, RoPE on q and k,
+//                           k and v written into the KV cache at positions pos0..pos0+n-1
+//   2. attention_prefill  : causal GQA over cache positions [0, pos0+i] for query i
+//   3. gemm_q4 Accumulate : x += Wo * att
+//   4. gemm_q4 SiluPair   : RMSNorm(ffn_norm) prologue, gate and up GEMMs, silu(g)*u
+//   5. gemm_q4 Accumulate : x += Wdown * h
+// then RMSNorm(output_norm) + lm_head (the decode gemv, one launch per logits row) and argmax.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,18 +14,19 @@
 #include <span>
 #include <vector>
 
+#include "cuda/dev_mat.h"
 #include "model/model.h"
 #include "quant/formats.h"
 
 namespace smolrt::cuda {
 
-// Device pointers the prefill reads. The weight layout is the GGUF one except for two row-wise
-// concatenations done at upload (prefill_model.h does it): QKV stacked, gate/up interleaved.
+// Device pointers the prefill reads: the decode backend's own weight image (cuda/dev_mat.h split
+// layout), so nothing is copied for the prefill.
 struct PrefillLayerWeights {
-  const void* w_qkv = nullptr;       // Q4_0 [q_dim + 2*kv_dim rows][dim]: Wq rows, Wk rows, Wv rows
-  const void* w_o = nullptr;         // Q4_0 [dim rows][q_dim]
-  const void* w_gate_up = nullptr;   // Q4_0 [2*hidden_dim rows][dim]: row 2j = gate_j, 2j+1 = up_j
-  const void* w_down = nullptr;      // Q4_0 [dim rows][hidden_dim]
+  DevMat wq, wk, wv;                 // Q4_0 [q_dim | kv_dim | kv_dim rows][dim]
+  DevMat wo;                         // Q4_0 [dim rows][q_dim]
+  DevMat w_gate, w_up;               // Q4_0 [hidden_dim rows][dim]
+  DevMat w_down;                     // Q4_0 [dim rows][hidden_dim]
   const float* attn_norm = nullptr;  // [dim]
   const float* ffn_norm = nullptr;   // [dim]
   void* k_cache = nullptr;           // [n_ctx][kv_dim], fp16 if kv_half else fp32
@@ -36,13 +37,11 @@ struct PrefillWeights {
   LlamaConfig cfg;
   int n_ctx = 0;
   bool kv_half = true;
-  // [vocab][dim] raw rows of embd_type; nullptr: prefill_forward skips the embedding and the
-  // caller has filled ws.x rows [0, n) (CudaBackend embeds from its own weight layout).
-  const void* token_embd = nullptr;
-  GgmlType embd_type = GgmlType::Q8_0;
+  // Embedding table (any type embed_batch takes); q == nullptr: prefill_forward skips the
+  // embedding and the caller has filled ws.x rows [0, n) itself.
+  DevMat token_embd;
   const float* output_norm = nullptr;  // [dim]
-  const void* output = nullptr;        // lm_head [vocab][dim], Q8_0 or Q4_0 (tied: == token_embd)
-  GgmlType output_type = GgmlType::Q8_0;
+  DevMat output;                       // lm_head (any type the decode gemv takes)
   std::vector<PrefillLayerWeights> layers;
 };
 
@@ -59,10 +58,14 @@ class PrefillWorkspace {
   int capacity() const { return cap_tokens_; }
   int logit_capacity() const { return cap_logits_; }
 
-  float* x = nullptr;       // [cap][dim] residual stream
-  float* q = nullptr;       // [cap][q_dim] roped queries
-  float* att = nullptr;     // [cap][q_dim] attention output
-  float* ffh = nullptr;     // [cap][hidden_dim] silu(gate)*up
+  float* x = nullptr;    // [cap][dim] residual stream
+  float* q = nullptr;    // [cap][q_dim] roped queries
+  float* att = nullptr;  // [cap][q_dim] attention output
+  float* ffh = nullptr;  // [cap][hidden_dim] silu(gate)*up
+  // fp16 GEMM inputs in fragment order (gemm_q4.h, large chunks), pad columns zero:
+  uint16_t* xh = nullptr;  // [cap][ldh()] normalized x or attention output
+  uint16_t* hh = nullptr;  // [cap][ldh()] silu(gate)*up
+  int ldh() const { return ldh_; }
   float* logits = nullptr;  // [cap_logits][vocab]
   int* tokens = nullptr;    // [cap] token ids of the chunk
   int* argmax = nullptr;    // [cap_logits] argmax of each logits row
@@ -70,7 +73,7 @@ class PrefillWorkspace {
  private:
   void release();
   int cap_tokens_ = 0, cap_logits_ = 0;
-  int dim_ = 0, q_dim_ = 0, hidden_ = 0, vocab_ = 0;
+  int dim_ = 0, q_dim_ = 0, hidden_ = 0, vocab_ = 0, ldh_ = 0;
 };
 
 // One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
@@ -86,8 +89,8 @@ std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
                                   std::span<const int> tokens, int pos0, int chunk, bool all_logits,
                                   cudaStream_t stream);
 
-// True when prefill_forward handles this model (Q4_0 layers, Q8_0/Q4_0 lm_head, supported
-// head_dim, dims multiples of 32); otherwise the caller uses token-by-token decode.
-bool prefill_supported(const LlamaConfig& c, GgmlType layer_type, GgmlType output_type);
+// True when prefill_forward handles this model's shapes (Q4_0 layers, supported head_dim, q/kv
+// dims multiples of 16, dims multiples of 32); otherwise the caller uses token-by-token decode.
+bool prefill_supported(const LlamaConfig& c, GgmlType layer_type);
 
 }  // namespace smolrt::cuda

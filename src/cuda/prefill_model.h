@@ -1,31 +1,34 @@
-// Device copy of a model in the layout prefill_forward() reads (stacked QKV rows, interleaved
-// gate/up rows, raw GGUF blocks otherwise) plus a KV cache. Used by the prefill tests and
-// bench/bench_prefill; a backend that already holds its own device weights can instead fill a
-// PrefillWeights with pointers to them (same block format) and its own KV cache.
+// A model on the device for prefill_forward() without a CudaBackend: the decode weight image
+// (backend/cuda/device_weights.h, one allocation, split layout) plus a KV cache. Used by the
+// prefill tests and bench/bench_prefill; CudaBackend fills a PrefillWeights from its own weights
+// and KV cache instead.
 #pragma once
 
 #include <vector>
 
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_weights.h"
 #include "cuda/prefill_forward.h"
 #include "model/model.h"
 
 namespace smolrt::cuda {
 
+// The PrefillWeights view of decode weights dw for KV caches k_cache(l) / v_cache(l).
+PrefillWeights prefill_view(const LlamaConfig& c, const DeviceWeights& dw, int n_ctx, bool kv_half,
+                            const std::vector<void*>& k_caches, const std::vector<void*>& v_caches);
+
 class PrefillModel {
  public:
-  // Copies w (host TensorViews: Q4_0 layer matrices, F32 norms, Q8_0/Q4_0/F32/F16 token_embd,
-  // Q8_0/Q4_0 output) to the device and allocates a KV cache of n_ctx positions per layer.
-  // Throws smolrt::Error naming the tensor whose type or shape prefill cannot use.
+  // Uploads w (upload_weights: Error naming a tensor without a CUDA kernel) and allocates a KV
+  // cache of n_ctx positions per layer (fp16 or fp32). Throws smolrt::Error when prefill cannot
+  // run the model's shapes.
   PrefillModel(const LlamaConfig& c, const Weights& w, int n_ctx, bool kv_half);
-  ~PrefillModel();
-  PrefillModel(const PrefillModel&) = delete;
-  PrefillModel& operator=(const PrefillModel&) = delete;
 
   const PrefillWeights& weights() const { return pw_; }
 
  private:
-  void* upload(const void* src, size_t bytes);
-  std::vector<void*> allocs_;
+  DeviceWeights dw_;
+  DeviceBuffer kv_;
   PrefillWeights pw_;
 };
 

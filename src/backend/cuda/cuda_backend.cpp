@@ -295,7 +295,7 @@ class CudaBackend final : public CudaBackendApi {
     st.weight_bytes = w_.bytes;
     st.scratch_bytes = scratch_.size();
     st.kernels_per_step = kernels_per_step_;
-    st.prefill_weight_bytes = prefill_ ? prefill_->weight_bytes() : 0;
+    st.batched_prefill = prefill_ != nullptr;
     return st;
   }
 

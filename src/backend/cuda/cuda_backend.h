@@ -55,9 +55,8 @@ struct CudaStats {
   size_t weight_bytes = 0;   // the weights' device allocation
   size_t scratch_bytes = 0;  // activations + KV cache + scratch allocation
   int kernels_per_step = 0;  // kernel nodes in the captured decode graph (0 before capture)
-  // Second weight copy in the batched-prefill layout (cuda_prefill.h); 0 when the model has no
-  // batched prefill.
-  size_t prefill_weight_bytes = 0;
+  // The model runs the batched prefill (cuda_prefill.h); false: prompts go token by token.
+  bool batched_prefill = false;
 };
 
 class CudaBackendApi : public Backend {

@@ -1,4 +1,5 @@
-// CudaPrefill: upload of the prefill-layout weight copy and the chunk loop over prefill_forward.
+// CudaPrefill: the PrefillWeights view of the decode weights and the chunk loop over
+// prefill_forward.
 #include "backend/cuda/cuda_prefill.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "cuda/argmax.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemv.h"
+#include "cuda/prefill_model.h"
 
 namespace smolrt::cuda {
 namespace {
@@ -18,13 +20,12 @@ bool shape_is(const TensorView& t, GgmlType type, int64_t rows, int64_t cols) {
   return t.data != nullptr && t.type == type && t.rows == rows && t.cols == cols;
 }
 
-// True when every tensor the prefill reads has the type and shape its kernels take.
+// True when every layer tensor has the type and shape the prefill kernels take (the embedding and
+// lm_head run on the decode kernels, so any type the decode backend took is fine).
 bool model_fits(const Model& m) {
   const LlamaConfig& c = m.config;
   const Weights& w = m.weights;
-  // The lm_head and embedding run on the decode kernels (any type the decode backend took), so
-  // only the layers decide; Q8_0 stands in for the unused prefill lm_head type.
-  if (!prefill_supported(c, GgmlType::Q4_0, GgmlType::Q8_0)) return false;
+  if (!prefill_supported(c, GgmlType::Q4_0)) return false;
   if ((int)w.layers.size() != c.n_layers) return false;
   const GgmlType q4 = GgmlType::Q4_0;
   for (const LayerWeights& L : w.layers) {
@@ -37,83 +38,22 @@ bool model_fits(const Model& m) {
   return true;
 }
 
-// Byte offsets of one layer's matrices inside the prefill allocation.
-struct LayerOffsets {
-  char *qkv, *o, *gate_up, *down;
-};
-
-// Places (or, with a nullptr base, sizes) the prefill image of the layer matrices.
-void layout(Carver& cv, const Weights& w, std::vector<LayerOffsets>& lay) {
-  lay.clear();
-  for (const LayerWeights& L : w.layers) {
-    LayerOffsets o;
-    o.qkv = cv.take<char>(L.wq.nbytes + L.wk.nbytes + L.wv.nbytes);
-    o.o = cv.take<char>(L.wo.nbytes);
-    o.gate_up = cv.take<char>(L.w_gate.nbytes + L.w_up.nbytes);
-    o.down = cv.take<char>(L.w_down.nbytes);
-    lay.push_back(o);
-  }
-}
-
 }  // namespace
 
 std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWeights& dw, float* kv,
                                                  int n_ctx) {
   if (!model_fits(m) || dw.layers.size() != m.weights.layers.size()) return nullptr;
   const LlamaConfig& c = m.config;
-  const Weights& w = m.weights;
   std::unique_ptr<CudaPrefill> p(new CudaPrefill());
   p->dw_ = &dw;
-
-  // Size, allocate, then fill a host image of the whole allocation and copy it once.
-  std::vector<LayerOffsets> lay;
-  Carver sizer;
-  layout(sizer, w, lay);
-  p->buf_ = DeviceBuffer(sizer.used(), "batched-prefill layer weights (second copy)");
-  std::vector<char> img(sizer.used());
-  // Offsets from the sizing pass are nullptr-based: pointer value == byte offset.
-  auto off = [](const char* q) { return reinterpret_cast<uintptr_t>(q); };
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const LayerWeights& L = w.layers[l];
-    char* qkv = img.data() + off(lay[l].qkv);
-    std::memcpy(qkv, L.wq.data, L.wq.nbytes);
-    std::memcpy(qkv + L.wq.nbytes, L.wk.data, L.wk.nbytes);
-    std::memcpy(qkv + L.wq.nbytes + L.wk.nbytes, L.wv.data, L.wv.nbytes);
-    std::memcpy(img.data() + off(lay[l].o), L.wo.data, L.wo.nbytes);
-    // gate/up interleaved by rows: row 2j = gate_j, row 2j+1 = up_j.
-    char* gu = img.data() + off(lay[l].gate_up);
-    const size_t rb = L.w_gate.row_stride();
-    const char* g = static_cast<const char*>(L.w_gate.data);
-    const char* u = static_cast<const char*>(L.w_up.data);
-    for (int64_t r = 0; r < c.hidden_dim; ++r) {
-      std::memcpy(gu + (2 * r) * rb, g + r * rb, rb);
-      std::memcpy(gu + (2 * r + 1) * rb, u + r * rb, rb);
-    }
-    std::memcpy(img.data() + off(lay[l].down), L.w_down.data, L.w_down.nbytes);
-  }
-  CUDA_CHECK(cudaMemcpy(p->buf_.get(), img.data(), img.size(), cudaMemcpyHostToDevice));
-
-  char* base = static_cast<char*>(p->buf_.get());
-  PrefillWeights& pw = p->pw_;
-  pw.cfg = c;
-  pw.n_ctx = n_ctx;
-  pw.kv_half = false;       // the decode cache is fp32
-  pw.token_embd = nullptr;  // embedded by chunk() from the decode layout
-  pw.output = nullptr;      // logits by head_row() with the decode lm_head
-  pw.output_norm = dw.output_norm;
   const size_t kv_layer = (size_t)n_ctx * c.kv_dim();
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    PrefillLayerWeights P;
-    P.w_qkv = base + off(lay[l].qkv);
-    P.w_o = base + off(lay[l].o);
-    P.w_gate_up = base + off(lay[l].gate_up);
-    P.w_down = base + off(lay[l].down);
-    P.attn_norm = dw.layers[l].attn_norm;
-    P.ffn_norm = dw.layers[l].ffn_norm;
-    P.k_cache = kv + (2 * l) * kv_layer;
-    P.v_cache = kv + (2 * l + 1) * kv_layer;
-    pw.layers.push_back(P);
+  std::vector<void*> k, v;
+  for (int l = 0; l < c.n_layers; ++l) {
+    k.push_back(kv + (2 * l) * kv_layer);
+    v.push_back(kv + (2 * l + 1) * kv_layer);
   }
+  p->pw_ = prefill_view(c, dw, n_ctx, /*kv_half=*/false, k, v);  // the decode cache is fp32
+  p->pw_.token_embd = DevMat{};  // embedded by chunk() (ids staged from pinned memory)
   return p;
 }
 

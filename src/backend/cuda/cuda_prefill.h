@@ -1,14 +1,10 @@
 // Batched (layer-major) prefill for CudaBackend: the glue between the decode session and the
 // prefill kernels of src/cuda/prefill_forward.h.
 //
-// Weights: the prefill GEMMs read raw GGUF Q4_0 blocks with QKV stacked and gate/up interleaved,
-// while the decode kernels read the 16-byte-aligned "split" layout (cuda/dev_mat.h). Until the
-// GEMMs read the split layout, CudaPrefill holds a SECOND device copy of the Q4_0 layer matrices
-// in the prefill layout, in one allocation, made only for models prefill_supported() accepts.
-// Memory cost: the layer matrices once more, for SmolLM2-135M Q4_0 ~61 MB (the decode weights
-// are ~91 MB). Everything else is the decode session's own: the embedding (cuda::embed_batch
-// reads the split layout), the final norm + lm_head (the decode gemv, one launch per logits row)
-// + GPU argmax, the F32 norm vectors, and the KV cache.
+// Weights: the decode session's own device image (one allocation, split layout), read by the
+// prefill GEMMs too: nothing is copied. The embedding (cuda::embed_batch), the final norm +
+// lm_head (the decode gemv, one launch per logits row) + GPU argmax and the norm vectors are the
+// decode kernels' and buffers as well.
 //
 // KV cache: the decode session's fp32 cache, [n_layers][2][n_ctx][kv_dim] (k then v per layer);
 // prefill writes positions [pos0, pos0 + n) that decode then reads.
@@ -54,8 +50,6 @@ class CudaPrefill {
   // The chunk is capped at kAllLogitsChunk so the logits workspace stays kAllLogitsChunk rows.
   std::vector<float> run_all(std::span<const int> tokens, int pos0, int chunk_size, cudaStream_t s);
 
-  size_t weight_bytes() const { return buf_.size(); }  // the second weight copy
-
   static constexpr int kAllLogitsChunk = 128;
 
  private:
@@ -68,7 +62,6 @@ class CudaPrefill {
   void head_row(int i, float* logits, cudaStream_t s);
 
   const DeviceWeights* dw_ = nullptr;
-  DeviceBuffer buf_;  // the prefill-layout layer matrices, one allocation
   PrefillWeights pw_;
   PrefillWorkspace ws_;    // chunk activations, grown on demand, reused
   PinnedBuffer tok_host_;  // staging for token ids

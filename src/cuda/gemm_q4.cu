@@ -1,0 +1,621 @@
+// Q4_0 multi-token GEMM on tensor cores (see gemm_q4.h).
+//
+// Fragment-order trick: a dot product does not care in which order k is summed, so each thread
+// of a warp's lane quad (t4 = lane & 3) feeds the mma its own 8 contiguous weight bytes of a
+// 64-column chunk (block t4/2, bytes 8*(t4&1)..+7), and the activations are stored in shared
+// memory permuted to match (frag_pos below). Then per k16 step a thread needs one register of
+// nibbles per weight row and one 8-byte shared load per 8 tokens, and the weight loads are plain
+// coalesced 8-byte reads of the split layout with no shared-memory round trip.
+//
+// Dequantization is exact in fp16: (0x6400 | q) is 1024 + q, minus 1032 gives q - 8 exactly, and
+// one multiply by the fp16 scale rounds once: the same fp16 value as rounding (q-8)*d.
+#include "cuda/gemm_q4.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.h"
+
+namespace smolrt::cuda {
+namespace {
+
+constexpr int kChunk = 64;  // weight columns per chunk: two Q4_0 blocks, 8 bytes per thread
+// Chunks of weights per warp held in registers per round: fp16 input (a warp walks every chunk)
+// 4; fp32 input (about one chunk per warp) 2, which keeps the registers low enough for two
+// 288-thread blocks per SM.
+template <bool H>
+constexpr int kRing = H ? 4 : 2;
+constexpr int kMaxSmem = 227 * 1024;
+
+struct Params {
+  GemmQ4Args a;
+  GemmOut o;
+  int k;        // columns of the weights (= used activation columns)
+  int nb;       // Q4_0 blocks per row
+  int nchunks;  // 64-column chunks per row (the last may hold one block)
+  int cps;      // chunks per K split (gridDim.z splits)
+  int n;        // epilogue width: rows (Store/Accumulate), 2*rows (SiluPair), q+k+v rows (QkvRope)
+  int mw;       // warps side by side along the rows (16-row tiles per block)
+};
+
+// Shared-memory position of column r (0..63) of a chunk in fragment order (gemm_frag_pos): step
+// s = 2*wi + hi (nibble word wi of the thread's 8 bytes, low/high nibbles), thread t = 2*b + h
+// (block b, half h), element e of the B fragment registers {k, k+2 | k+1, k+3}.
+__device__ __forceinline__ int frag_pos(int r) {
+  return gemm_frag_pos(r);
+}
+
+__device__ __forceinline__ uint32_t h2_bits(__half2 v) {
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Two nibbles (bits 0-3 and 16-19 of `bits`) -> fp16 pair (q - 8) * d.
+__device__ __forceinline__ uint32_t dq2(uint32_t bits, __half2 d2) {
+  const uint32_t h = (bits & 0x000F000Fu) | 0x64006400u;
+  const __half2 v = *reinterpret_cast<const __half2*>(&h);
+  const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408));
+  return h2_bits(__hmul2(__hsub2(v, k1032), d2));
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One weight row as a thread reads it (row `ok` false: reads nothing, weights are zero).
+struct RowSrc {
+  const uint8_t* q;
+  const uint16_t* d;
+  bool ok;
+};
+
+__device__ __forceinline__ RowSrc row_src(const DevMat& m, int row, int nb) {
+  RowSrc s;
+  s.ok = row < m.rows;
+  const int r = s.ok ? row : 0;
+  s.q = static_cast<const uint8_t*>(m.q) + (size_t)r * nb * 16;
+  s.d = m.d + (size_t)r * nb;
+  return s;
+}
+
+// Weight rows of m-tile mt for fragment rows g (A) and g + 8 (B). Store/Accumulate/QkvRope: rows
+// 2g and 2g+1 of the tile, so a thread's accumulators hold adjacent output columns (a RoPE pair).
+// SiluPair: gate row and up row of the same output column 8*mt + g.
+template <GemmEpilogue E>
+__device__ __forceinline__ void tile_rows(const Params& p, int mt, int g, RowSrc& A, RowSrc& B) {
+  if constexpr (E == GemmEpilogue::SiluPair) {
+    A = row_src(p.a.w0, mt * 8 + g, p.nb);
+    B = row_src(p.a.w1, mt * 8 + g, p.nb);
+  } else if constexpr (E == GemmEpilogue::QkvRope) {
+    const int r0 = mt * 16, nq = p.a.w0.rows, nk = p.a.w1.rows;
+    const DevMat& m = r0 < nq ? p.a.w0 : r0 < nq + nk ? p.a.w1 : p.a.w2;
+    const int base = r0 < nq ? r0 : r0 < nq + nk ? r0 - nq : r0 - nq - nk;
+    A = row_src(m, base + 2 * g, p.nb);
+    B = row_src(m, base + 2 * g + 1, p.nb);
+  } else {
+    A = row_src(p.a.w0, mt * 16 + 2 * g, p.nb);
+    B = row_src(p.a.w0, mt * 16 + 2 * g + 1, p.nb);
+  }
+}
+
+struct WFrag {
+  uint2 a, b;  // 8 nibble bytes of rows A and B
+  uint32_t d;  // fp16 scales: A low, B high
+};
+
+__device__ __forceinline__ WFrag fetch(const RowSrc& A, const RowSrc& B, int c, int nb, int t4) {
+  WFrag f;
+  f.a = f.b = make_uint2(0u, 0u);
+  f.d = 0;
+  const int blk = 2 * c + (t4 >> 1);
+  if (blk < nb) {
+    const size_t off = (size_t)c * 32 + t4 * 8;
+    if (A.ok) {
+      f.a = __ldg(reinterpret_cast<const uint2*>(A.q + off));
+      f.d = __ldg(A.d + blk);
+    }
+    if (B.ok) {
+      f.b = __ldg(reinterpret_cast<const uint2*>(B.q + off));
+      f.d |= (uint32_t)__ldg(B.d + blk) << 16;
+    }
+  }
+  return f;
+}
+
+// ---- epilogues ------------------------------------------------------------------------------
+// QkvRope: RoPE frequency base^(-2i/rope_dim) of output columns (c, c+1), or -1 when they are not
+// rotated (v, or past rope_dim). Fixed per thread, so computed once, not per token.
+__device__ __forceinline__ float rope_freq(const GemmOut& o, int c) {
+  const bool is_q = c < o.q_dim;
+  const int cc = is_q ? c : (c - o.q_dim) % o.kv_dim;
+  if (!is_q && c >= o.q_dim + o.kv_dim) return -1.f;
+  const int i = (cc % o.head_dim) / 2;
+  return 2 * i < o.rope_dim ? powf(o.rope_base, -(float)(2 * i) / (float)o.rope_dim) : -1.f;
+}
+
+// Output columns (c, c+1) of token t; c even; v1 ignored when c + 1 >= n. freq: rope_freq(c).
+template <GemmEpilogue E>
+__device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, float v0, float v1,
+                                         float freq) {
+  if constexpr (E == GemmEpilogue::Store || E == GemmEpilogue::Accumulate) {
+    float* y = o.y + (size_t)t * o.ldy + c;
+    if constexpr (E == GemmEpilogue::Accumulate) {
+      v0 += y[0];
+      if (c + 1 < n) v1 += y[1];
+    }
+    y[0] = v0;
+    if (c + 1 < n) y[1] = v1;
+  } else if constexpr (E == GemmEpilogue::SiluPair) {
+    const float h = v0 / (1.f + expf(-v0)) * v1;
+    const int j = c / 2;
+    if (o.yh) {
+      o.yh[(size_t)t * o.ldyh + (j & ~63) + frag_pos(j & 63)] =
+          __half_as_ushort(__float2half_rn(h));
+    } else {
+      o.y[(size_t)t * o.ldy + j] = h;
+    }
+  } else {  // QkvRope
+    const int pos = o.pos0 + t;
+    const bool is_q = c < o.q_dim;
+    const int cc = is_q ? c : (c - o.q_dim) % o.kv_dim;  // column inside q, k or v
+    const bool is_v = !is_q && c >= o.q_dim + o.kv_dim;
+    if (freq >= 0.f) {  // same angle expression as the decode path (rope_kv.cu)
+      const float theta = (float)pos * freq;
+      float sn, cs;
+      sincosf(theta, &sn, &cs);
+      const float r0 = v0 * cs - v1 * sn, r1 = v0 * sn + v1 * cs;
+      v0 = r0;
+      v1 = r1;
+    }
+    if (is_q) {
+      float* y = o.y + (size_t)t * o.ldy + cc;
+      y[0] = v0;
+      y[1] = v1;
+    } else {
+      void* cache = is_v ? o.v_cache : o.k_cache;
+      const size_t off = (size_t)pos * o.kv_dim + cc;
+      if (o.kv_half) {
+        reinterpret_cast<__half2*>(cache)[off / 2] = __floats2half2_rn(v0, v1);
+      } else {
+        float* q = reinterpret_cast<float*>(cache) + off;
+        q[0] = v0;
+        q[1] = v1;
+      }
+    }
+  }
+}
+
+// Accumulator fragment of n-tile j (c0,c1: row g, tokens 2t4, 2t4+1; c2,c3: row g+8) through
+// the epilogue.
+template <GemmEpilogue E>
+__device__ __forceinline__ void epilogue(const Params& p, const float* rs, bool norm, int mt,
+                                         int t0, int j, int g, int t4, float freq,
+                                         const float (&v)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int tl = 8 * j + 2 * t4 + h, tok = t0 + tl;
+    if (tok >= p.a.t) continue;
+    const float sc = norm ? rs[tl] : 1.f;
+    const float v0 = v[h] * sc, v1 = v[2 + h] * sc;
+    int col;
+    if constexpr (E == GemmEpilogue::SiluPair) {
+      if (mt * 8 + g >= p.a.w0.rows) continue;
+      col = 2 * (mt * 8 + g);
+    } else {
+      col = mt * 16 + 2 * g;
+      if (col >= p.n) continue;
+    }
+    if (E == GemmEpilogue::Accumulate && gridDim.z > 1) {
+      float* y = p.o.y + (size_t)tok * p.o.ldy + col;
+      atomicAdd(y, v0);
+      if (col + 1 < p.n) atomicAdd(y + 1, v1);
+    } else {
+      epi_pair<E>(p.o, p.n, tok, col, v0, v1, freq);
+    }
+  }
+}
+
+// ---- shared-memory layout ---------------------------------------------------------------------
+// [raw fp32 tile BN x kc | norm weight kc floats | fp16 tile BN x (kc + 16) | rs BN floats].
+// The fp16 row pitch (kc + 16 halves = 8 mod 32 words) puts the 8 token rows of a B-fragment load
+// in distinct bank octets. The K-split reduction buffer reuses the raw tile after conversion.
+// fp16 input (h): only the fp16 tile (KW == 1: no reduction buffer).
+struct Layout {
+  int kc, pitch, raw, nw, xs, rs, bytes;
+  __host__ __device__ Layout(int bn, int kc_, int nw_warps, int nt, bool h) {
+    kc = kc_;
+    pitch = kc + 16;
+    const int red = nw_warps * nt * 4 * 32 * 4;
+    raw = 0;
+    nw = h ? 0 : bn * kc * 4 > red ? bn * kc * 4 : red;
+    xs = h ? 0 : nw + kc * 4;
+    rs = xs + bn * pitch * 2;
+    bytes = rs + (h ? 0 : bn * 4);
+  }
+};
+
+// Block: MW x KW warps (MW = p.mw, KW = blockDim.x / 32 / MW, chosen at launch; fp16 input needs
+// KW == 1).
+template <GemmEpilogue E, int NT, bool H>
+__global__ void __launch_bounds__(512) gemm_q4_kernel(const Params p) {
+  constexpr int BN = 8 * NT;
+  const int NTH = blockDim.x, NW = NTH / 32, MW = p.mw, KW = NW / MW;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int mw = warp % MW, kw = warp / MW;
+  const int mt = blockIdx.x * MW + mw;  // this warp's m-tile (16 weight rows)
+  const int t0 = blockIdx.y * BN;
+  const int c0 = blockIdx.z * p.cps, c1 = min(p.nchunks, c0 + p.cps);
+  const Layout L(BN, (c1 - c0) * kChunk, NW, NT, H);
+  float* raw = reinterpret_cast<float*>(smem + L.raw);
+  float* nws = reinterpret_cast<float*>(smem + L.nw);
+  __half* xs = reinterpret_cast<__half*>(smem + L.xs);
+  float* rs = reinterpret_cast<float*>(smem + L.rs);
+  const bool norm = !H && p.a.norm_w != nullptr;
+
+  // Weights never depend on the previous kernel: the first round is in flight before the wait.
+  RowSrc A, B;
+  tile_rows<E>(p, mt, g, A, B);
+  const int my = c1 - c0 > kw ? (c1 - c0 - kw + KW - 1) / KW : 0;  // chunks c0+kw, +KW, ...
+  const int rounds = (my + kRing<H> - 1) / kRing<H>;
+  WFrag cur[kRing<H>], nxt[kRing<H>];
+#pragma unroll
+  for (int r = 0; r < kRing<H>; ++r)
+    cur[r] = r < my ? fetch(A, B, c0 + kw + KW * r, p.nb, t4) : WFrag{};
+
+  pdl_wait();  // x (and the residual y) come from the previous kernel
+  pdl_trigger();
+
+  if constexpr (H) {
+    // fp16 rows already in fragment order: copy them as they are, one commit group per round of
+    // chunks (the last group takes the rest), so the first round's math starts when it lands.
+#pragma unroll
+    for (int gi = 0; gi < 3; ++gi) {
+      const int ca = c0 + kRing<H> * gi, cb = gi == 2 ? c1 : min(c1, ca + kRing<H>);
+      const int per = (cb - ca) * (kChunk / 8);  // 16-byte pieces per token row
+      for (int i = tid; i < BN * per; i += NTH) {
+        const int r = i / per, col = (ca - c0) * kChunk + (i % per) * 8, tok = t0 + r;
+        const bool ok = tok < p.a.t;
+        cp_async16(xs + r * L.pitch + col,
+                   ok ? p.a.xh + (size_t)tok * p.a.ldh + c0 * kChunk + col : p.a.xh, ok ? 16 : 0);
+      }
+      cp_async_commit();
+    }
+  } else {
+    // Stage the block's activations: raw fp32 (and the norm weight) by cp.async, then convert to
+    // fp16 in fragment order. 16 threads per token row: thread `sub` owns column group 4*sub of
+    // every chunk, so its fragment position is fixed; fixed-order sum of squares (shuffles).
+    const int kbase = c0 * kChunk, q4 = L.kc / 4, sub = tid & 15;
+    for (int r = tid >> 4; r < BN; r += NTH >> 4) {
+      const int tok = t0 + r;
+      for (int q = sub; q < q4; q += 16) {
+        const int kk = kbase + 4 * q;
+        const bool ok = tok < p.a.t && kk < p.k;
+        cp_async16(raw + r * L.kc + 4 * q, ok ? p.a.x + (size_t)tok * p.a.ldx + kk : p.a.x,
+                   ok ? 16 : 0);
+      }
+    }
+    if (norm)
+      for (int q = tid; q < q4; q += NTH) {
+        const bool ok = kbase + 4 * q < p.k;
+        cp_async16(nws + 4 * q, ok ? p.a.norm_w + kbase + 4 * q : p.a.norm_w, ok ? 16 : 0);
+      }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    const int fp = frag_pos(4 * sub);
+    for (int r = tid >> 4; r < BN; r += NTH >> 4) {  // warp-uniform: a warp covers 2 whole rows
+      float ss = 0.f;
+      const float* src = raw + r * L.kc + 4 * sub;
+      __half* dst = xs + r * L.pitch + fp;
+#pragma unroll 4
+      for (int m = 0; m < L.kc / kChunk; ++m) {
+        float4 v = *reinterpret_cast<const float4*>(src + m * kChunk);
+        if (norm) {
+          ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+          const float4 w = *reinterpret_cast<const float4*>(nws + 4 * sub + m * kChunk);
+          v.x *= w.x, v.y *= w.y, v.z *= w.z, v.w *= w.w;
+        }
+        uint2 u;  // elements k, k+2 | k+1, k+3 (the B register order)
+        u.x = h2_bits(__floats2half2_rn(v.x, v.z));
+        u.y = h2_bits(__floats2half2_rn(v.y, v.w));
+        *reinterpret_cast<uint2*>(dst + m * kChunk) = u;
+      }
+      if (norm) {
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (sub == 0) rs[r] = rsqrtf(ss / (float)p.k + p.a.eps);
+      }
+    }
+    __syncthreads();
+  }
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  const __half* xb = xs + g * L.pitch + t4 * 4;
+  for (int round = 0; round < rounds; ++round) {
+    if constexpr (H) {  // this round's commit group (and every thread's copies) has landed
+      if (round == 0) {
+        cp_async_wait<2>();
+      } else if (round == 1) {
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+    }
+    if (round + 1 < rounds) {
+#pragma unroll
+      for (int r = 0; r < kRing<H>; ++r) {
+        const int i = (round + 1) * kRing<H> + r;
+        nxt[r] = i < my ? fetch(A, B, c0 + kw + KW * i, p.nb, t4) : WFrag{};
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRing<H>; ++r) {
+      const int i = round * kRing<H> + r;
+      if (i >= my) break;
+      const WFrag& f = cur[r];
+      const __half2 da = __half2half2(__ushort_as_half((unsigned short)(f.d & 0xffffu)));
+      const __half2 db = __half2half2(__ushort_as_half((unsigned short)(f.d >> 16)));
+      const __half* xc = xb + (kw + KW * i) * kChunk;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t wa = s < 2 ? f.a.x : f.a.y, wb = s < 2 ? f.b.x : f.b.y;
+        const int sh = (s & 1) * 4;
+        const uint32_t af[4] = {dq2(wa >> sh, da), dq2(wb >> sh, db), dq2(wa >> (sh + 8), da),
+                                dq2(wb >> (sh + 8), db)};
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const uint2 bv = *reinterpret_cast<const uint2*>(xc + 8 * j * L.pitch + s * 16);
+          mma16816(acc[j], af, bv.x, bv.y);
+        }
+      }
+    }
+    if (round + 1 < rounds) {
+#pragma unroll
+      for (int r = 0; r < kRing<H>; ++r) cur[r] = nxt[r];
+    }
+  }
+
+  float freq = -1.f;
+  if constexpr (E == GemmEpilogue::QkvRope) freq = rope_freq(p.o, mt * 16 + 2 * g);
+  if (KW > 1) {        // add the K-split warps' tiles in a fixed order (block-uniform branch)
+    float* red = raw;  // [NW][NT][4][32]; raw is dead since the conversion barrier
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[((warp * NT + j) * 4 + e) * 32 + lane] = acc[j][e];
+    __syncthreads();
+    for (int j = kw; j < NT; j += KW) {
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int w = 0; w < KW; ++w)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] += red[(((w * MW + mw) * NT + j) * 4 + e) * 32 + lane];
+      epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, v);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, acc[j]);
+  }
+}
+
+// ---- host ---------------------------------------------------------------------------------------
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+void check_mat(const DevMat& m, const char* name, int k) {
+  if (m.type != GgmlType::Q4_0 || !m.q || !m.d)
+    fail("gemm_q4: ", name, " must be a Q4_0 matrix in the split layout, got ", type_name(m.type));
+  if (m.rows <= 0 || m.cols != k)
+    fail("gemm_q4: ", name, " is ", m.rows, " x ", m.cols, ", expected ", k, " columns");
+  if (!aligned16(m.q)) fail("gemm_q4: ", name, " quants must be 16-byte aligned");
+}
+
+void check_args(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o) {
+  const int k = a.w0.cols;
+  if (k <= 0 || k % 32 != 0) fail("gemm_q4: k=", k, " must be a positive multiple of 32");
+  check_mat(a.w0, "w0", k);
+  if (ep == GemmEpilogue::SiluPair || ep == GemmEpilogue::QkvRope) check_mat(a.w1, "w1", k);
+  if (ep == GemmEpilogue::QkvRope) check_mat(a.w2, "w2", k);
+  if (a.t <= 0) fail("gemm_q4: empty batch t=", a.t);
+  if (a.xh) {
+    if (a.norm_w) fail("gemm_q4: fp16 input (xh) is normalized by act_to_f16, not by the GEMM");
+    if (!aligned16(a.xh) || a.ldh % 64 != 0 || a.ldh < (k + 63) / 64 * 64)
+      fail("gemm_q4: xh must be 16-byte aligned with ldh=", a.ldh,
+           " a multiple of 64 covering k=", k);
+  } else {
+    if (!a.x || !aligned16(a.x)) fail("gemm_q4: activations must be non-null and 16-byte aligned");
+    if (a.norm_w && !aligned16(a.norm_w)) fail("gemm_q4: norm weight must be 16-byte aligned");
+    if (a.ldx < k || a.ldx % 4 != 0)
+      fail("gemm_q4: ldx=", a.ldx, " must be >= k=", k, " and a multiple of 4");
+  }
+  if (!o.y && !(ep == GemmEpilogue::SiluPair && o.yh)) fail("gemm_q4: null output pointer");
+  switch (ep) {
+    case GemmEpilogue::Store:
+    case GemmEpilogue::Accumulate:
+      if (o.ldy < a.w0.rows) fail("gemm_q4: ldy=", o.ldy, " < rows=", a.w0.rows);
+      break;
+    case GemmEpilogue::SiluPair:
+      if (a.w1.rows != a.w0.rows)
+        fail("gemm_q4: SiluPair gate has ", a.w0.rows, " rows but up has ", a.w1.rows);
+      if (o.yh ? o.ldyh % 64 != 0 || o.ldyh < (a.w0.rows + 63) / 64 * 64 : o.ldy < a.w0.rows)
+        fail("gemm_q4: SiluPair output pitch ", o.yh ? o.ldyh : o.ldy, " does not fit ", a.w0.rows,
+             " columns", o.yh ? " (fp16: a multiple of 64)" : "");
+      break;
+    case GemmEpilogue::QkvRope:
+      if (o.head_dim <= 0 || o.head_dim % 2 || o.q_dim % o.head_dim || o.kv_dim % o.head_dim)
+        fail("gemm_q4: QkvRope head_dim=", o.head_dim, " must be even and divide q_dim=", o.q_dim,
+             " and kv_dim=", o.kv_dim);
+      if (o.q_dim % 16 || o.kv_dim % 16)
+        fail("gemm_q4: QkvRope q_dim=", o.q_dim, " and kv_dim=", o.kv_dim,
+             " must be multiples of 16");
+      if (o.rope_dim < 0 || o.rope_dim > o.head_dim)
+        fail("gemm_q4: rope_dim=", o.rope_dim, " must be in [0, head_dim=", o.head_dim, "]");
+      if (a.w0.rows != o.q_dim || a.w1.rows != o.kv_dim || a.w2.rows != o.kv_dim)
+        fail("gemm_q4: QkvRope matrices have ", a.w0.rows, "/", a.w1.rows, "/", a.w2.rows,
+             " rows, expected q_dim=", o.q_dim, " and kv_dim=", o.kv_dim);
+      if (!o.k_cache || !o.v_cache || o.pos0 < 0) fail("gemm_q4: QkvRope needs KV caches");
+      if (o.ldy < o.q_dim) fail("gemm_q4: ldy=", o.ldy, " < q_dim=", o.q_dim);
+      break;
+  }
+}
+
+int sm_count() {
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  return sms;
+}
+
+// mw x kw warps per block (<= 16), z K splits across blocks.
+template <GemmEpilogue E, int NT, bool H>
+void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
+  constexpr int BN = 8 * NT;
+  const int nw = mw * kw;
+  const int gx = (mtiles + mw - 1) / mw, gy = (p.a.t + BN - 1) / BN;
+  p.mw = mw;
+  p.cps = (p.nchunks + z - 1) / z;
+  z = (p.nchunks + p.cps - 1) / p.cps;
+  const int smem = Layout(BN, p.cps * kChunk, nw, NT, H).bytes;
+  if (smem > kMaxSmem)
+    fail("gemm_q4: k=", p.k, " needs ", smem, " bytes of shared memory for ", BN,
+         " tokens per block (limit ", kMaxSmem, ")");
+  auto kern = gemm_q4_kernel<E, NT, H>;
+  static int configured = 0;  // per instantiation: raise the dynamic shared-memory limit once
+  if (smem > 48 * 1024 && configured == 0) {
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+    configured = 1;
+  }
+  launch_kernel_pdl(s != nullptr, kern, dim3(gx, gy, z), dim3(32 * nw), (size_t)smem, s, p);
+}
+
+// Tile shapes.
+// fp32 input (small batches, latency-bound): warps along K, one per 64-column chunk where the
+// chunks allow, spread the block's staging and conversion over many threads. Every block stages
+// the whole activation tile of its K range, so blocks of one 16-row tile would re-read it from L2
+// once per tile: row tiles are grouped (mw) until the blocks' total staging traffic is at most
+// kStageBudget. Residual GEMMs also split K across blocks (added atomically) to cap the warps
+// along K at kMaxKw. The token tile shrinks when a row that cannot be split (norm, Store) would
+// not fit in shared memory.
+// fp16 input (large batches): 4 row tiles side by side, 64 tokens per block, so each weight chunk
+// feeds 8 mma per dequantization; residual GEMMs split K to fill the SMs.
+constexpr int kMaxKw = 12, kMaxWarps = 16;
+constexpr double kStageBudget = 4.0 * 1024 * 1024;
+
+template <GemmEpilogue E>
+void dispatch(const Params& p, int mtiles, cudaStream_t s) {
+  const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w;
+  if (p.a.xh) {
+    int z = 1;
+    const int blocks = (mtiles + 3) / 4 * ((p.a.t + 63) / 64);
+    if (split) z = std::min(p.nchunks, std::max(1, (sm_count() + blocks - 1) / blocks));
+    while (Layout(64, (p.nchunks + z - 1) / z * kChunk, 4, 8, true).bytes > kMaxSmem) {
+      if (!split) fail("gemm_q4: k=", p.k, " is too large for the fp16 path; use fp32 input");
+      ++z;
+    }
+    return launch<E, 8, true>(p, mtiles, 4, 1, z, s);
+  }
+  const int t = p.a.t;
+  const int nt = t <= 8 ? 1 : t <= 16 ? 2 : 4;
+  const double tile_bytes = 8.0 * nt * p.k * 4;  // one block's staging over all its K splits
+  int mw = 1;
+  while (mw < 8 && mw * 2 <= mtiles && (mtiles + mw - 1) / mw * tile_bytes > kStageBudget) mw *= 2;
+  const int z = split ? (p.nchunks + kMaxKw - 1) / kMaxKw : 1;
+  const int cps = (p.nchunks + z - 1) / z;
+  const int kw = std::max(1, std::min(cps, kMaxWarps / mw));
+  auto fits = [&](int n) {
+    return Layout(8 * n, cps * kChunk, mw * kw, n, false).bytes <= kMaxSmem;
+  };
+  if (nt == 1 || !fits(2)) return launch<E, 1, false>(p, mtiles, mw, kw, z, s);
+  if (nt == 2 || !fits(4)) return launch<E, 2, false>(p, mtiles, mw, kw, z, s);
+  return launch<E, 4, false>(p, mtiles, mw, kw, z, s);
+}
+
+__global__ void act_f16_kernel(const float* x, int ldx, int t, int k, const float* nw, float eps,
+                               uint16_t* out, int ldh) {
+  pdl_wait();  // x comes from the previous kernel
+  pdl_trigger();
+  const int tok = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (tok >= t) return;
+  const float4* xr = reinterpret_cast<const float4*>(x + (size_t)tok * ldx);
+  const int q4 = k / 4;
+  float scale = 1.f;
+  if (nw) {
+    float ss = 0.f;
+    for (int q = lane; q < q4; q += 32) {
+      const float4 v = xr[q];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    scale = rsqrtf(warp_sum(ss) / (float)k + eps);
+  }
+  const float4* w4 = reinterpret_cast<const float4*>(nw);
+  for (int q = lane; q < ldh / 4; q += 32) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (q < q4) {
+      v = xr[q];
+      if (nw) {
+        const float4 w = w4[q];
+        v.x *= scale * w.x, v.y *= scale * w.y, v.z *= scale * w.z, v.w *= scale * w.w;
+      }
+    }
+    uint2 u;  // fragment order: k, k+2 | k+1, k+3
+    u.x = h2_bits(__floats2half2_rn(v.x, v.z));
+    u.y = h2_bits(__floats2half2_rn(v.y, v.w));
+    const int c = 4 * q;
+    *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + (c & ~63) + frag_pos(c & 63)) = u;
+  }
+}
+
+}  // namespace
+
+void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream) {
+  check_args(a, ep, o);
+  Params p;
+  p.a = a;
+  p.o = o;
+  p.k = a.w0.cols;
+  p.nb = p.k / 32;
+  p.nchunks = (p.k + kChunk - 1) / kChunk;
+  p.cps = p.nchunks;
+  switch (ep) {
+    case GemmEpilogue::Store:
+      p.n = a.w0.rows;
+      return dispatch<GemmEpilogue::Store>(p, (p.n + 15) / 16, stream);
+    case GemmEpilogue::Accumulate:
+      p.n = a.w0.rows;
+      return dispatch<GemmEpilogue::Accumulate>(p, (p.n + 15) / 16, stream);
+    case GemmEpilogue::SiluPair:
+      p.n = 2 * a.w0.rows;
+      return dispatch<GemmEpilogue::SiluPair>(p, (a.w0.rows + 7) / 8, stream);
+    case GemmEpilogue::QkvRope:
+      p.n = a.w0.rows + a.w1.rows + a.w2.rows;
+      return dispatch<GemmEpilogue::QkvRope>(p, p.n / 16, stream);
+  }
+}
+
+void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
+                uint16_t* out, int ldh, cudaStream_t s) {
+  if (!x || !out || t <= 0 || k <= 0 || k % 4 || ldx < k || ldx % 4 || ldh % 64 || ldh < k ||
+      !aligned16(x) || !aligned16(out) || (norm_w && !aligned16(norm_w)))
+    fail("act_to_f16: bad arguments t=", t, " k=", k, " ldx=", ldx, " ldh=", ldh);
+  constexpr int kRows = 8;  // tokens (warps) per block
+  launch_kernel_pdl(s != nullptr, act_f16_kernel, dim3((t + kRows - 1) / kRows), dim3(32 * kRows),
+                    0, s, x, ldx, t, k, norm_w, eps, out, ldh);
+}
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,89 @@
+// Multi-token GEMM over Q4_0 weights for the batched prefill, on tensor cores:
+//   y[t][n] = sum_k W[n][k] * x'[t][k]   for every token t of a chunk, one pass over W.
+//
+// Weights are the decode backend's own device image (cuda/dev_mat.h, "split" Q4_0 layout: 16-byte
+// aligned nibble blocks + fp16 scales), so the prefill needs no second copy of the model.
+//
+// How (gemm_q4.cu): each warp owns 16 weight rows and streams their 64-column chunks straight
+// from global memory into registers (the first ones before the PDL wait), dequantizes them in
+// registers into mma.sync m16n8k16 A fragments (fp16, exact: (q-8)*d rounded once), and multiplies
+// them with the chunk's activations, which the block staged once in shared memory as fp16 in
+// fragment order (one 8-byte load per B fragment, no conflicts). Accumulation in fp32. Warps of a
+// block split K and add their partial tiles in a fixed order (deterministic); residual GEMMs with
+// few tiles also split K across blocks and add atomically.
+//
+// Fused prologue / epilogues (no launch of their own):
+//   norm_w != nullptr : x'[t] = x[t] / sqrt(mean(x[t]^2) + eps) * norm_w   (RMSNorm), else x' = x
+//   Store      : y[t*ldy + n] = acc                        (w0: n rows)
+//   Accumulate : y[t*ldy + n] += acc                       (residual: attention output, down)
+//   SiluPair   : y[t*ldy + j] = silu(gate_j . x') * (up_j . x')   (w0 = gate, w1 = up)
+//   QkvRope    : rows [Wq (w0); Wk (w1); Wv (w2)]; RoPE ("normal" GGUF style, adjacent pairs,
+//                angle pos * base^(-2i/rope_dim), pos = pos0 + t) on q and k; q to
+//                y[t*ldy + c], k and v to k_cache / v_cache[(pos0+t)*kv_dim + c] (fp16 or fp32)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/dev_mat.h"
+
+namespace smolrt::cuda {
+
+enum class GemmEpilogue { Store, Accumulate, SiluPair, QkvRope };
+
+struct GemmQ4Args {
+  // Q4_0 matrices in the split layout, all with the same column count k (a multiple of 32).
+  // Store / Accumulate: w0. SiluPair: w0 = gate, w1 = up (same rows). QkvRope: w0 = Wq, w1 = Wk,
+  // w2 = Wv (Wq and Wk rows multiples of 16).
+  DevMat w0, w1, w2;
+  const float* x = nullptr;  // device [t][ldx] fp32 activations, 16-byte aligned
+  int ldx = 0;               // multiple of 4, >= k
+  // Or (xh != nullptr, x ignored, norm_w must be nullptr): fp16 activations already in fragment
+  // order, [t][ldh] as act_to_f16 writes them (ldh a multiple of 64, >= k rounded up to 64, pad
+  // columns zero). Large batches take this path: the block copies them into shared memory as is.
+  const uint16_t* xh = nullptr;
+  int ldh = 0;
+  int t = 0;                      // tokens in the batch (>= 1)
+  const float* norm_w = nullptr;  // device [k] RMSNorm weight, or nullptr for no prologue
+  float eps = 1e-5f;
+};
+
+struct GemmOut {
+  float* y = nullptr;  // device [t][ldy]; Store/Accumulate: w0.rows cols, SiluPair: w0.rows,
+  int ldy = 0;         // QkvRope: q_dim
+  // QkvRope only:
+  int q_dim = 0, kv_dim = 0, head_dim = 0, rope_dim = 0;
+  float rope_base = 10000.f;
+  int pos0 = 0;             // absolute position of token 0
+  void* k_cache = nullptr;  // device [n_ctx][kv_dim] (this layer), fp16 if kv_half else fp32
+  void* v_cache = nullptr;
+  bool kv_half = true;
+  // SiluPair only: when yh is set, silu(g)*u goes to yh [t][ldyh] as fp16 in fragment order (the
+  // next GEMM's xh input) instead of y. ldyh a multiple of 64, >= rows rounded up to 64.
+  uint16_t* yh = nullptr;
+  int ldyh = 0;
+};
+
+// Fragment order: position of column r (0..63) of a 64-column chunk in an xh row (the chunk's
+// columns permuted so each thread's mma operands are 8 contiguous bytes; see gemm_q4.cu).
+__host__ __device__ constexpr int gemm_frag_pos(int r) {
+  const int b = r >> 5, hi = (r >> 4) & 1, h = (r >> 3) & 1, wi = (r >> 2) & 1, e = r & 3;
+  const int pe = e == 1 ? 2 : e == 2 ? 1 : e;
+  return (2 * wi + hi) * 16 + (2 * b + h) * 4 + pe;
+}
+
+// Rows of fp32 activations -> fp16 in the fragment order gemm_q4 reads (xh): out[i][.] = x[i][.] *
+// (norm_w ? norm_w / sqrt(mean(x[i]^2) + eps) : 1), columns [k, ldh) zero. One warp per row.
+// k a multiple of 4, ldh a multiple of 64 >= k.
+void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
+                uint16_t* out, int ldh, cudaStream_t stream);
+
+// Batches above this many tokens should use the fp16 path (act_to_f16 + xh): measured crossover.
+constexpr int kGemmF16MinTokens = 33;
+
+// Checks shapes and types (throws smolrt::Error naming the bad field), launches (PDL on a
+// non-default stream), checks the launch.
+void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream);
+
+}  // namespace smolrt::cuda
