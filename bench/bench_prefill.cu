@@ -173,7 +173,7 @@ int main(int argc, char** argv) try {
       };
       CUDA_CHECK(cudaMemset(ws.x, 0x3c, sizeof(float) * (size_t)T * 576));
       // Large chunks run the GEMMs on fp16 inputs as prefill_forward does (act_to_f16 timed apart).
-      const bool h = T >= kGemmF16MinTokens;
+      const bool h = T >= gemm_f16_min_tokens();
       double t_cvt = 0;
       if (h) {
         t_cvt = rep([&] { act_to_f16(ws.x, 576, T, 576, L.attn_norm, 1e-5f, ws.xh, ws.ldh(), s); });

@@ -314,8 +314,7 @@ void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s) {
   static_assert(bytes <= 227 * 1024 && KS <= 2, "tile set exceeds shared memory");
   static bool configured = false;
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_tc_kernel<HD, KV, KS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    configure_prefill_kernel(attention_prefill_tc_kernel<HD, KV, KS>, bytes);
     configured = true;
   }
   const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)

@@ -79,11 +79,20 @@ __host__ __device__ constexpr int gemm_frag_pos(int r) {
 void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
                 uint16_t* out, int ldh, cudaStream_t stream);
 
-// Batches above this many tokens should use the fp16 path (act_to_f16 + xh): measured crossover.
-constexpr int kGemmF16MinTokens = 33;
+// Batches of at least this many tokens should use the fp16 path (act_to_f16 + xh): measured
+// crossover (H200, whole prefill: fp32 path faster up to 256 tokens, 1.44 vs 1.65 ms at 256;
+// equal at 512); gemm_f16_min_tokens() is it, or the SMOLRT_GEMM_F16_MIN override (read once).
+constexpr int kGemmF16MinTokens = 512;
+int gemm_f16_min_tokens();
 
 // Checks shapes and types (throws smolrt::Error naming the bad field), launches (PDL on a
 // non-default stream), checks the launch.
 void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream);
+
+// Split-K residual GEMMs with atomic adds: faster (more blocks), but the last bits of the
+// residual stream vary from run to run (~3e-4 relative in the logits after 30 layers). On by
+// default; SMOLRT_GEMM_SPLITK=0 or gemm_q4_set_split_k(0) gives bit-reproducible results;
+// gemm_q4_set_split_k(-1) restores the environment's choice. Process-wide.
+void gemm_q4_set_split_k(int on);
 
 }  // namespace smolrt::cuda

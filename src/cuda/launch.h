@@ -31,6 +31,19 @@ void launch_kernel_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block
   CUDA_CHECK_LAUNCH();
 }
 
+// Every batched-prefill kernel asks for the same L1/shared-memory split (the most shared memory):
+// an SM can only hold blocks of kernels with the same split, so kernels with different ones
+// cannot overlap under PDL and the SM drains to switch. max_dynamic_smem > 0 also raises the
+// kernel's dynamic shared-memory limit. Call once per kernel before its first launch.
+template <class... KArgs>
+void configure_prefill_kernel(void (*kernel)(KArgs...), int max_dynamic_smem) {
+  if (max_dynamic_smem > 0)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    max_dynamic_smem));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared));
+}
+
 // Decode launchers: PDL as the process-wide switch says.
 template <class... KArgs, class... Args>
 void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,

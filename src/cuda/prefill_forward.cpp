@@ -80,7 +80,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   if (w.token_embd.q) embed_batch(w.token_embd, ws.tokens, n, ws.x, dim, s);
   // Large chunks: GEMM inputs go through act_to_f16 once (fp16, fragment order, norm applied) and
   // the GEMMs stage them as they are; small ones fuse the norm and the conversion into the GEMM.
-  const bool h = n >= kGemmF16MinTokens;
+  const bool h = n >= gemm_f16_min_tokens();
   const int ldh = ws.ldh();
   auto input = [&](GemmQ4Args& a, float* x, int k, const float* norm_w, uint16_t* staged) {
     if (!h) {

@@ -135,17 +135,23 @@ TEST_P(GemmTokens, StoreAccumulateNorm) {
         EXPECT_LT(rel_l2(dy.download(), ref_n), kTol);
         a.norm_w = nullptr;
 
-        // Residual-accumulating variant (splits K across blocks, atomically, at small T).
-        dy.upload(resid);
-        run(a, GemmEpilogue::Accumulate, o);
-        std::vector<double> want(ref);
-        for (size_t i = 0; i < want.size(); ++i) want[i] += resid[i];
-        const auto got = dy.download();
-        // Compare the added part so the residual's size does not hide GEMM errors.
-        std::vector<float> delta(got.size());
-        for (size_t i = 0; i < got.size(); ++i) delta[i] = got[i] - resid[i];
-        EXPECT_LT(rel_l2(delta, ref), kTol + 1e-5);
-        EXPECT_LT(rel_l2(got, want), kTol);
+        // Residual-accumulating variant: one block per output (the default) and K split across
+        // blocks with atomic adds.
+        for (bool split : {false, true}) {
+          SCOPED_TRACE(cat("split_k=", split));
+          gemm_q4_set_split_k(split ? 1 : 0);
+          dy.upload(resid);
+          run(a, GemmEpilogue::Accumulate, o);
+          gemm_q4_set_split_k(-1);
+          std::vector<double> want(ref);
+          for (size_t i = 0; i < want.size(); ++i) want[i] += resid[i];
+          const auto got = dy.download();
+          // Compare the added part so the residual's size does not hide GEMM errors.
+          std::vector<float> delta(got.size());
+          for (size_t i = 0; i < got.size(); ++i) delta[i] = got[i] - resid[i];
+          EXPECT_LT(rel_l2(delta, ref), kTol + 1e-5);
+          EXPECT_LT(rel_l2(got, want), kTol);
+        }
       }
   }
 }
@@ -266,7 +272,8 @@ TEST_P(GemmTokens, QkvRopeKvWrite) {
   }
 }
 
-// 1..32: the small-batch tiles (8/16/32 tokens, K split over warps); 33, 100, 512: 64-token tiles.
+// 1..32: 8-token tiles, K split over warps; 33, 100, 512: 32-token tiles; every size also through
+// the fp16 input path (64-token tiles).
 INSTANTIATE_TEST_SUITE_P(Batch, GemmTokens, ::testing::Values(1, 7, 16, 32, 33, 100, 512));
 
 TEST(GemmQ4, ActToF16NormalizesPermutesAndZeroPads) {

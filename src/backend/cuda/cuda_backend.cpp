@@ -178,7 +178,8 @@ class CudaBackend final : public CudaBackendApi {
                             std::span<const int> history) override {
     if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_);
+      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_,
+                         copt_.use_graph);
       pos_ += (int)tokens.size();
       return sample_last(p, u, history);  // logits stay on the GPU
     }
@@ -192,7 +193,8 @@ class CudaBackend final : public CudaBackendApi {
   std::span<const float> forward_prompt(std::span<const int> tokens) override {
     if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_);
+      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_,
+                         copt_.use_graph);
       pos_ += (int)tokens.size();
       CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), s_.logits, sizeof(float) * cfg_.vocab_size,
                                  cudaMemcpyDeviceToHost, stream_));

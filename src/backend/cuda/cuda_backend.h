@@ -20,7 +20,9 @@ namespace smolrt {
 
 // Run-time switches of the CUDA backend (defaults from the environment, see cuda_options_from_env).
 struct CudaOptions {
-  bool use_graph = true;   // SMOLRT_CUDA_GRAPH=0: plain launches every step
+  // SMOLRT_CUDA_GRAPH=0: plain launches every step, and no graph replay of recurring prompt
+  // shapes in the batched prefill (CudaPrefill::run_last).
+  bool use_graph = true;
   bool fused_norm = true;  // SMOLRT_CUDA_FUSED_NORM=0: separate RMSNorm kernels before matvecs
   bool pdl = true;         // SMOLRT_CUDA_PDL=0: no Programmatic Dependent Launch
   // Prompts: layer-major batched prefill (cuda_prefill.h) for models it supports; false

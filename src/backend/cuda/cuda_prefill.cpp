@@ -80,21 +80,89 @@ void CudaPrefill::head_row(int i, float* logits, cudaStream_t s) {
        /*accumulate=*/false, s);
 }
 
+CudaPrefill::~CudaPrefill() {
+  drop_graphs();
+}
+
+void CudaPrefill::drop_graphs() {
+  for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+}
+
+void CudaPrefill::one_chunk(const int* host_ids, int n, int pos0, const PrefillLastOut& out,
+                            cudaStream_t s) {
+  chunk(host_ids, 0, n, pos0, s);
+  head_last(n - 1, out, s);
+}
+
+void CudaPrefill::head_last(int i, const PrefillLastOut& out, cudaStream_t s) {
+  // The decode lm_head with argmax stage 1 fused in, then stage 2: two launches.
+  const int parts = gemv_argmax(dw_->output, ws_.x + (size_t)i * pw_.cfg.dim, dw_->output_norm,
+                                pw_.cfg.norm_eps, out.logits, out.amax_v, out.amax_i, s);
+  argmax_final(out.amax_v, out.amax_i, parts, out.amax_out, s);
+}
+
 void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size,
-                           const PrefillLastOut& out, cudaStream_t s) {
+                           const PrefillLastOut& out, cudaStream_t s, bool graph) {
   const int n = (int)tokens.size();
   if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
   const int cs = std::min(chunk_size, n);
   ws_.reserve(pw_.cfg, cs, 1);
   const int* h = stage_tokens(tokens, s);
+  if (graph && n <= cs) {
+    const std::pair<const void*, const void*> key{ws_.x, h};
+    if (key != graphs_key_) {  // a graph would read or write freed buffers
+      drop_graphs();
+      seen_.clear();
+      graphs_key_ = key;
+    }
+    ++uses_;
+    for (Graph& g : graphs_)
+      if (g.n == n && g.pos0 == pos0) {
+        g.last_use = uses_;
+        CUDA_CHECK(cudaGraphLaunch(g.exec, s));
+        return;
+      }
+    const std::pair<int, int> shape{n, pos0};
+    if (std::find(seen_.begin(), seen_.end(), shape) != seen_.end()) {
+      cudaGraph_t cg = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      try {
+        one_chunk(h, n, pos0, out, s);
+      } catch (...) {
+        cudaStreamEndCapture(s, &cg);
+        if (cg) cudaGraphDestroy(cg);
+        throw;
+      }
+      CUDA_CHECK(cudaStreamEndCapture(s, &cg));
+      Graph g;
+      g.n = n, g.pos0 = pos0, g.last_use = uses_;
+      const cudaError_t e = cudaGraphInstantiate(&g.exec, cg, 0);
+      cudaGraphDestroy(cg);
+      CUDA_CHECK(e);
+      if ((int)graphs_.size() == kGraphs) {  // evict the least recently used
+        auto lru = std::min_element(
+            graphs_.begin(), graphs_.end(),
+            [](const Graph& x, const Graph& y) { return x.last_use < y.last_use; });
+        cudaGraphExecDestroy(lru->exec);
+        graphs_.erase(lru);
+      }
+      graphs_.push_back(g);
+      CUDA_CHECK(cudaGraphLaunch(g.exec, s));
+      return;
+    }
+    seen_.push_back(shape);
+    if ((int)seen_.size() > 2 * kGraphs) seen_.erase(seen_.begin());
+    one_chunk(h, n, pos0, out, s);
+    return;
+  }
   int m = 0;
   for (int i0 = 0; i0 < n; i0 += cs) {
     m = std::min(cs, n - i0);
     chunk(h, i0, m, pos0, s);
   }
   // Last token: the decode step's own lm_head and argmax, into the decode buffers.
-  head_row(m - 1, out.logits, s);
-  argmax(out.logits, pw_.cfg.vocab_size, out.amax_v, out.amax_i, out.amax_out, s);
+  head_last(m - 1, out, s);
 }
 
 std::vector<float> CudaPrefill::run_all(std::span<const int> tokens, int pos0, int chunk_size,

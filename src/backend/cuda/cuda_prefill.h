@@ -27,8 +27,8 @@ namespace smolrt::cuda {
 // readback, the GPU sampler and the argmax readback work as after a decode step.
 struct PrefillLastOut {
   float* logits = nullptr;  // device [vocab]
-  float* amax_v = nullptr;  // device [kArgmaxBlocks] argmax scratch
-  int* amax_i = nullptr;    // device [kArgmaxBlocks]
+  float* amax_v = nullptr;  // device [kGemvMaxBlocks] argmax partials (gemv.h)
+  int* amax_i = nullptr;    // device [kGemvMaxBlocks]
   int* amax_out = nullptr;  // device [1] argmax of logits
 };
 
@@ -44,13 +44,22 @@ class CudaPrefill {
   // Tokens at positions [pos0, pos0 + n) in chunks of at most `chunk_size`; the caller has
   // validated the ids and pos0 + n <= n_ctx. Logits (and argmax) of the last token only, into
   // `out`; nothing is read back and the stream is not synchronized.
+  // graph: a one-chunk prompt whose (length, pos0) was seen before is captured once as a CUDA
+  // graph (kept for the kGraphs most recent shapes) and replayed: benchmarks, fixed-length scoring
+  // and regenerations skip ~160 launches. A first-seen shape runs eagerly (capturing would cost
+  // more than it saves for a one-off prompt).
   void run_last(std::span<const int> tokens, int pos0, int chunk_size, const PrefillLastOut& out,
-                cudaStream_t s);
+                cudaStream_t s, bool graph = true);
   // Same, returning the logits of every token, row-major [n][vocab] (synchronizes the stream).
   // The chunk is capped at kAllLogitsChunk so the logits workspace stays kAllLogitsChunk rows.
   std::vector<float> run_all(std::span<const int> tokens, int pos0, int chunk_size, cudaStream_t s);
 
   static constexpr int kAllLogitsChunk = 128;
+  static constexpr int kGraphs = 4;
+
+  ~CudaPrefill();
+  CudaPrefill(const CudaPrefill&) = delete;
+  CudaPrefill& operator=(const CudaPrefill&) = delete;
 
  private:
   CudaPrefill() = default;
@@ -60,11 +69,28 @@ class CudaPrefill {
   void chunk(const int* host_ids, int i0, int m, int pos0, cudaStream_t s);
   // logits row = lm_head(output_norm(ws_.x row i)) with the decode gemv.
   void head_row(int i, float* logits, cudaStream_t s);
+  // Same into out.logits, with its argmax in out.amax_out (partials need kGemvMaxBlocks entries).
+  void head_last(int i, const PrefillLastOut& out, cudaStream_t s);
 
   const DeviceWeights* dw_ = nullptr;
   PrefillWeights pw_;
   PrefillWorkspace ws_;    // chunk activations, grown on demand, reused
   PinnedBuffer tok_host_;  // staging for token ids
+
+  // Captured one-chunk prefills. A graph bakes in the workspace and staging pointers: any
+  // reallocation of either drops them all (graphs_key_).
+  struct Graph {
+    int n = 0, pos0 = 0;
+    cudaGraphExec_t exec = nullptr;
+    long last_use = 0;
+  };
+  std::vector<Graph> graphs_;
+  std::vector<std::pair<int, int>> seen_;  // recent eager (n, pos0) shapes
+  std::pair<const void*, const void*> graphs_key_{nullptr, nullptr};
+  long uses_ = 0;
+  void drop_graphs();
+  // The launches of a one-chunk prompt (H2D ids, embedding, layers, lm_head, argmax).
+  void one_chunk(const int* host_ids, int n, int pos0, const PrefillLastOut& out, cudaStream_t s);
 };
 
 }  // namespace smolrt::cuda
