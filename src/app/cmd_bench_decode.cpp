@@ -59,6 +59,8 @@ int run(const Opts& o) {
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .device_token = false}},
       {"graph+pdl+fused argmax-in-head",
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .argmax_in_head = true}},
+      {"graph+pdl+fused wo-sep",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .fused_wo = false}},
       {"graph+pdl+fused argmax-sep",
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .fused_argmax = false}},
       {"graph+pdl+fused head528",

@@ -36,7 +36,17 @@ struct GemvParams {
   ArgmaxFinal fin;     // fin.count != nullptr: the last block also does argmax stage 2
   const char* pf_ptr;  // L2 prefetch range (bytes a multiple of 16), split across the blocks
   size_t pf_bytes;
+  const float* res;  // residual partials [res_n][len] folded into x (GateUp) or out0 (Plain)
+  int res_n;
 };
+
+// v + res[0*len + i] + res[1*len + i] + ... in this order (gemv.h, ResidualParts). The loads are
+// independent of the sum, so the unrolled body issues them together (one L2 round trip).
+__device__ __forceinline__ float fold_res(float v, const float* res, int n, int len, int i) {
+#pragma unroll 8
+  for (int k = 0; k < n; ++k) v += res[(size_t)k * len + i];
+  return v;
+}
 
 // Threads per block, fixed: the staging loops' trip counts derive from it. Small matrices get fewer
 // blocks than SMs, which is fine: at decode sizes they are latency-bound, not bandwidth-bound.
@@ -91,7 +101,8 @@ __device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane,
 // here costs one L2 round trip per iteration, which dominated small matrices.
 template <GgmlType T, int NX>
 __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float* x,
-                                        const float* norm_w, float eps, int cols, int lane) {
+                                        const float* norm_w, float eps, int cols, int lane,
+                                        const float* res, int res_n) {
   __shared__ float red[4];
   constexpr int nt = kBlock;
   if constexpr (is_quant(T)) {
@@ -107,6 +118,23 @@ __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float*
       const int c4 = threadIdx.x + i * nt;
       v[i] = c4 < n4 ? x4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
       if (norm_w != nullptr) w[i] = c4 < n4 ? w4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (res_n > 0) {
+      const float4* r4 = reinterpret_cast<const float4*>(res);
+#pragma unroll
+      for (int i = 0; i < MV; ++i) {
+        const int c4 = threadIdx.x + i * nt;
+        if (c4 < n4) {
+#pragma unroll 4
+          for (int k = 0; k < res_n; ++k) {
+            const float4 r = r4[(size_t)k * n4 + c4];
+            v[i].x += r.x;
+            v[i].y += r.y;
+            v[i].z += r.z;
+            v[i].w += r.w;
+          }
+        }
+      }
     }
     if (norm_w != nullptr) {
 #pragma unroll
@@ -137,6 +165,7 @@ __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float*
       const int c = threadIdx.x + i * nt;
       v[i] = c < cols ? x[c] : 0.f;
       if (norm_w != nullptr) w[i] = c < cols ? norm_w[c] : 0.f;
+      if (res_n > 0 && c < cols) v[i] = fold_res(v[i], res, res_n, cols, c);
     }
     if (norm_w != nullptr) {
 #pragma unroll
@@ -390,7 +419,8 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   if constexpr (E == Epi::Qkv) pos = *p.pos;  // issued early: overlaps the x staging
   extern __shared__ float4 smem_x4[];
   float xr[NX];
-  stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane);
+  stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane,
+                 E == Epi::GateUp ? p.res : nullptr, E == Epi::GateUp ? p.res_n : 0);
 
   float best_v = 0.f;  // Plain + argmax: lane 0's best row so far
   int best_i = INT_MAX;
@@ -410,8 +440,14 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
 
     const int ra = ir.ra, rb = ir.rb, seg = ir.seg;
     if constexpr (E == Epi::Plain) {
-      p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
-      if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
+      if (p.res_n > 0) {  // accumulate with residual partials folded into out0
+        const int len = p.m0.rows;
+        p.out0[ra] = fold_res(p.out0[ra], p.res, p.res_n, len, ra) + va;
+        if (rb != ra) p.out0[rb] = fold_res(p.out0[rb], p.res, p.res_n, len, rb) + vb;
+      } else {
+        p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
+        if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
+      }
       if (p.part_v != nullptr) {
         if (!isnan(va) && amax_beats(va, ra, best_v, best_i)) best_v = va, best_i = ra;
         if (rb != ra && !isnan(vb) && amax_beats(vb, rb, best_v, best_i)) best_v = vb, best_i = rb;
@@ -520,6 +556,15 @@ GemvParams base_params(const float* x, const float* norm_w, float eps, L2Prefetc
   return p;
 }
 
+void check_res(const ResidualParts& res, const char* what) {
+  if (res.n < 0 || (res.n > 0 && res.p == nullptr)) {
+    fail(what, ": residual partials need a buffer and a count >= 0 (got ", res.n, ")");
+  }
+  if (res.n > 0 && reinterpret_cast<uintptr_t>(res.p) % 16 != 0) {
+    fail(what, ": residual partials must be 16-byte aligned");
+  }
+}
+
 }  // namespace
 
 bool& pdl_enabled() {
@@ -528,10 +573,14 @@ bool& pdl_enabled() {
 }
 
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s, L2Prefetch pf) {
+          bool accumulate, cudaStream_t s, L2Prefetch pf, const ResidualParts& res) {
   check_mat(w, "W");
   if (x == nullptr || out == nullptr) fail("gemv: null x or out");
+  check_res(res, "gemv");
+  if (res.n > 0 && !accumulate) fail("gemv: residual partials need accumulate=true");
   GemvParams p = base_params(x, norm_w, eps, pf);
+  p.res = res.p;
+  p.res_n = res.n;
   p.m0 = w;
   p.n_items = (w.rows + 1) / 2;
   p.out0 = out;
@@ -618,14 +667,17 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
 }
 
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, L2Prefetch pf) {
+                  float eps, float* out, cudaStream_t s, L2Prefetch pf, const ResidualParts& res) {
   check_mat(wg, "W_gate");
   check_mat(wu, "W_up");
   if (wg.rows != wu.rows || wg.cols != wu.cols || wg.type != wu.type) {
     fail("gemv_gate_up: W_gate and W_up differ in shape or type (", type_name(wg.type), " vs ",
          type_name(wu.type), ")");
   }
+  check_res(res, "gemv_gate_up");
   GemvParams p = base_params(x, norm_w, eps, pf);
+  p.res = res.p;
+  p.res_n = res.n;
   p.m0 = wg;
   p.m1 = wu;
   p.n_items = wg.rows;

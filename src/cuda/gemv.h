@@ -18,10 +18,21 @@ namespace smolrt::cuda {
 
 constexpr int kGemvMaxCols = 2048;
 
-// out[r] = (accumulate ? out[r] : 0) + W[r,:]·n(x), r < w.rows. x: [w.cols]; out: [w.rows].
+// Residual partials folded into a vector v of length len (gemv_gate_up: its input x; gemv with
+// accumulate: its output):  v'[i] = ((v[i] + p[0*len + i]) + p[1*len + i]) + ... , k < n, in
+// this fixed order, so every kernel folding the same partials sees bit-identical values. The
+// fused-Wo attention kernel writes them (attention_decode.h, AttnWo): the residual update
+// x += Wo·att then costs no launch of its own. p 16-byte aligned; n = 0: none.
+struct ResidualParts {
+  const float* p = nullptr;  // [n][len]
+  int n = 0;
+};
+
+// out[r] = (accumulate ? out'[r] : 0) + W[r,:]·n(x), r < w.rows. x: [w.cols]; out: [w.rows];
+// out' = out with res folded in (res needs accumulate).
 // pf (optional): weights the grid prefetches into L2 for a later kernel (dev_mat.h).
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s, L2Prefetch pf = {});
+          bool accumulate, cudaStream_t s, L2Prefetch pf = {}, const ResidualParts& res = {});
 
 // lm_head with argmax stage 1 fused in: out = W·n(x) as gemv(accumulate=false), and block b also
 // writes the best (value, row) among the rows it computed to part_v[b], part_i[b] (NaN never wins,
@@ -65,9 +76,11 @@ struct QkvArgs {
 };
 void gemv_qkv(const QkvArgs& a, cudaStream_t s);
 
-// FFN input: out[r] = silu(Wg[r,:]·n(x)) * (Wu[r,:]·n(x)), r < hidden_dim; one warp does the
-// gate and up row of the same r, so SiLU·up never leaves registers.
+// FFN input: out[r] = silu(Wg[r,:]·n(x')) * (Wu[r,:]·n(x')), r < hidden_dim; one warp does the
+// gate and up row of the same r, so SiLU·up never leaves registers. x' = x with res folded in
+// (x itself is not written).
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, L2Prefetch pf = {});
+                  float eps, float* out, cudaStream_t s, L2Prefetch pf = {},
+                  const ResidualParts& res = {});
 
 }  // namespace smolrt::cuda

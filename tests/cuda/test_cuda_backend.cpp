@@ -218,6 +218,22 @@ TEST(CudaBackendStories, UnfusedNormMatchesFused) {
   EXPECT_EQ(greedy(*b, kPrompt, 64), kGolden);
 }
 
+TEST(CudaBackendStories, SeparateWoMatchesFusedWo) {
+  REQUIRE_GPU();
+  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+  Model m = load_model(path.string());
+  auto a = make_cuda_backend_ex(m, BackendOptions{}, CudaOptions{});
+  CudaOptions o;
+  o.fused_wo = false;
+  auto b = make_cuda_backend_ex(m, BackendOptions{}, o);
+  // Only the summation order of Wo·att differs: same bound as fused vs unfused norm.
+  const double worst = compare_logits(*a, *b, kPrompt, 1e-5);
+  std::cout << "[ stories260K ] fused vs separate Wo rel err: " << worst << "\n";
+  EXPECT_EQ(a->stats().kernels_per_step + m.config.n_layers, b->stats().kernels_per_step);
+  EXPECT_EQ(greedy(*b, kPrompt, 64), kGolden);
+  EXPECT_EQ(greedy(*a, kPrompt, 64), kGolden);
+}
+
 TEST(CudaBackendStories, DebugActivationsMatchCpu) {
   REQUIRE_GPU();
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");

@@ -312,6 +312,167 @@ TEST(KernelAttention, NoContextCap) {
   check_attention(9, 3, 64, 8192, 8192);
 }
 
+// Attention with the Wo projection fused in (AttnWo): per-head partials against the CPU twin
+// (cpu::attention, then each head's output times Wo's column slice), and the plain output too.
+// Types and head sizes cover both kernel paths: Q4_0/Q8_0 with head_dim % 32 == 0 (registers
+// preloaded; 1000 rows x 4 blocks also runs the items past the preloaded ones) and the generic
+// path (F32, F16, quant with head_dim 16).
+void check_attention_wo(GgmlType t, int n_heads, int n_kv, int head_dim, int rows, int n_ctx,
+                        int n_pos) {
+  SCOPED_TRACE(testing::Message() << type_name(t) << " " << n_heads << "/" << n_kv << "x"
+                                  << head_dim << " rows " << rows << " n_pos " << n_pos);
+  const int kv_dim = n_kv * head_dim, q_dim = n_heads * head_dim;
+  std::vector<float> q = test::randn(q_dim, 41, 2.f);
+  std::vector<float> kc = test::randn((size_t)n_ctx * kv_dim, 42);
+  std::vector<float> vc = test::randn((size_t)n_ctx * kv_dim, 43);
+  for (size_t i = (size_t)n_pos * kv_dim; i < kc.size(); ++i) kc[i] = vc[i] = NAN;
+  RandMat wo(t, rows, q_dim, 44 + rows);
+  std::vector<float> att(q_dim), scratch(n_pos);
+  cpu::attention(att.data(), q.data(), kc.data(), vc.data(), n_pos, n_heads, n_kv, head_dim,
+                 scratch.data());
+  // parts[h][r] in double, and a bound: the attention outputs carry up to 2e-5 each (see
+  // check_attention), so 2e-5 * sum|W| plus the fp32 reordering bound of ref_matvec.
+  std::vector<double> ref((size_t)n_heads * rows), tol((size_t)n_heads * rows);
+  std::vector<float> row(q_dim);
+  for (int r = 0; r < rows; ++r) {
+    cpu::dequant_row(wo.view, r, row.data());
+    for (int h = 0; h < n_heads; ++h) {
+      double a = 0, aa = 0, sw = 0;
+      for (int c = h * head_dim; c < (h + 1) * head_dim; ++c) {
+        a += (double)row[c] * att[c];
+        aa += std::fabs((double)row[c] * att[c]);
+        sw += std::fabs((double)row[c]);
+      }
+      ref[(size_t)h * rows + r] = a;
+      tol[(size_t)h * rows + r] = 2e-5 * aa + 2e-5 * sw + 1e-7;
+    }
+  }
+  Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim), parts((size_t)n_heads * rows);
+  Dev<float> part((size_t)n_heads * cuda::attn_splits(n_ctx) * (head_dim + 2));
+  Dev<int> cnt(std::vector<int>(n_heads, 0));
+  Dev<int> dpos(std::vector<int>{n_pos - 1});
+  for (int rep = 0; rep < 2; ++rep) {
+    out.poison();
+    parts.poison();
+    cuda::attention_decode(rep == 0 ? out.p() : nullptr, dq.p(), dk.p(), dv.p(), dpos.p(), n_ctx,
+                           n_heads, n_kv, head_dim, {part.p(), cnt.p()}, nullptr,
+                           {wo.mat, parts.p()});
+    std::vector<float> gp = parts.get();
+    for (size_t i = 0; i < gp.size(); ++i) {
+      ASSERT_NEAR(gp[i], ref[i], tol[i]) << "head " << i / rows << " row " << i % rows;
+    }
+    if (rep == 0) {
+      std::vector<float> go = out.get();
+      for (int i = 0; i < q_dim; ++i) ASSERT_NEAR(go[i], att[i], 2e-5f) << "out " << i;
+    }
+  }
+  std::vector<int> c = cnt.get();
+  for (int h = 0; h < n_heads; ++h) ASSERT_EQ(c[h], 0);
+}
+
+TEST(KernelAttention, FusedWoMatchesCpu) {
+  REQUIRE_GPU();
+  for (GgmlType t : kTypes) {
+    for (int n_pos : {1, 77, 300}) check_attention_wo(t, 9, 3, 64, 576, 1024, n_pos);
+  }
+  check_attention_wo(GgmlType::Q8_0, 4, 2, 128, 1000, 512, 333);  // past the preloaded items
+  check_attention_wo(GgmlType::Q4_0, 4, 2, 128, 999, 256, 200);
+  check_attention_wo(GgmlType::Q4_0, 2, 1, 32, 37, 700, 699);
+  check_attention_wo(GgmlType::Q8_0, 2, 1, 32, 3, 64, 5);
+  check_attention_wo(GgmlType::Q4_0, 6, 2, 16, 45, 96, 77);  // quant, generic path
+  check_attention_wo(GgmlType::F16, 8, 4, 8, 70, 256, 200);
+  check_attention_wo(GgmlType::F32, 4, 2, 4, 13, 64, 64);
+}
+
+TEST(KernelAttention, FusedWoRejectsBadShapes) {
+  REQUIRE_GPU();
+  RandMat wo(GgmlType::Q4_0, 64, 96, 1);
+  Dev<float> q((size_t)128), k((size_t)128), v((size_t)128), parts((size_t)1024), part((size_t)512);
+  Dev<int> cnt(std::vector<int>(2, 0)), pos(std::vector<int>{0});
+  // cols 96 != n_heads * head_dim = 128
+  EXPECT_THROW(cuda::attention_decode(nullptr, q.p(), k.p(), v.p(), pos.p(), 1, 2, 2, 64,
+                                      {part.p(), cnt.p()}, nullptr, {wo.mat, parts.p()}),
+               Error);
+  // no parts buffer
+  EXPECT_THROW(cuda::attention_decode(nullptr, q.p(), k.p(), v.p(), pos.p(), 1, 2, 2, 48,
+                                      {part.p(), cnt.p()}, nullptr, {wo.mat, nullptr}),
+               Error);
+}
+
+// Residual partials folded into gemv's accumulated output and gate_up's input, in head order.
+std::vector<float> fold(const std::vector<float>& v, const std::vector<float>& parts, int n) {
+  std::vector<float> o = v;
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (int k = 0; k < n; ++k) o[i] += parts[(size_t)k * v.size() + i];
+  }
+  return o;
+}
+
+TEST(KernelGemv, ResidualPartsFoldMatchesCpu) {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{576, 1536}, {577, 64}, {33, 70}};
+  for (GgmlType t : kTypes) {
+    const bool q = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
+    for (const Shape& sh0 : shapes) {
+      const Shape sh = q ? Shape{sh0.rows, (sh0.cols + 31) / 32 * 32} : sh0;
+      for (int n : {1, 9}) {
+        SCOPED_TRACE(testing::Message()
+                     << type_name(t) << " " << sh.rows << "x" << sh.cols << " n " << n);
+        RandMat m(t, sh.rows, sh.cols, 300 + n);
+        std::vector<float> x = test::randn(sh.cols, 51 + n);
+        std::vector<float> base = test::randn(sh.rows, 52 + n);
+        std::vector<float> parts = test::randn((size_t)n * sh.rows, 53 + n);
+        std::vector<float> ref, tol;
+        ref_matvec(m.view, x, ref, tol);
+        // The fold is n fp32 additions in a fixed order on both sides: exact, so only the
+        // matvec's own tolerance applies.
+        const std::vector<float> want = fold(base, parts, n);
+        Dev<float> dx(x), out(base), dp(parts);
+        cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), true, nullptr, {}, {dp.p(), n});
+        std::vector<float> got = out.get();
+        for (int r = 0; r < sh.rows; ++r) {
+          ASSERT_NEAR(got[r], want[r] + ref[r], tol[r] + 1e-6f * std::fabs(want[r])) << r;
+        }
+        EXPECT_THROW(
+            cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), false, nullptr, {}, {dp.p(), n}),
+            Error);
+      }
+    }
+  }
+}
+
+TEST(KernelGateUp, ResidualPartsFoldMatchesCpu) {
+  REQUIRE_GPU();
+  for (GgmlType t : kTypes) {
+    const bool q = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
+    const int rows = q ? 1536 : 171, cols = q ? 576 : 66;
+    for (int n : {1, 9}) {
+      SCOPED_TRACE(testing::Message() << type_name(t) << " n " << n);
+      RandMat wg(t, rows, cols, 61), wu(t, rows, cols, 62);
+      std::vector<float> x = test::randn(cols, 63), nw = test::randn(cols, 64);
+      std::vector<float> parts = test::randn((size_t)n * cols, 65 + n);
+      const std::vector<float> xf = fold(x, parts, n);
+      std::vector<float> xin(cols);
+      cpu::rmsnorm(xin.data(), xf.data(), nw.data(), cols, 1e-5f);
+      std::vector<float> g, u, tg, tu, ref(rows);
+      ref_matvec(wg.view, xin, g, tg);
+      ref_matvec(wu.view, xin, u, tu);
+      cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
+      Dev<float> dx(x), dnw(nw), dp(parts), out((size_t)rows);
+      cuda::gemv_gate_up(wg.mat, wu.mat, dx.p(), dnw.p(), 1e-5f, out.p(), nullptr, {}, {dp.p(), n});
+      std::vector<float> got = out.get();
+      for (int r = 0; r < rows; ++r) {
+        // as SiluMulMatchesCpu with the norm (factor 2: rsqrtf's rounding)
+        const float b = 2.f * (1.1f * std::fabs(u[r]) * tg[r] + (std::fabs(g[r]) + 1.f) * tu[r]) +
+                        1e-6f * std::fabs(ref[r]) + 1e-7f;
+        ASSERT_NEAR(got[r], ref[r], b) << "row " << r;
+      }
+      // x itself is left alone
+      EXPECT_EQ(dx.get(), x);
+    }
+  }
+}
+
 // --- argmax -----------------------------------------------------------------------------------
 
 int gpu_argmax(const std::vector<float>& x) {

@@ -41,6 +41,7 @@ struct Scratch {
   float* k;          // [kv_dim] (debug path: raw K before RoPE)
   float* v;          // [kv_dim] (debug path)
   float* att;        // [q_dim] attention output
+  float* wo_part;    // [n_heads][dim] fused-Wo partials (AttnWo)
   float* hb;         // [hidden_dim] silu(gate)*up
   float* logits;     // [vocab]
   float* kv;         // [n_layers][2][n_ctx][kv_dim] fp32
@@ -62,6 +63,7 @@ void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
   s.k = c.take<float>(cfg.kv_dim());
   s.v = c.take<float>(cfg.kv_dim());
   s.att = c.take<float>(cfg.q_dim());
+  s.wo_part = c.take<float>((size_t)cfg.n_heads * cfg.dim);
   s.hb = c.take<float>(cfg.hidden_dim);
   s.logits = c.take<float>(cfg.vocab_size);
   s.kv = c.take<float>((size_t)cfg.n_layers * 2 * n_ctx * cfg.kv_dim());
@@ -412,6 +414,7 @@ class CudaBackend final : public CudaBackendApi {
     if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
     if (debug) record("embed", s_.x, cfg_.dim);
     const bool pf = copt_.l2_prefetch && !debug;
+    const bool fused_wo = fused && copt_.fused_wo;
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const cuda::DevLayer& L = w_.layers[l];
       // While layer l runs, each kernel pulls the same matrices of the next layer (of layer 0 for
@@ -451,10 +454,20 @@ class CudaBackend final : public CudaBackendApi {
         qa.v_out = vcache(l);
         if (mask & kQkv) cuda::gemv_qkv(qa, st);
       }
+      // Fused Wo: attention writes per-head partials; gate_up and down fold them into x.
+      cuda::AttnWo awo;
+      cuda::ResidualParts res;
+      if (fused_wo) {
+        awo.wo = L.wo;
+        awo.parts = s_.wo_part;
+        res.p = s_.wo_part;
+        res.n = cfg_.n_heads;
+      }
       if (mask & kAttn)
-        cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
-                               cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st);
-      if (mask & kWo) {
+        cuda::attention_decode(fused_wo ? nullptr : s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_,
+                               cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim,
+                               {s_.attn_part, s_.attn_count}, st, awo);
+      if ((mask & kWo) && !fused_wo) {
         cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st,
                    pf ? span_of(N.wo, N.wo) : cuda::L2Prefetch{});
       }
@@ -462,7 +475,7 @@ class CudaBackend final : public CudaBackendApi {
       if (!(mask & kGateUp)) {
       } else if (fused) {
         cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st,
-                           pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{});
+                           pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{}, res);
       } else {
         cuda::rmsnorm(s_.xb, s_.x, L.ffn_norm, cfg_.dim, eps, st);
         if (debug) record(blk + "ffn_norm", s_.xb, cfg_.dim);
@@ -471,7 +484,7 @@ class CudaBackend final : public CudaBackendApi {
       }
       if (mask & kDown) {
         cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st,
-                   pf ? span_of(N.w_down, N.w_down) : cuda::L2Prefetch{});
+                   pf ? span_of(N.w_down, N.w_down) : cuda::L2Prefetch{}, res);
       }
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
@@ -537,7 +550,9 @@ class CudaBackend final : public CudaBackendApi {
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
+    const bool wo_in_attn = copt_.fused_wo && copt_.fused_norm;
     for (const auto& [name, bits] : parts) {
+      if (wo_in_attn && bits == kWo) continue;  // no kernel of its own: timed with attention
       cudaGraph_t g = nullptr;
       cudaGraphExec_t ex = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -624,6 +639,7 @@ CudaOptions cuda_options_from_env() {
   o.device_token = env_flag("SMOLRT_CUDA_DEVICE_TOKEN", true);
   o.fused_argmax = env_flag("SMOLRT_CUDA_FUSED_ARGMAX", true);
   o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", false);
+  o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", true);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_BLOCKS"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);

@@ -2,8 +2,9 @@
 // (device_weights.h); activations, the fp32 KV cache and every scratch buffer are carved out of a
 // second allocation made once per session; only readback buffers are pinned host memory.
 //
-// One decode step = embed, 5 kernels per layer (RMSNorm+QKV+RoPE+KV append, split attention,
-// Wo+residual, RMSNorm+gate/up+SiLU·up, down+residual), RMSNorm+lm_head, 2-stage argmax. The
+// One decode step = embed, 4 kernels per layer (RMSNorm+QKV+RoPE+KV append, split attention with
+// the Wo projection fused in as per-head partials, residual fold+RMSNorm+gate/up+SiLU·up,
+// down+residual fold), RMSNorm+lm_head, 2-stage argmax (5 per layer with fused_wo off). The
 // step is captured ONCE as a CUDA graph; the token and position are read from device memory
 // (an 8-byte H2D copy before each replay, skipped for greedy continuations: the previous step's
 // argmax leaves them there, see CudaOptions::device_token), so nothing is re-captured per token.
@@ -46,6 +47,10 @@ struct CudaOptions {
   // slower on H200 (419.1 vs 418.0 us/token; the fence + atomic of 1056 blocks costs more than
   // the launch it saves under PDL).
   bool argmax_in_head = false;
+  // SMOLRT_CUDA_FUSED_WO=0: off. On (with fused_norm): the attention kernel also multiplies each
+  // head's output by its Wo column slice and writes per-head partials; gate_up and down fold
+  // x + partials in head order (deterministic), so the Wo matvec launch (30 per step) is gone.
+  bool fused_wo = true;
 };
 CudaOptions cuda_options_from_env();
 
