@@ -70,19 +70,21 @@ __device__ __forceinline__ float wo_dot(const uint4 (&wq)[WK == kWoQ8 ? 2 : 1], 
     const uint32_t ww[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = ww[i] & 0x0F0F0F0Fu, hi = (ww[i] >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = 4 * i + e;
-        t += (float)((int)((ww[i] >> (8 * e)) & 15u) - 8) * xo[j] +
-             (float)((int)((ww[i] >> (8 * e + 4)) & 15u) - 8) * xo[j + 16];
+        t += (byte_plus_2p23(lo, e) - kQ4Bias) * xo[j] +
+             (byte_plus_2p23(hi, e) - kQ4Bias) * xo[j + 16];
       }
     }
   } else {
     const uint32_t ww[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
+      const uint32_t u = ww[i] ^ 0x80808080u;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) t += (float)(int8_t)(ww[i] >> (8 * e)) * xo[4 * i + e];
+      for (int e = 0; e < 4; ++e) t += (byte_plus_2p23(u, e) - kQ8Bias) * xo[4 * i + e];
     }
   }
   return wd * t;

@@ -9,7 +9,9 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "cuda/argmax_block.cuh"
 #include "cuda/device_common.cuh"
+#include "cuda/gemv_head.h"
 #include "cuda/launch.h"
 
 namespace smolrt::cuda {
@@ -52,13 +54,6 @@ __device__ __forceinline__ float fold_res(float v, const float* res, int n, int 
 // blocks than SMs, which is fine: at decode sizes they are latency-bound, not bandwidth-bound.
 constexpr int kBlock = 128;
 constexpr int kMaxBlocks = 132 * 4;
-
-// Argmax candidate order (argmax.h): does (av, ai) beat (bv, bi)? Candidates never hold NaN.
-__device__ __forceinline__ bool amax_beats(float av, int ai, float bv, int bi) {
-  if (ai == INT_MAX) return false;
-  if (bi == INT_MAX) return true;
-  return av > bv || (av == bv && ai < bi);
-}
 
 constexpr bool is_quant(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
@@ -259,15 +254,18 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
         float ta = 0.f, tb = 0.f;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
+          // low / high nibbles of the 4 bytes, each in its own byte (no I2F: byte_plus_2p23)
+          const uint32_t la = wwa[i] & 0x0F0F0F0Fu, ha = (wwa[i] >> 4) & 0x0F0F0F0Fu;
+          const uint32_t lb = wwb[i] & 0x0F0F0F0Fu, hb = (wwb[i] >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int j = 4 * i + e;
             const float x_lo = xr[k * 32 + j];
             const float x_hi = xr[k * 32 + j + 16];
-            ta += (float)((int)((wwa[i] >> (8 * e)) & 15u) - 8) * x_lo +
-                  (float)((int)((wwa[i] >> (8 * e + 4)) & 15u) - 8) * x_hi;
-            tb += (float)((int)((wwb[i] >> (8 * e)) & 15u) - 8) * x_lo +
-                  (float)((int)((wwb[i] >> (8 * e + 4)) & 15u) - 8) * x_hi;
+            ta +=
+                (byte_plus_2p23(la, e) - kQ4Bias) * x_lo + (byte_plus_2p23(ha, e) - kQ4Bias) * x_hi;
+            tb +=
+                (byte_plus_2p23(lb, e) - kQ4Bias) * x_lo + (byte_plus_2p23(hb, e) - kQ4Bias) * x_hi;
           }
         }
         sa += w.ka[k] * ta;
@@ -285,11 +283,13 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
         float ta = 0.f, tb = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
+          // int8 ^ 0x80 = int8 + 128 as an unsigned byte (no I2F: byte_plus_2p23)
+          const uint32_t ua = wwa[i] ^ 0x80808080u, ub = wwb[i] ^ 0x80808080u;
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float xv = xr[k * 32 + 4 * i + e];
-            ta += (float)(int8_t)(wwa[i] >> (8 * e)) * xv;
-            tb += (float)(int8_t)(wwb[i] >> (8 * e)) * xv;
+            ta += (byte_plus_2p23(ua, e) - kQ8Bias) * xv;
+            tb += (byte_plus_2p23(ub, e) - kQ8Bias) * xv;
           }
         }
         sa += w.ka[k] * ta;
@@ -340,53 +340,6 @@ struct ItemRows {
     }
   }
 };
-
-// Argmax stage 2 inside the lm_head kernel (saves the launch of a separate kernel): each block
-// takes a ticket after publishing its partial; the last one reduces all partials in a fixed order
-// (deterministic) and resets the counter for the next launch. sv/si: the block's shared scratch.
-__device__ __forceinline__ void argmax_last_block(const GemvParams& p, float* sv, int* si) {
-  __shared__ int is_last;
-  if (threadIdx.x == 0) {
-    __threadfence();  // our partial is visible before our ticket
-    is_last = atomicAdd(p.fin.count, 1) == (int)gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  float v = 0.f;
-  int i = INT_MAX;
-  for (int k = threadIdx.x; k < (int)gridDim.x; k += kBlock) {
-    const float pv = __ldcg(p.part_v + k);  // L2: written by other blocks
-    const int pi = __ldcg(p.part_i + k);
-    if (amax_beats(pv, pi, v, i)) v = pv, i = pi;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (amax_beats(ov, oi, v, i)) v = ov, i = oi;
-  }
-  if ((threadIdx.x & 31) == 0) {
-    sv[threadIdx.x >> 5] = v;
-    si[threadIdx.x >> 5] = i;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int k = 1; k < kBlock / 32; ++k) {
-      if (amax_beats(sv[k], si[k], v, i)) v = sv[k], i = si[k];
-    }
-    const int id = i == INT_MAX ? 0 : i;
-    *p.fin.out = id;
-    // The lm_head is the step's last kernel: every earlier kernel has completed, so the position
-    // slot they read may advance.
-    if (p.fin.next_params != nullptr) {
-      p.fin.next_params[0] = id;
-      p.fin.next_params[1] += 1;
-    }
-    if (p.fin.host_out != nullptr) *reinterpret_cast<volatile int*>(p.fin.host_out) = id;
-    *p.fin.count = 0;
-  }
-}
 
 // Warps stride over work items (grid capped for large matrices such as the lm_head, so the x
 // staging is amortized over several items); the next item's weights are loaded while the current
@@ -489,7 +442,7 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
         p.part_v[blockIdx.x] = best_v;
         p.part_i[blockIdx.x] = best_i;
       }
-      if (p.fin.count != nullptr) argmax_last_block(p, sv, si);
+      if (p.fin.count != nullptr) argmax_last_block<kBlock>(p.fin, p.part_v, p.part_i, sv, si);
     }
   }
 }
@@ -578,6 +531,10 @@ void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float
   if (x == nullptr || out == nullptr) fail("gemv: null x or out");
   check_res(res, "gemv");
   if (res.n > 0 && !accumulate) fail("gemv: residual partials need accumulate=true");
+  if (!accumulate && res.n == 0 && head_kernel_takes(w)) {  // lm_head shapes: gemv_head.h
+    head_gemv(HeadArgs{w, x, norm_w, eps, out, nullptr, nullptr, {}}, 0, s);
+    return;
+  }
   GemvParams p = base_params(x, norm_w, eps, pf);
   p.res = res.p;
   p.res_n = res.n;
@@ -598,22 +555,27 @@ int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps,
   if (max_blocks < 0 || max_blocks > kGemvMaxBlocks) {
     fail("gemv_argmax: max_blocks ", max_blocks, " outside 0..", kGemvMaxBlocks);
   }
+  if (fin != nullptr && (fin->count == nullptr || fin->out == nullptr)) {
+    fail("gemv_argmax: null argmax counter/out");
+  }
+  if (head_kernel_takes(w)) {
+    return head_gemv(HeadArgs{w, x, norm_w, eps, out, part_v, part_i, fin ? *fin : ArgmaxFinal{}},
+                     max_blocks, s);
+  }
   GemvParams p = base_params(x, norm_w, eps, {});
   p.m0 = w;
   p.n_items = (w.rows + 1) / 2;
   p.out0 = out;
   p.part_v = part_v;
   p.part_i = part_i;
-  if (fin != nullptr) {
-    if (fin->count == nullptr || fin->out == nullptr) fail("gemv_argmax: null argmax counter/out");
-    p.fin = *fin;
-  }
+  if (fin != nullptr) p.fin = *fin;
   dispatch<Epi::Plain>(p, s, max_blocks);
   return grid_blocks(p.n_items, max_blocks);
 }
 
-int gemv_argmax_parts(int rows, int max_blocks) {
-  return grid_blocks((rows + 1) / 2, max_blocks);
+int gemv_argmax_parts(const DevMat& w, int max_blocks) {
+  if (head_kernel_takes(w)) return head_grid(w, max_blocks);
+  return grid_blocks((w.rows + 1) / 2, max_blocks);
 }
 
 void gemv_qkv(const QkvArgs& a, cudaStream_t s) {

@@ -52,8 +52,10 @@ constexpr int kGemvMaxBlocks = 132 * 8;
 int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
                 float* part_v, int* part_i, cudaStream_t s, int max_blocks = 0,
                 const ArgmaxFinal* fin = nullptr);
-// The partial count gemv_argmax returns for a matrix of `rows` rows (no launch).
-int gemv_argmax_parts(int rows, int max_blocks = 0);
+// The partial count gemv_argmax returns for w (no launch). Large Q8_0 matrices (the lm_head) go
+// through a wider kernel with its own grid (gemv_head.h), so the count depends on w's shape and
+// type, and max_blocks is a cap there (at most the blocks resident at once).
+int gemv_argmax_parts(const DevMat& w, int max_blocks = 0);
 
 // Q, K and V projections of one token in one launch (Wq, Wk, Wv must share one type; otherwise
 // the launcher issues one launch per matrix). With rope=true the epilogue also rotates Q and K

@@ -222,8 +222,9 @@ TEST(CudaBackendStories, SeparateWoMatchesFusedWo) {
   REQUIRE_GPU();
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   Model m = load_model(path.string());
-  auto a = make_cuda_backend_ex(m, BackendOptions{}, CudaOptions{});
   CudaOptions o;
+  o.fused_wo = true;
+  auto a = make_cuda_backend_ex(m, BackendOptions{}, o);
   o.fused_wo = false;
   auto b = make_cuda_backend_ex(m, BackendOptions{}, o);
   // Only the summation order of Wo·att differs: same bound as fused vs unfused norm.

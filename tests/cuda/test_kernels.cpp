@@ -13,6 +13,7 @@
 #include "cuda/attention_decode.h"
 #include "cuda/embed.h"
 #include "cuda/gemv.h"
+#include "cuda/gemv_head.h"
 #include "cuda/launch.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope_kv.h"
@@ -138,6 +139,39 @@ TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
       }
     }
   }
+}
+
+// The wide lm_head kernel (gemv_head.h) on the shapes it takes: odd row counts (a partial last
+// group), cols from one 32-block chunk pair to its maximum, with and without the fused norm.
+TEST(KernelGemv, WideHeadMatchesCpu) {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{8192, 576}, {8193, 1024}, {10001, 96}, {9999, 640}, {8195, 672}};
+  for (int si = 0; si < 5; ++si) {
+    const Shape sh = shapes[si];
+    RandMat m(GgmlType::Q8_0, sh.rows, sh.cols, 400 + si);
+    ASSERT_TRUE(cuda::head_kernel_takes(m.mat)) << sh.rows << "x" << sh.cols;
+    std::vector<float> x = test::randn(sh.cols, 401 + si), nw = test::randn(sh.cols, 402 + si);
+    Dev<float> dx(x), dnw(nw);
+    for (bool norm : {false, true}) {
+      SCOPED_TRACE(testing::Message() << sh.rows << "x" << sh.cols << " norm " << norm);
+      std::vector<float> xin = x, ref, tol;
+      if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), sh.cols, 1e-5f);
+      ref_matvec(m.view, xin, ref, tol);
+      Dev<float> out((size_t)sh.rows);
+      cuda::gemv(m.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(), false, nullptr);
+      std::vector<float> got = out.get();
+      // factor 2 with the norm: rsqrtf's own rounding carried through the sum (as above)
+      for (int r = 0; r < sh.rows; ++r) {
+        ASSERT_NEAR(got[r], ref[r], (norm ? 2 : 1) * tol[r]) << "row " << r;
+      }
+    }
+  }
+  // What it does not take goes through the generic kernel.
+  RandMat q4(GgmlType::Q4_0, 8192, 576, 1), few(GgmlType::Q8_0, 8191, 576, 2),
+      wide(GgmlType::Q8_0, 8192, 1056, 3);
+  EXPECT_FALSE(cuda::head_kernel_takes(q4.mat));
+  EXPECT_FALSE(cuda::head_kernel_takes(few.mat));
+  EXPECT_FALSE(cuda::head_kernel_takes(wide.mat));
 }
 
 TEST(KernelGemv, RejectsUnsupported) {
@@ -521,7 +555,7 @@ int check_fused_argmax(const cuda::DevMat& m, const std::vector<float>& x, const
   cuda::gemv(m, dx.p(), norm_w, 1e-5f, a.p(), false, nullptr);
   const int parts =
       cuda::gemv_argmax(m, dx.p(), norm_w, 1e-5f, b.p(), pv.p(), pi.p(), nullptr, max_blocks);
-  EXPECT_EQ(parts, cuda::gemv_argmax_parts(m.rows, max_blocks));
+  EXPECT_EQ(parts, cuda::gemv_argmax_parts(m, max_blocks));
   EXPECT_GE(parts, 1);
   cuda::argmax_final(pv.p(), pi.p(), parts, out.p(), nullptr);
   const std::vector<float> la = a.get(), lb = b.get();
@@ -559,6 +593,8 @@ TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
   RandMat odd(GgmlType::Q4_0, 1001, 576, 93);  // odd rows: the last item recomputes one row
   check_fused_argmax(odd.mat, x, nullptr, 0);
   check_fused_argmax(odd.mat, x, nullptr, 3);
+  RandMat odd8(GgmlType::Q8_0, 8195, 576, 97);  // wide kernel, partial last row group
+  for (int mb : {0, 5}) check_fused_argmax(odd8.mat, x, norm.p(), mb);
 
   // F32 matrices built to hit the rules: ties -> lowest row across blocks; NaN never wins.
   const int rows = 300, cols = 64;

@@ -16,6 +16,7 @@
 #include "cuda/attention_decode.h"
 #include "cuda/embed.h"
 #include "cuda/gemv.h"
+#include "cuda/gemv_head.h"
 #include "cuda/launch.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope_kv.h"
@@ -321,6 +322,7 @@ class CudaBackend final : public CudaBackendApi {
            cfg_.n_ctx_train, ") or a shorter prompt");
     }
     cuda::pdl_enabled() = copt_.pdl;  // the embedding, lm_head and argmax launches
+    cuda::wide_head_enabled() = copt_.wide_head;
     return true;
   }
 
@@ -364,6 +366,7 @@ class CudaBackend final : public CudaBackendApi {
       CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     }
     cuda::pdl_enabled() = copt_.pdl;
+    cuda::wide_head_enabled() = copt_.wide_head;
     if (debug_) {
       acts_.clear();
       enqueue_step(true);
@@ -520,8 +523,8 @@ class CudaBackend final : public CudaBackendApi {
       // separate stage-2 kernel instead)
     } else if (fa) {
       cuda::argmax_final(s_.amax_v, s_.amax_i,
-                         cuda::gemv_argmax_parts(w_.output.rows, copt_.head_blocks), s_.amax_out,
-                         st, np, ho);
+                         cuda::gemv_argmax_parts(w_.output, copt_.head_blocks), s_.amax_out, st, np,
+                         ho);
     } else {
       cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st, np, ho);
     }
@@ -546,6 +549,7 @@ class CudaBackend final : public CudaBackendApi {
     hp[1] = pos_ - 1;
     CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::pdl_enabled() = copt_.pdl;
+    cuda::wide_head_enabled() = copt_.wide_head;
     std::vector<std::pair<std::string, double>> out;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -639,7 +643,8 @@ CudaOptions cuda_options_from_env() {
   o.device_token = env_flag("SMOLRT_CUDA_DEVICE_TOKEN", true);
   o.fused_argmax = env_flag("SMOLRT_CUDA_FUSED_ARGMAX", true);
   o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", false);
-  o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", true);
+  o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", false);
+  o.wide_head = env_flag("SMOLRT_CUDA_WIDE_HEAD", true);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_BLOCKS"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);

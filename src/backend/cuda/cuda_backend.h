@@ -2,12 +2,12 @@
 // (device_weights.h); activations, the fp32 KV cache and every scratch buffer are carved out of a
 // second allocation made once per session; only readback buffers are pinned host memory.
 //
-// One decode step = embed, 4 kernels per layer (RMSNorm+QKV+RoPE+KV append, split attention with
-// the Wo projection fused in as per-head partials, residual fold+RMSNorm+gate/up+SiLU·up,
-// down+residual fold), RMSNorm+lm_head, 2-stage argmax (5 per layer with fused_wo off). The
-// step is captured ONCE as a CUDA graph; the token and position are read from device memory
-// (an 8-byte H2D copy before each replay, skipped for greedy continuations: the previous step's
-// argmax leaves them there, see CudaOptions::device_token), so nothing is re-captured per token.
+// One decode step = embed, 5 kernels per layer (RMSNorm+QKV+RoPE+KV append, split attention,
+// Wo+residual, RMSNorm+gate/up+SiLU·up, down+residual), RMSNorm+lm_head, 2-stage argmax (4 per
+// layer with CudaOptions::fused_wo). The step is captured ONCE as a CUDA graph; the token and
+// position are read from device memory (an 8-byte H2D copy before each replay, skipped for greedy
+// continuations: the previous step's argmax leaves them there, see CudaOptions::device_token), so
+// nothing is re-captured per token.
 #pragma once
 
 #include <memory>
@@ -47,10 +47,15 @@ struct CudaOptions {
   // slower on H200 (419.1 vs 418.0 us/token; the fence + atomic of 1056 blocks costs more than
   // the launch it saves under PDL).
   bool argmax_in_head = false;
-  // SMOLRT_CUDA_FUSED_WO=0: off. On (with fused_norm): the attention kernel also multiplies each
+  // SMOLRT_CUDA_FUSED_WO=1: on (with fused_norm): the attention kernel also multiplies each
   // head's output by its Wo column slice and writes per-head partials; gate_up and down fold
   // x + partials in head order (deterministic), so the Wo matvec launch (30 per step) is gone.
-  bool fused_wo = true;
+  // Off by default: measured slower on H200 (2191 vs 2346 tok/s): the Wo math runs on only
+  // n_heads SMs, and every gate_up block re-reads all partials (384 blocks x 20 KB of L2 reads).
+  bool fused_wo = false;
+  // SMOLRT_CUDA_WIDE_HEAD=0: off. On: lm_head-sized Q8_0 matrices use the wide matvec kernel
+  // (cuda/gemv_head.h: every lane loads, next row group in flight); off: the generic one.
+  bool wide_head = true;
 };
 CudaOptions cuda_options_from_env();
 
