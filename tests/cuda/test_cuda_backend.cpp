@@ -203,6 +203,18 @@ TEST(CudaBackendStories, DeviceTokenAndFusedArgmaxMatchHostPath) {
       }
     }
   }
+  // Speculative next-step launch (default on) off, the L2 prefetch of the lm_head, the wide
+  // lm_head kernel off: the same tokens (only scheduling / cache hints / the kernel differ and
+  // stories260K's F32 head never takes the wide kernel).
+  for (int v = 0; v < 3; ++v) {
+    CudaOptions o;
+    o.speculate = v != 0;
+    o.head_prefetch_layers = v == 1 ? 3 : 0;
+    o.wide_head = v != 2;
+    gpu->set_options(o);
+    EXPECT_EQ(mixed_session(*gpu), want) << "variant " << v;
+    EXPECT_EQ(greedy(*gpu, kPrompt, 64), kGolden) << "variant " << v;
+  }
 }
 
 TEST(CudaBackendStories, UnfusedNormMatchesFused) {

@@ -2,6 +2,7 @@
 // and the Backend interface. Kernels live in src/cuda/.
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -115,17 +116,25 @@ class CudaBackend final : public CudaBackendApi {
     prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
-    params_host_ = cuda::PinnedBuffer(4 * sizeof(int), "step parameters");
+    // [4]: the id of the odd-parity step graph (speculative steps alternate, see speculate).
+    params_host_ = cuda::PinnedBuffer(5 * sizeof(int), "step parameters");
     CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&id_dev_),
                                         static_cast<int*>(params_host_.get()) + 3, 0));
     logits_host_ = cuda::PinnedBuffer(sizeof(float) * cfg_.vocab_size, "logits readback");
     hist_host_ = cuda::PinnedBuffer(sizeof(int) * n_ctx_, "sampling history");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     debug_ = env_flag("SMOLRT_DEBUG_ACTIVATIONS", false);
+    for (cudaEvent_t& e : step_done_) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
   }
 
   ~CudaBackend() override {
+    if (stream_) cudaStreamSynchronize(stream_);  // a speculative step may still run
     drop_graph();
+    for (cudaEvent_t e : step_done_) {
+      if (e) cudaEventDestroy(e);
+    }
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -133,8 +142,12 @@ class CudaBackend final : public CudaBackendApi {
   const LlamaConfig& config() const override { return cfg_; }
   int n_ctx() const override { return n_ctx_; }
   int position() const override { return pos_; }
-  void reset() override { pos_ = 0; }
+  void reset() override {
+    discard_spec();
+    pos_ = 0;
+  }
   void rollback(int pos) override {
+    discard_spec();
     if (pos < 0 || pos > pos_) {
       fail("rollback to position ", pos, " is invalid: the KV cache holds ", pos_, " tokens");
     }
@@ -150,21 +163,46 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   int forward_token_greedy(int token, int pos) override {
-    step(token, pos);
-    int id;
-    if (copt_.device_token) {
-      // The argmax kernel stored the id in pinned host memory: one sync, no copy.
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      id = *reinterpret_cast<volatile const int*>(static_cast<int*>(params_host_.get()) + 3);
-      slots_known_ = true;  // the device slots now hold (id, pos + 1)
-      slot_token_ = id;
-      slot_pos_ = pos + 1;
+    int par = 0;
+    if (spec_ && token == spec_token_ && pos == spec_pos_) {
+      // The step for (token, pos) was launched speculatively by the previous call: adopt it.
+      check_token(token);
+      check_pos(pos);
+      par = spec_par_;
+      spec_ = false;
+      pos_ = pos + 1;
     } else {
+      discard_spec();
+      step(token, pos, 0);
+      CUDA_CHECK(cudaEventRecord(step_done_[0], stream_));
+    }
+    if (!copt_.device_token) {
       int* out = static_cast<int*>(params_host_.get()) + 2;
       CUDA_CHECK(cudaMemcpyAsync(out, s_.amax_out, sizeof(int), cudaMemcpyDeviceToHost, stream_));
       CUDA_CHECK(cudaStreamSynchronize(stream_));
-      id = *out;
+      return *out;
     }
+    // Speculation: the next greedy step reads its token and position from the device slots this
+    // step's argmax fills, so it is launched now, before the host has the id: the host's wake-up
+    // and launch latency overlap the GPU. Its id goes to the other host slot (parity). If the
+    // caller then asks for anything else, the speculative step is discarded (discard_spec).
+    const bool spec = copt_.speculate && !debug_ && pos + 1 < n_ctx_;
+    if (spec) {
+      const int np = 1 - par;
+      launch(np);
+      CUDA_CHECK(cudaEventRecord(step_done_[np], stream_));
+      spec_ = true;
+      spec_par_ = np;
+      spec_pos_ = pos + 1;
+    }
+    // The argmax kernel stored the id in pinned host memory: one event wait, no copy.
+    CUDA_CHECK(cudaEventSynchronize(step_done_[par]));
+    const int id =
+        *reinterpret_cast<volatile const int*>(static_cast<int*>(params_host_.get()) + 3 + par);
+    spec_token_ = id;
+    slots_known_ = !spec;  // with a speculative step queued the slots move on to (id', pos + 2)
+    slot_token_ = id;
+    slot_pos_ = pos + 1;
     return id;
   }
 
@@ -288,6 +326,8 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   void set_options(const CudaOptions& o) override {
+    discard_spec();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // no graph in flight while it is destroyed
     copt_ = o;
     drop_graph();
   }
@@ -310,6 +350,7 @@ class CudaBackend final : public CudaBackendApi {
   // True when these tokens go through the batched prefill; then also checks every id and that
   // they fit the context, before anything runs (so a bad prompt leaves the cache untouched).
   bool batched(std::span<const int> tokens) {
+    discard_spec();
     if (!prefill_ || debug_ || !copt_.batched_prefill) return false;
     if (copt_.prefill_chunk < 1) {
       fail("prefill chunk size ", copt_.prefill_chunk,
@@ -338,21 +379,46 @@ class CudaBackend final : public CudaBackendApi {
     return p;
   }
 
+  // Slice i of n (16-byte aligned, inside the allocation) of the lm_head's device image.
+  cuda::L2Prefetch head_slice(int i, int n) const {
+    const cuda::L2Prefetch all = span_of(w_.output, w_.output);
+    const size_t chunk = ((all.bytes + n - 1) / n + 15) & ~size_t{15};
+    const size_t off = (size_t)i * chunk;
+    cuda::L2Prefetch p;
+    if (all.ptr == nullptr || off >= all.bytes) return p;
+    p.ptr = static_cast<const char*>(all.ptr) + off;
+    p.bytes = std::min(chunk, all.bytes - off);
+    return p;
+  }
+
   float* kcache(int l) const { return s_.kv + (size_t)(2 * l) * n_ctx_ * cfg_.kv_dim(); }
   float* vcache(int l) const { return s_.kv + (size_t)(2 * l + 1) * n_ctx_ * cfg_.kv_dim(); }
 
   void drop_graph() {
-    if (exec_) cudaGraphExecDestroy(exec_);
-    if (graph_) cudaGraphDestroy(graph_);
-    exec_ = nullptr;
-    graph_ = nullptr;
+    for (int i = 0; i < 2; ++i) {
+      if (exec_[i]) cudaGraphExecDestroy(exec_[i]);
+      if (graph_[i]) cudaGraphDestroy(graph_[i]);
+      exec_[i] = nullptr;
+      graph_[i] = nullptr;
+    }
     kernels_per_step_ = 0;
+  }
+
+  // Forgets a queued speculative step: it still runs (stream order, before anything launched
+  // later), but everything it writes is rewritten before it is read again (its KV row at
+  // spec_pos_ by the next step at that position, the scratch by any step); only the device
+  // token/pos slots it advanced are unknown now, so the next step copies them from the host.
+  void discard_spec() {
+    if (!spec_) return;
+    spec_ = false;
+    slots_known_ = false;
   }
 
   // Launches one decode step for (token, pos). The device slots are written by an H2D copy unless
   // they already hold exactly (token, pos): the previous greedy step's argmax left them so. Any
   // other step leaves the token slot unknown to the host (slots_known_ = false).
-  void step(int token, int pos) {
+  void step(int token, int pos, int par = 0) {
+    discard_spec();
     check_token(token);
     check_pos(pos);
     const bool on_device =
@@ -365,21 +431,28 @@ class CudaBackend final : public CudaBackendApi {
       hp[1] = pos;
       CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     }
+    launch(par);
+    pos_ = pos + 1;
+  }
+
+  // Enqueues one decode step reading token/pos from the device slots; par selects the host slot
+  // its argmax stores the id in (params_host_[3 + par]) and the graph that does so.
+  void launch(int par) {
     cuda::pdl_enabled() = copt_.pdl;
     cuda::wide_head_enabled() = copt_.wide_head;
+    par_ = par;
     if (debug_) {
       acts_.clear();
       enqueue_step(true);
     } else if (copt_.use_graph) {
-      if (!exec_) capture();
-      CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+      if (!exec_[par]) capture(par);
+      CUDA_CHECK(cudaGraphLaunch(exec_[par], stream_));
     } else {
       enqueue_step(false);
     }
-    pos_ = pos + 1;
   }
 
-  void capture() {
+  void capture(int par) {
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
       enqueue_step(false);
@@ -389,10 +462,10 @@ class CudaBackend final : public CudaBackendApi {
       if (g) cudaGraphDestroy(g);
       throw;
     }
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
-    CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_[par]));
+    CUDA_CHECK(cudaGraphInstantiate(&exec_[par], graph_[par], 0));
     size_t n = 0;
-    CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &n));
+    CUDA_CHECK(cudaGraphGetNodes(graph_[par], nullptr, &n));
     kernels_per_step_ = (int)n;  // every captured node is a kernel launch
   }
 
@@ -475,19 +548,26 @@ class CudaBackend final : public CudaBackendApi {
                    pf ? span_of(N.wo, N.wo) : cuda::L2Prefetch{});
       }
       if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
+      // The last head_prefetch_layers layers pull the lm_head into L2 (2 slices per layer, in
+      // their gate_up and down kernels), so the step's largest matrix is read from L2.
+      cuda::L2Prefetch pf_gu = pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{};
+      cuda::L2Prefetch pf_dn = pf ? span_of(N.w_down, N.w_down) : cuda::L2Prefetch{};
+      const int hk = std::min(copt_.head_prefetch_layers, cfg_.n_layers);
+      if (!debug && l >= cfg_.n_layers - hk) {
+        const int slice = 2 * (l - (cfg_.n_layers - hk));
+        pf_gu = head_slice(slice, 2 * hk);
+        pf_dn = head_slice(slice + 1, 2 * hk);
+      }
       if (!(mask & kGateUp)) {
       } else if (fused) {
-        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st,
-                           pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{}, res);
+        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st, pf_gu, res);
       } else {
         cuda::rmsnorm(s_.xb, s_.x, L.ffn_norm, cfg_.dim, eps, st);
         if (debug) record(blk + "ffn_norm", s_.xb, cfg_.dim);
-        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st,
-                           pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{});
+        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st, pf_gu);
       }
       if (mask & kDown) {
-        cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st,
-                   pf ? span_of(N.w_down, N.w_down) : cuda::L2Prefetch{}, res);
+        cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st, pf_dn, res);
       }
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
@@ -496,7 +576,7 @@ class CudaBackend final : public CudaBackendApi {
     // Hand-off to the next step (device_token): token/pos slots and the pinned id. Not in the
     // profiling graphs, which replay one position.
     int* np = copt_.device_token && advance_ ? s_.params : nullptr;
-    int* ho = copt_.device_token && advance_ ? id_dev_ : nullptr;
+    int* ho = copt_.device_token && advance_ ? id_dev_ + par_ : nullptr;
     const float* head_x = s_.x;
     const float* head_norm = w_.output_norm;
     if ((mask & kHead) && !fused) {
@@ -543,6 +623,7 @@ class CudaBackend final : public CudaBackendApi {
                                                       {"argmax", kArgmax},
                                                       {"all", kAllParts}};
     int* hp = static_cast<int*>(params_host_.get());
+    discard_spec();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     slots_known_ = false;
     hp[0] = 1;
@@ -611,11 +692,16 @@ class CudaBackend final : public CudaBackendApi {
   cuda::PinnedBuffer params_host_, logits_host_, hist_host_;
   cpu::SampleScratch host_sample_scratch_;
   cudaStream_t stream_ = nullptr;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
+  cudaGraph_t graph_[2] = {};  // one per host id slot (parity), see launch()
+  cudaGraphExec_t exec_[2] = {};
+  cudaEvent_t step_done_[2] = {};  // recorded after the step graph of each parity
+  int par_ = 0;                    // enqueue_step: host id slot of the step being enqueued
   int kernels_per_step_ = 0;
   double copy_gbs_ = 0;
   int* id_dev_ = nullptr;  // device address of params_host_[3] (the argmax kernel's id store)
+  // A speculative greedy step queued for (spec_token_, spec_pos_) (see forward_token_greedy).
+  bool spec_ = false;
+  int spec_token_ = 0, spec_pos_ = 0, spec_par_ = 0;
   // What the device token/pos slots hold, when the host knows (device_token hand-off).
   bool slots_known_ = false;
   int slot_token_ = 0, slot_pos_ = 0;
@@ -645,6 +731,16 @@ CudaOptions cuda_options_from_env() {
   o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", false);
   o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", false);
   o.wide_head = env_flag("SMOLRT_CUDA_WIDE_HEAD", true);
+  o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
+  if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_PREFETCH"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > 64) {
+      fail("SMOLRT_CUDA_HEAD_PREFETCH=", v,
+           " is not a layer count; give an integer in [0, 64] (0 = off)");
+    }
+    o.head_prefetch_layers = static_cast<int>(n);
+  }
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_BLOCKS"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);

@@ -56,6 +56,16 @@ struct CudaOptions {
   // SMOLRT_CUDA_WIDE_HEAD=0: off. On: lm_head-sized Q8_0 matrices use the wide matvec kernel
   // (cuda/gemv_head.h: every lane loads, next row group in flight); off: the generic one.
   bool wide_head = true;
+  // SMOLRT_CUDA_SPECULATE=0: off. On (with device_token): forward_token_greedy launches the next
+  // step right after the current one, before the host has read the id (the next step reads its
+  // token/pos from the device slots this step's argmax fills); a later call with exactly that
+  // (token, pos) adopts it, anything else discards it (its writes are rewritten before use). The
+  // host's wake-up and launch latency then overlap GPU work.
+  bool speculate = true;
+  // SMOLRT_CUDA_HEAD_PREFETCH=K: the last K layers' gate_up and down kernels bulk-prefetch the
+  // lm_head (2K slices) into L2 while the chain runs, so the lm_head reads L2 instead of HBM.
+  // 0 = off. (Overrides l2_prefetch in those kernels.)
+  int head_prefetch_layers = 0;
 };
 CudaOptions cuda_options_from_env();
 
