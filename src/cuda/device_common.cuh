@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cuda/dev_mat.h"
+
 namespace smolrt::cuda {
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -38,6 +40,16 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// The decode kernels' PDL entry, in two halves around their pre-wait loads: pdl_entry at the very
+// top, pdl_enter after the loads (see launch.h, pdl_early).
+__device__ __forceinline__ void pdl_entry(int early) {
+  if (early) pdl_trigger();
+}
+__device__ __forceinline__ void pdl_enter(int early) {
+  pdl_wait();
+  if (!early) pdl_trigger();
+}
+
 // Hopper bulk prefetch of [ptr, ptr+bytes) into L2 (bytes a multiple of 16, ptr 16-aligned).
 __device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -57,6 +69,21 @@ constexpr float kQ8Bias = 8388736.f;  // 2^23 + 128: byte of (int8 ^ 0x80) -> th
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));
+}
+
+// Element (r, c) of m (split layout for the quant types, dev_mat.h), exactly as cpu::embed /
+// cuda::embed dequantize it.
+__device__ __forceinline__ float dequant_at(const DevMat& m, size_t r, int c) {
+  if (m.type == GgmlType::F32) return static_cast<const float*>(m.q)[r * m.cols + c];
+  if (m.type == GgmlType::F16) {
+    return half_bits_to_float(static_cast<const uint16_t*>(m.q)[r * m.cols + c]);
+  }
+  const int nb = m.cols / 32, b = c / 32, j = c % 32;
+  const float d = half_bits_to_float(m.d[r * nb + b]);
+  const uint8_t* q = static_cast<const uint8_t*>(m.q);
+  if (m.type == GgmlType::Q8_0) return (float)(int8_t)q[(r * nb + b) * 32 + j] * d;
+  const uint8_t byte = q[(r * nb + b) * 16 + (j & 15)];  // Q4_0: low nibble for j < 16
+  return (float)((int)(j < 16 ? (byte & 15) : (byte >> 4)) - 8) * d;
 }
 
 // cp.async (sm_80+): 16-byte global->shared copies that complete in groups; src_bytes < 16

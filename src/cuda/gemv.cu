@@ -40,6 +40,10 @@ struct GemvParams {
   size_t pf_bytes;
   const float* res;  // residual partials [res_n][len] folded into x (GateUp) or out0 (Plain)
   int res_n;
+  int early;         // PDL trigger at entry (launch.h, pdl_early)
+  DevMat emb;        // Qkv: emb.q set = x is row *token of emb (QkvArgs::embed)
+  const int* token;  // [1]
+  float* x_out;      // block 0 writes the raw embedding row here
 };
 
 // v + res[0*len + i] + res[1*len + i] + ... in this order (gemv.h, ResidualParts). The loads are
@@ -97,7 +101,11 @@ __device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane,
 template <GgmlType T, int NX>
 __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float* x,
                                         const float* norm_w, float eps, int cols, int lane,
-                                        const float* res, int res_n) {
+                                        const float* res, int res_n, const GemvParams* ep) {
+  // Fused embedding (ep: Qkv kernels only, else a constant nullptr): x = row *token of ep->emb.
+  const bool emb = ep != nullptr && ep->emb.q != nullptr;
+  const size_t tok = emb ? (size_t)*ep->token : 0;
+  const bool emb_out = emb && ep->x_out != nullptr && blockIdx.x == 0;
   __shared__ float red[4];
   constexpr int nt = kBlock;
   if constexpr (is_quant(T)) {
@@ -111,7 +119,16 @@ __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float*
 #pragma unroll
     for (int i = 0; i < MV; ++i) {
       const int c4 = threadIdx.x + i * nt;
-      v[i] = c4 < n4 ? x4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (emb) {
+        v[i] = c4 < n4
+                   ? make_float4(
+                         dequant_at(ep->emb, tok, 4 * c4), dequant_at(ep->emb, tok, 4 * c4 + 1),
+                         dequant_at(ep->emb, tok, 4 * c4 + 2), dequant_at(ep->emb, tok, 4 * c4 + 3))
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (emb_out && c4 < n4) reinterpret_cast<float4*>(ep->x_out)[c4] = v[i];
+      } else {
+        v[i] = c4 < n4 ? x4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
       if (norm_w != nullptr) w[i] = c4 < n4 ? w4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     if (res_n > 0) {
@@ -158,7 +175,12 @@ __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float*
 #pragma unroll
     for (int i = 0; i < MS; ++i) {
       const int c = threadIdx.x + i * nt;
-      v[i] = c < cols ? x[c] : 0.f;
+      if (emb) {
+        v[i] = c < cols ? dequant_at(ep->emb, tok, c) : 0.f;
+        if (emb_out && c < cols) ep->x_out[c] = v[i];
+      } else {
+        v[i] = c < cols ? x[c] : 0.f;
+      }
       if (norm_w != nullptr) w[i] = c < cols ? norm_w[c] : 0.f;
       if (res_n > 0 && c < cols) v[i] = fold_res(v[i], res, res_n, cols, c);
     }
@@ -346,6 +368,7 @@ struct ItemRows {
 // one is computed.
 template <GgmlType T, int NX, Epi E>
 __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
+  pdl_entry(p.early);
   const int lane = threadIdx.x & 31;
   const int stride = gridDim.x * (kBlock / 32);
   int item = blockIdx.x * (kBlock / 32) + (threadIdx.x >> 5);
@@ -366,14 +389,14 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
       prefetch_l2(p.pf_ptr + off, (uint32_t)n);
     }
   }
-  pdl_wait();
-  pdl_trigger();
+  pdl_enter(p.early);
   int pos = 0;
   if constexpr (E == Epi::Qkv) pos = *p.pos;  // issued early: overlaps the x staging
   extern __shared__ float4 smem_x4[];
   float xr[NX];
   stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane,
-                 E == Epi::GateUp ? p.res : nullptr, E == Epi::GateUp ? p.res_n : 0);
+                 E == Epi::GateUp ? p.res : nullptr, E == Epi::GateUp ? p.res_n : 0,
+                 E == Epi::Qkv ? &p : nullptr);
 
   float best_v = 0.f;  // Plain + argmax: lane 0's best row so far
   int best_i = INT_MAX;
@@ -506,6 +529,7 @@ GemvParams base_params(const float* x, const float* norm_w, float eps, L2Prefetc
   p.norm_w = norm_w;
   p.eps = eps;
   p.pos = nullptr;
+  p.early = pdl_early_flag();
   return p;
 }
 
@@ -521,6 +545,11 @@ void check_res(const ResidualParts& res, const char* what) {
 }  // namespace
 
 bool& pdl_enabled() {
+  static bool on = false;
+  return on;
+}
+
+bool& pdl_early() {
   static bool on = false;
   return on;
 }
@@ -591,7 +620,24 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
          " do not fit the projections (need even sizes dividing the rows)");
   }
   if (a.pos == nullptr) fail("gemv_qkv: null device position");
+  if (a.embed.q != nullptr) {
+    const GgmlType t = a.embed.type;
+    if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q4_0 && t != GgmlType::Q8_0) {
+      fail("gemv_qkv: no fused embedding for type ", type_name(t),
+           "; supported: f32, f16, q4_0, q8_0");
+    }
+    if (a.embed.cols != a.wq.cols || a.token == nullptr ||
+        ((t == GgmlType::Q4_0 || t == GgmlType::Q8_0) && a.embed.d == nullptr)) {
+      fail("gemv_qkv: fused embedding has ", a.embed.cols, " columns for a ", a.wq.cols,
+           "-column input (or no token / scales)");
+    }
+  } else if (a.x == nullptr) {
+    fail("gemv_qkv: null x");
+  }
   GemvParams p = base_params(a.x, a.norm_w, a.eps, a.pf);
+  p.emb = a.embed;
+  p.token = a.token;
+  p.x_out = a.x_out;
   p.head_dim = a.head_dim;
   p.rope_dim = a.rope_dim;
   p.rope_base = a.rope_base;
@@ -623,6 +669,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
     q.off1 = i == 0 ? ms[i]->rows : 0;
     q.off2 = i == 2 ? 0 : ms[i]->rows;
     q.n_items = ms[i]->rows / 2;
+    if (i > 0) q.x_out = nullptr;  // the first launch writes the embedding row
     if (i == 1) q.off2 = ms[i]->rows;
     dispatch<Epi::Qkv>(q, s);
   }

@@ -75,6 +75,12 @@ struct QkvArgs {
   float* k_out;   // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
   float* v_out;   // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
   L2Prefetch pf;  // optional, see gemv()
+  // Optional fused embedding lookup (saves the step's embed launch): with embed.q set, x is row
+  // *token of embed (dequantized exactly as cuda::embed does; x itself is not read), and block 0
+  // also writes that raw row to x_out (the residual stream). embed.cols must equal the dim.
+  DevMat embed;
+  const int* token = nullptr;
+  float* x_out = nullptr;
 };
 void gemv_qkv(const QkvArgs& a, cudaStream_t s);
 

@@ -26,6 +26,7 @@ constexpr int min_blocks(int u) {
 // registers: the next group loads while this one is reduced.
 template <int U>
 __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadArgs a) {
+  pdl_entry(a.early);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = a.w.cols, rows = a.w.rows;
   const int urow = cols / 16;  // quant vectors per row
@@ -57,8 +58,7 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
   uint4 w0[U];
   float d0[U];
   if (g < n_groups) load(g, w0, d0);  // weights never depend on the previous kernel
-  pdl_wait();
-  pdl_trigger();
+  pdl_enter(a.early);
 
   // x (RMS-normalized when norm_w is set) into shared memory, chunk k of 16 columns at k*kXPad
   // floats: the float4 reads of 8 lanes with consecutive k then hit distinct banks.
@@ -188,7 +188,9 @@ int head_grid(const DevMat& w, int max_blocks) {
   return blocks < cap ? blocks : cap;
 }
 
-int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s) {
+int head_gemv(const HeadArgs& a0, int max_blocks, cudaStream_t s) {
+  HeadArgs a = a0;
+  a.early = pdl_early_flag();
   const int grid = head_grid(a.w, max_blocks);
   const int urow = a.w.cols / 16;
   const size_t smem = sizeof(float) * ((size_t)urow * kXPad + (size_t)kHW * kHeadRows * urow);

@@ -40,6 +40,7 @@ struct HeadArgs {
   float* part_v;  // argmax partials [grid] (nullptr: no argmax)
   int* part_i;
   ArgmaxFinal fin;  // fin.count != nullptr: the last block also does argmax stage 2
+  int early = 0;    // PDL trigger at entry (launch.h; head_gemv sets it)
 };
 
 // Launches the kernel; returns its grid size.

@@ -268,6 +268,84 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
   check_qkv(GgmlType::Q4_0, GgmlType::Q8_0, smol, 7, 16, true, true);
 }
 
+// QKV with the embedding lookup fused in (QkvArgs::embed): bit-identical to the same kernel fed
+// the CPU embedding row (cpu::embed; the dequantization is exact), and block 0 writes that row.
+TEST(KernelQkv, FusedEmbeddingMatchesSeparate) {
+  REQUIRE_GPU();
+  struct Case {
+    GgmlType tw, te;
+    QkvShape s;
+    bool norm;
+  };
+  const Case cases[] = {{GgmlType::Q4_0, GgmlType::Q8_0, {576, 9, 3, 64, 64, 100000.f}, true},
+                        {GgmlType::Q4_0, GgmlType::Q4_0, {576, 9, 3, 64, 64, 100000.f}, false},
+                        {GgmlType::Q8_0, GgmlType::F16, {96, 3, 1, 32, 16, 10000.f}, true},
+                        {GgmlType::F32, GgmlType::F32, {64, 8, 4, 8, 8, 10000.f}, true},
+                        {GgmlType::F16, GgmlType::Q8_0, {96, 3, 1, 32, 32, 10000.f}, true}};
+  for (const Case& c : cases) {
+    const QkvShape& s = c.s;
+    SCOPED_TRACE(testing::Message() << type_name(c.tw) << " emb " << type_name(c.te) << " dim "
+                                    << s.dim << " norm " << c.norm);
+    const int q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv * s.head_dim, n_ctx = 8, pos = 5;
+    const int vocab = 37, token = 29;
+    RandMat wq(c.tw, q_dim, s.dim, 11), wk(c.tw, kv_dim, s.dim, 12), wv(c.tw, kv_dim, s.dim, 13);
+    RandMat emb(c.te, vocab, s.dim, 14);
+    std::vector<float> row(s.dim);
+    cpu::embed(row.data(), emb.view, token);
+    Dev<float> dx(row), dnw(test::randn(s.dim, 15)), xo((size_t)s.dim);
+    Dev<int> dpos(std::vector<int>{pos}), dtok(std::vector<int>{token});
+    std::vector<float> outs[2][3];
+    for (int fused = 0; fused < 2; ++fused) {
+      Dev<float> q((size_t)q_dim), kc((size_t)n_ctx * kv_dim), vc((size_t)n_ctx * kv_dim);
+      cuda::QkvArgs a;
+      a.wq = wq.mat;
+      a.wk = wk.mat;
+      a.wv = wv.mat;
+      a.x = fused ? nullptr : dx.p();
+      a.norm_w = c.norm ? dnw.p() : nullptr;
+      a.eps = 1e-5f;
+      a.head_dim = s.head_dim;
+      a.rope_dim = s.rope_dim;
+      a.rope_base = s.base;
+      a.pos = dpos.p();
+      a.rope = true;
+      a.q_out = q.p();
+      a.k_out = kc.p();
+      a.v_out = vc.p();
+      if (fused) {
+        a.embed = emb.mat;
+        a.token = dtok.p();
+        a.x_out = xo.p();
+      }
+      cuda::gemv_qkv(a, nullptr);
+      outs[fused][0] = q.get();
+      outs[fused][1] = kc.get();
+      outs[fused][2] = vc.get();
+    }
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(outs[0][i].size(), outs[1][i].size());
+      EXPECT_EQ(
+          0, std::memcmp(outs[0][i].data(), outs[1][i].data(), outs[0][i].size() * sizeof(float)))
+          << "output " << i;
+    }
+    EXPECT_EQ(xo.get(), row);  // the raw row, for the residual stream
+  }
+  // A bad embedding shape is an Error, not a launch.
+  RandMat wq(GgmlType::Q4_0, 64, 64, 1), emb(GgmlType::Q8_0, 10, 96, 2);
+  Dev<float> out((size_t)64);
+  Dev<int> one(std::vector<int>{0});
+  cuda::QkvArgs a;
+  a.wq = a.wk = a.wv = wq.mat;
+  a.eps = 1e-5f;
+  a.head_dim = a.rope_dim = 64;
+  a.rope_base = 10000.f;
+  a.pos = one.p();
+  a.q_out = a.k_out = a.v_out = out.p();
+  a.embed = emb.mat;
+  a.token = one.p();
+  EXPECT_THROW(cuda::gemv_qkv(a, nullptr), Error);
+}
+
 TEST(KernelGateUp, SiluMulMatchesCpu) {
   REQUIRE_GPU();
   for (GgmlType t : kTypes) {

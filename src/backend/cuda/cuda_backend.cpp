@@ -364,6 +364,7 @@ class CudaBackend final : public CudaBackendApi {
     }
     cuda::pdl_enabled() = copt_.pdl;  // the embedding, lm_head and argmax launches
     cuda::wide_head_enabled() = copt_.wide_head;
+    cuda::pdl_early() = copt_.pdl_early;
     return true;
   }
 
@@ -440,6 +441,7 @@ class CudaBackend final : public CudaBackendApi {
   void launch(int par) {
     cuda::pdl_enabled() = copt_.pdl;
     cuda::wide_head_enabled() = copt_.wide_head;
+    cuda::pdl_early() = copt_.pdl_early;
     par_ = par;
     if (debug_) {
       acts_.clear();
@@ -487,7 +489,10 @@ class CudaBackend final : public CudaBackendApi {
     const float eps = cfg_.norm_eps;
     const bool fused = copt_.fused_norm && !debug;
     const int* pos = s_.params + 1;
-    if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
+    // Fused embedding: layer 0's QKV kernel stages the token's embedding row itself (and writes
+    // it to x), one launch fewer.
+    const bool fuse_embed = fused && copt_.fused_embed;
+    if ((mask & kEmbed) && !fuse_embed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
     if (debug) record("embed", s_.x, cfg_.dim);
     const bool pf = copt_.l2_prefetch && !debug;
     const bool fused_wo = fused && copt_.fused_wo;
@@ -508,6 +513,11 @@ class CudaBackend final : public CudaBackendApi {
       qa.pos = pos;
       qa.q_out = s_.q;
       if (pf) qa.pf = span_of(N.wq, N.wv);
+      if (l == 0 && fuse_embed) {
+        qa.embed = w_.token_embd;
+        qa.token = s_.params;
+        qa.x_out = s_.x;
+      }
       if (fused) {
         qa.x = s_.x;
         qa.norm_w = L.attn_norm;
@@ -528,7 +538,11 @@ class CudaBackend final : public CudaBackendApi {
         qa.rope = true;
         qa.k_out = kcache(l);
         qa.v_out = vcache(l);
+        // The step's first kernel triggers its dependents only after its wait (launch.h,
+        // pdl_early): attention reads the position slot before its own wait.
+        if (l == 0 && fuse_embed) cuda::pdl_early() = false;
         if (mask & kQkv) cuda::gemv_qkv(qa, st);
+        cuda::pdl_early() = copt_.pdl_early;
       }
       // Fused Wo: attention writes per-head partials; gate_up and down fold them into x.
       cuda::AttnWo awo;
@@ -631,6 +645,7 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::pdl_enabled() = copt_.pdl;
     cuda::wide_head_enabled() = copt_.wide_head;
+    cuda::pdl_early() = copt_.pdl_early;
     std::vector<std::pair<std::string, double>> out;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -638,6 +653,7 @@ class CudaBackend final : public CudaBackendApi {
     const bool wo_in_attn = copt_.fused_wo && copt_.fused_norm;
     for (const auto& [name, bits] : parts) {
       if (wo_in_attn && bits == kWo) continue;  // no kernel of its own: timed with attention
+      if (copt_.fused_embed && copt_.fused_norm && bits == kEmbed) continue;  // in layer 0's QKV
       cudaGraph_t g = nullptr;
       cudaGraphExec_t ex = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -732,6 +748,8 @@ CudaOptions cuda_options_from_env() {
   o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", false);
   o.wide_head = env_flag("SMOLRT_CUDA_WIDE_HEAD", true);
   o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
+  o.pdl_early = env_flag("SMOLRT_CUDA_PDL_EARLY", true);
+  o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", true);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_PREFETCH"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);

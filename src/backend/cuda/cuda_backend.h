@@ -2,12 +2,13 @@
 // (device_weights.h); activations, the fp32 KV cache and every scratch buffer are carved out of a
 // second allocation made once per session; only readback buffers are pinned host memory.
 //
-// One decode step = embed, 5 kernels per layer (RMSNorm+QKV+RoPE+KV append, split attention,
-// Wo+residual, RMSNorm+gate/up+SiLU·up, down+residual), RMSNorm+lm_head, 2-stage argmax (4 per
-// layer with CudaOptions::fused_wo). The step is captured ONCE as a CUDA graph; the token and
-// position are read from device memory (an 8-byte H2D copy before each replay, skipped for greedy
-// continuations: the previous step's argmax leaves them there, see CudaOptions::device_token), so
-// nothing is re-captured per token.
+// One decode step = embed (fused into layer 0's QKV kernel by default), 5 kernels per layer
+// (RMSNorm+QKV+RoPE+KV append, split attention, Wo+residual, RMSNorm+gate/up+SiLU·up,
+// down+residual; 4 with CudaOptions::fused_wo), RMSNorm+lm_head with argmax stage 1, argmax
+// stage 2. The step is captured ONCE as a CUDA graph; the token and position are read from device
+// memory (an 8-byte H2D copy before each replay, skipped for greedy continuations: the previous
+// step's argmax leaves them there, see CudaOptions::device_token), so nothing is re-captured per
+// token; greedy decoding also launches the next step before the host reads the id (speculate).
 #pragma once
 
 #include <memory>
@@ -66,6 +67,14 @@ struct CudaOptions {
   // lm_head (2K slices) into L2 while the chain runs, so the lm_head reads L2 instead of HBM.
   // 0 = off. (Overrides l2_prefetch in those kernels.)
   int head_prefetch_layers = 0;
+  // SMOLRT_CUDA_PDL_EARLY=0: off. On (with pdl): each decode kernel lets the next one launch at its
+  // very start instead of after its own wait (cuda/launch.h, pdl_early), so the next kernel's
+  // blocks are resident and its weights in flight one kernel earlier.
+  bool pdl_early = true;
+  // SMOLRT_CUDA_FUSED_EMBED=0: off. On (with fused_norm): layer 0's QKV kernel reads the token's
+  // embedding row itself and writes it to the residual stream (gemv.h, QkvArgs::embed): no
+  // separate embedding launch.
+  bool fused_embed = true;
 };
 CudaOptions cuda_options_from_env();
 
