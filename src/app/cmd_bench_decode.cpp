@@ -75,6 +75,8 @@ int run(const Opts& o) {
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .pdl_early = false}},
       {"graph+pdl+fused embed-sep",
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .fused_embed = false}},
+      {"graph+pdl+fused head-regs",
+       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .head_async = false}},
       {"graph+pdl+fused argmax-sep",
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .fused_argmax = false}},
       {"graph+pdl+fused head528",

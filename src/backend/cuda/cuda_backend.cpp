@@ -114,6 +114,7 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
     CUDA_CHECK(cudaMemset(s_.amax_count, 0, sizeof(int)));
     prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
+    cuda::head_gemv_init();  // kernel attributes, before any graph capture
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
     // [4]: the id of the odd-parity step graph (speculative steps alternate, see speculate).
@@ -364,6 +365,7 @@ class CudaBackend final : public CudaBackendApi {
     }
     cuda::pdl_enabled() = copt_.pdl;  // the embedding, lm_head and argmax launches
     cuda::wide_head_enabled() = copt_.wide_head;
+    cuda::head_async_enabled() = copt_.head_async;
     cuda::pdl_early() = copt_.pdl_early;
     return true;
   }
@@ -441,6 +443,7 @@ class CudaBackend final : public CudaBackendApi {
   void launch(int par) {
     cuda::pdl_enabled() = copt_.pdl;
     cuda::wide_head_enabled() = copt_.wide_head;
+    cuda::head_async_enabled() = copt_.head_async;
     cuda::pdl_early() = copt_.pdl_early;
     par_ = par;
     if (debug_) {
@@ -645,6 +648,7 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::pdl_enabled() = copt_.pdl;
     cuda::wide_head_enabled() = copt_.wide_head;
+    cuda::head_async_enabled() = copt_.head_async;
     cuda::pdl_early() = copt_.pdl_early;
     std::vector<std::pair<std::string, double>> out;
     cudaEvent_t e0, e1;
@@ -750,6 +754,7 @@ CudaOptions cuda_options_from_env() {
   o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
   o.pdl_early = env_flag("SMOLRT_CUDA_PDL_EARLY", true);
   o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", true);
+  o.head_async = env_flag("SMOLRT_CUDA_HEAD_ASYNC", true);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_PREFETCH"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);

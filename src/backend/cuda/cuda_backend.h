@@ -75,6 +75,9 @@ struct CudaOptions {
   // embedding row itself and writes it to the residual stream (gemv.h, QkvArgs::embed): no
   // separate embedding launch.
   bool fused_embed = true;
+  // SMOLRT_CUDA_HEAD_ASYNC=0: off. On (with wide_head): lm_heads with cols a multiple of 64 up to
+  // 640 stream through a cp.async shared-memory ring (cuda/gemv_head.h); off: registers.
+  bool head_async = true;
 };
 CudaOptions cuda_options_from_env();
 
