@@ -47,9 +47,9 @@ __device__ void block_argmax(float& v, int& i) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    argmax_stage1_kernel(const float* x, int n, float* part_v, int* part_i, int early) {
-  pdl_entry(early);
-  pdl_enter(early);
+    argmax_stage1_kernel(const float* x, int n, float* part_v, int* part_i) {
+  pdl_wait();
+  pdl_trigger();
   float v = 0.f;
   int i = INT_MAX;
   for (int k = blockIdx.x * kThreads + threadIdx.x; k < n; k += gridDim.x * kThreads) {
@@ -100,8 +100,7 @@ void argmax(const float* x, int n, float* part_v, int* part_i, int* out, cudaStr
   if (!x || !part_v || !part_i || !out || n <= 0) fail("argmax: null pointer or n=", n);
   int blocks = (n + kThreads - 1) / kThreads;
   if (blocks > kArgmaxBlocks) blocks = kArgmaxBlocks;
-  launch_kernel(argmax_stage1_kernel, dim3(blocks), dim3(kThreads), 0, s, x, n, part_v, part_i,
-                pdl_early_flag());
+  launch_kernel(argmax_stage1_kernel, dim3(blocks), dim3(kThreads), 0, s, x, n, part_v, part_i);
   launch_kernel(argmax_stage2_kernel, dim3(1), dim3(kThreads), 0, s, part_v, part_i, blocks, out,
                 next_params, host_out);
 }

@@ -94,9 +94,7 @@ template <int HD, int WK>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
                             const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
-                            float* partials, int* counters, const DevMat wo, float* wo_parts,
-                            int early) {
-  pdl_entry(early);
+                            float* partials, int* counters, const DevMat wo, float* wo_parts) {
   constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
   constexpr int G = kThreads / HD;                    // pass-2 position groups
   constexpr int PPT = kAttnSub / G > 0 ? kAttnSub / G : 1;
@@ -116,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
   const int n_split = (n_pos + chunk - 1) / chunk;
   const int start = split * chunk;
   if (start >= n_pos) {
-    pdl_enter(early);  // every block waits, so completion stays transitive along the chain
+    pdl_wait();  // every block waits, so completion stays transitive along the chain
     return;
   }
   const int end = min(n_pos, start + chunk);
@@ -183,7 +181,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  pdl_enter(early);
+  pdl_wait();
+  pdl_trigger();
   float qr[DPT];
 #pragma unroll
   for (int i = 0; i < DPT; ++i) qr[i] = has_dims ? q[h * HD + j * DPT + i] : 0.f;
@@ -332,7 +331,7 @@ void launch_wk(float* out, const float* q, const float* k, const float* v, const
   const int splits = attn_splits(n_ctx);
   launch_kernel(attention_decode_kernel<HD, WK>, dim3(n_heads, splits), dim3(kThreads), 0, s, out,
                 q, k, v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters, wo.wo,
-                wo.parts, pdl_early_flag());
+                wo.parts);
 }
 
 template <int HD>

@@ -40,16 +40,6 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// The decode kernels' PDL entry, in two halves around their pre-wait loads: pdl_entry at the very
-// top, pdl_enter after the loads (see launch.h, pdl_early).
-__device__ __forceinline__ void pdl_entry(int early) {
-  if (early) pdl_trigger();
-}
-__device__ __forceinline__ void pdl_enter(int early) {
-  pdl_wait();
-  if (!early) pdl_trigger();
-}
-
 // Hopper bulk prefetch of [ptr, ptr+bytes) into L2 (bytes a multiple of 16, ptr 16-aligned).
 __device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

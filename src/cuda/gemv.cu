@@ -40,7 +40,6 @@ struct GemvParams {
   size_t pf_bytes;
   const float* res;  // residual partials [res_n][len] folded into x (GateUp) or out0 (Plain)
   int res_n;
-  int early;         // PDL trigger at entry (launch.h, pdl_early)
   DevMat emb;        // Qkv: emb.q set = x is row *token of emb (QkvArgs::embed)
   const int* token;  // [1]
   float* x_out;      // block 0 writes the raw embedding row here
@@ -368,7 +367,6 @@ struct ItemRows {
 // one is computed.
 template <GgmlType T, int NX, Epi E>
 __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
-  pdl_entry(p.early);
   const int lane = threadIdx.x & 31;
   const int stride = gridDim.x * (kBlock / 32);
   int item = blockIdx.x * (kBlock / 32) + (threadIdx.x >> 5);
@@ -389,7 +387,8 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
       prefetch_l2(p.pf_ptr + off, (uint32_t)n);
     }
   }
-  pdl_enter(p.early);
+  pdl_wait();
+  pdl_trigger();
   int pos = 0;
   if constexpr (E == Epi::Qkv) pos = *p.pos;  // issued early: overlaps the x staging
   extern __shared__ float4 smem_x4[];
@@ -529,7 +528,6 @@ GemvParams base_params(const float* x, const float* norm_w, float eps, L2Prefetc
   p.norm_w = norm_w;
   p.eps = eps;
   p.pos = nullptr;
-  p.early = pdl_early_flag();
   return p;
 }
 
@@ -545,11 +543,6 @@ void check_res(const ResidualParts& res, const char* what) {
 }  // namespace
 
 bool& pdl_enabled() {
-  static bool on = false;
-  return on;
-}
-
-bool& pdl_early() {
   static bool on = false;
   return on;
 }

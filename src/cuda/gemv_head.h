@@ -26,10 +26,6 @@ bool head_kernel_takes(const DevMat& w);
 // Process-wide switch (default on; the CUDA backend sets it from CudaOptions::wide_head): off
 // sends every matrix through the generic kernel.
 bool& wide_head_enabled();
-// Process-wide (default on; the backend sets it from CudaOptions::head_async): matrices with cols
-// a multiple of 64 up to 640 stream through a cp.async shared-memory ring (several row groups
-// per warp in flight, no register cost); off: the register-double-buffered variant.
-bool& head_async_enabled();
 
 // Its grid for max_blocks (0 = the default: all blocks resident at once) = the number of argmax
 // partials it writes.
@@ -44,12 +40,7 @@ struct HeadArgs {
   float* part_v;  // argmax partials [grid] (nullptr: no argmax)
   int* part_i;
   ArgmaxFinal fin;  // fin.count != nullptr: the last block also does argmax stage 2
-  int early = 0;    // PDL trigger at entry (launch.h; head_gemv sets it)
 };
-
-// One-time kernel attributes (shared-memory carveout of the cp.async variant; a hint). Not
-// stream-ordered: call it outside stream capture (head_gemv does when not capturing).
-void head_gemv_init();
 
 // Launches the kernel; returns its grid size.
 int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s);

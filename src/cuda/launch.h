@@ -12,18 +12,6 @@ namespace smolrt::cuda {
 
 // Process-wide switch read by every decode launcher (set by the CUDA backend per step).
 bool& pdl_enabled();
-// Process-wide: with PDL on, decode kernels let the next kernel launch at their very start
-// (before their own wait) instead of right after it, so its blocks are resident and its weight
-// loads in flight a kernel earlier. Safe because every decode kernel reads before its pdl_wait
-// only data that no kernel of the same step writes (weights, earlier positions' KV rows, the
-// position slot) and writes nothing before it. The position slot is written by the PREVIOUS
-// step's last kernel, so the first kernel of a step must trigger late (the caller clears this
-// flag around that launch): every later kernel then launches after the previous step completed.
-bool& pdl_early();
-// The flag the decode kernels take: 1 = trigger at entry (PDL on and pdl_early), 0 = after wait.
-inline int pdl_early_flag() {
-  return pdl_enabled() && pdl_early() ? 1 : 0;
-}
 
 // Launch with an explicit choice of the PDL attribute (works inside stream capture).
 template <class... KArgs, class... Args>

@@ -145,12 +145,9 @@ TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
 // group), cols from one 32-block chunk pair to its maximum, with and without the fused norm.
 TEST(KernelGemv, WideHeadMatchesCpu) {
   REQUIRE_GPU();
-  const Shape shapes[] = {{8192, 576}, {8193, 1024}, {10001, 96},
-                          {9999, 640}, {8195, 672},  {8197, 64}};
-  for (int si = 0; si < 6 * 2; ++si) {
-    // both variants: cp.async ring (cols % 64 == 0, <= 640) and registers
-    cuda::head_async_enabled() = si < 6;
-    const Shape sh = shapes[si % 6];
+  const Shape shapes[] = {{8192, 576}, {8193, 1024}, {10001, 96}, {9999, 640}, {8195, 672}};
+  for (int si = 0; si < 5; ++si) {
+    const Shape sh = shapes[si];
     RandMat m(GgmlType::Q8_0, sh.rows, sh.cols, 400 + si);
     ASSERT_TRUE(cuda::head_kernel_takes(m.mat)) << sh.rows << "x" << sh.cols;
     std::vector<float> x = test::randn(sh.cols, 401 + si), nw = test::randn(sh.cols, 402 + si);
@@ -169,7 +166,6 @@ TEST(KernelGemv, WideHeadMatchesCpu) {
       }
     }
   }
-  cuda::head_async_enabled() = true;
   // What it does not take goes through the generic kernel.
   RandMat q4(GgmlType::Q4_0, 8192, 576, 1), few(GgmlType::Q8_0, 8191, 576, 2),
       wide(GgmlType::Q8_0, 8192, 1056, 3);
@@ -670,12 +666,8 @@ TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
   const std::vector<float> x = test::randn(576, 91);
   Dev<float> norm(test::randn(576, 92));
   RandMat head(GgmlType::Q8_0, 49152, 576, 90);  // the SmolLM2-135M lm_head shape
-  for (bool async : {true, false}) {             // the two wide-kernel variants (gemv_head.h)
-    cuda::head_async_enabled() = async;
-    for (int mb : {0, cuda::kGemvMaxBlocks, 7, 1}) check_fused_argmax(head.mat, x, nullptr, mb);
-    check_fused_argmax(head.mat, x, norm.p(), 0);
-  }
-  cuda::head_async_enabled() = true;
+  for (int mb : {0, cuda::kGemvMaxBlocks, 7, 1}) check_fused_argmax(head.mat, x, nullptr, mb);
+  check_fused_argmax(head.mat, x, norm.p(), 0);
   RandMat odd(GgmlType::Q4_0, 1001, 576, 93);  // odd rows: the last item recomputes one row
   check_fused_argmax(odd.mat, x, nullptr, 0);
   check_fused_argmax(odd.mat, x, nullptr, 3);

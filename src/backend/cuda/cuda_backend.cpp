@@ -114,7 +114,6 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
     CUDA_CHECK(cudaMemset(s_.amax_count, 0, sizeof(int)));
     prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
-    cuda::head_gemv_init();  // kernel attributes, before any graph capture
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
     // [4]: the id of the odd-parity step graph (speculative steps alternate, see speculate).
@@ -365,8 +364,6 @@ class CudaBackend final : public CudaBackendApi {
     }
     cuda::pdl_enabled() = copt_.pdl;  // the embedding, lm_head and argmax launches
     cuda::wide_head_enabled() = copt_.wide_head;
-    cuda::head_async_enabled() = copt_.head_async;
-    cuda::pdl_early() = copt_.pdl_early;
     return true;
   }
 
@@ -443,8 +440,6 @@ class CudaBackend final : public CudaBackendApi {
   void launch(int par) {
     cuda::pdl_enabled() = copt_.pdl;
     cuda::wide_head_enabled() = copt_.wide_head;
-    cuda::head_async_enabled() = copt_.head_async;
-    cuda::pdl_early() = copt_.pdl_early;
     par_ = par;
     if (debug_) {
       acts_.clear();
@@ -492,8 +487,8 @@ class CudaBackend final : public CudaBackendApi {
     const float eps = cfg_.norm_eps;
     const bool fused = copt_.fused_norm && !debug;
     const int* pos = s_.params + 1;
-    // Fused embedding: layer 0's QKV kernel stages the token's embedding row itself (and writes
-    // it to x), one launch fewer.
+    // Fused embedding (opt-in): layer 0's QKV kernel stages the token's embedding row itself (and
+    // writes it to x), one launch fewer.
     const bool fuse_embed = fused && copt_.fused_embed;
     if ((mask & kEmbed) && !fuse_embed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
     if (debug) record("embed", s_.x, cfg_.dim);
@@ -541,11 +536,7 @@ class CudaBackend final : public CudaBackendApi {
         qa.rope = true;
         qa.k_out = kcache(l);
         qa.v_out = vcache(l);
-        // The step's first kernel triggers its dependents only after its wait (launch.h,
-        // pdl_early): attention reads the position slot before its own wait.
-        if (l == 0 && fuse_embed) cuda::pdl_early() = false;
         if (mask & kQkv) cuda::gemv_qkv(qa, st);
-        cuda::pdl_early() = copt_.pdl_early;
       }
       // Fused Wo: attention writes per-head partials; gate_up and down fold them into x.
       cuda::AttnWo awo;
@@ -648,8 +639,6 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::pdl_enabled() = copt_.pdl;
     cuda::wide_head_enabled() = copt_.wide_head;
-    cuda::head_async_enabled() = copt_.head_async;
-    cuda::pdl_early() = copt_.pdl_early;
     std::vector<std::pair<std::string, double>> out;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -752,9 +741,7 @@ CudaOptions cuda_options_from_env() {
   o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", false);
   o.wide_head = env_flag("SMOLRT_CUDA_WIDE_HEAD", true);
   o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
-  o.pdl_early = env_flag("SMOLRT_CUDA_PDL_EARLY", true);
-  o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", true);
-  o.head_async = env_flag("SMOLRT_CUDA_HEAD_ASYNC", true);
+  o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", false);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_PREFETCH"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
