@@ -48,9 +48,9 @@ if command -v compute-sanitizer > /dev/null; then
   step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
     --log-file "$OUT/memcheck.log" "$DIR/smolrt_cuda_tests" \
     --gtest_filter='Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
-  step racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  step racecheck 160 compute-sanitizer --tool racecheck --error-exitcode 9 \
     --log-file "$OUT/racecheck.log" "$DIR/smolrt_cuda_tests" \
-    --gtest_filter='KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*'
+    --gtest_filter='KernelAttention.SplitContext*:KernelAttention.FusedWo*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*'
   if [ -f "$SYNTH" ]; then
     step memcheck_pf 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
       --log-file /tmp/memcheck_prefill.log "$DIR/smolrt_cuda_tests" \

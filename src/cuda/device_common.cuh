@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cuda/dev_mat.h"
+
 namespace smolrt::cuda {
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -45,8 +47,33 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
 #endif
 }
 
+// 2^23 + byte e of v, as a float: PRMT puts the byte under the exponent of 2^23, so subtracting
+// a bias gives small integers EXACTLY (bit-identical to a cast). This replaces I2F, a
+// quarter-rate conversion on Hopper (16/clk/SM) that bounded the dequantizing matvecs; PRMT and
+// FADD run at full rate. e must fold to a constant (unrolled loops).
+__device__ __forceinline__ float byte_plus_2p23(uint32_t v, int e) {
+  return __int_as_float((int)__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)e));
+}
+constexpr float kQ4Bias = 8388616.f;  // 2^23 + 8: nibble n -> n - 8 (Q4_0)
+constexpr float kQ8Bias = 8388736.f;  // 2^23 + 128: byte of (int8 ^ 0x80) -> the int8 (Q8_0)
+
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));
+}
+
+// Element (r, c) of m (split layout for the quant types, dev_mat.h), exactly as cpu::embed /
+// cuda::embed dequantize it.
+__device__ __forceinline__ float dequant_at(const DevMat& m, size_t r, int c) {
+  if (m.type == GgmlType::F32) return static_cast<const float*>(m.q)[r * m.cols + c];
+  if (m.type == GgmlType::F16) {
+    return half_bits_to_float(static_cast<const uint16_t*>(m.q)[r * m.cols + c]);
+  }
+  const int nb = m.cols / 32, b = c / 32, j = c % 32;
+  const float d = half_bits_to_float(m.d[r * nb + b]);
+  const uint8_t* q = static_cast<const uint8_t*>(m.q);
+  if (m.type == GgmlType::Q8_0) return (float)(int8_t)q[(r * nb + b) * 32 + j] * d;
+  const uint8_t byte = q[(r * nb + b) * 16 + (j & 15)];  // Q4_0: low nibble for j < 16
+  return (float)((int)(j < 16 ? (byte & 15) : (byte >> 4)) - 8) * d;
 }
 
 // cp.async (sm_80+): 16-byte global->shared copies that complete in groups; src_bytes < 16

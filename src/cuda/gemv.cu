@@ -9,7 +9,9 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "cuda/argmax_block.cuh"
 #include "cuda/device_common.cuh"
+#include "cuda/gemv_head.h"
 #include "cuda/launch.h"
 
 namespace smolrt::cuda {
@@ -36,19 +38,25 @@ struct GemvParams {
   ArgmaxFinal fin;     // fin.count != nullptr: the last block also does argmax stage 2
   const char* pf_ptr;  // L2 prefetch range (bytes a multiple of 16), split across the blocks
   size_t pf_bytes;
+  const float* res;  // residual partials [res_n][len] folded into x (GateUp) or out0 (Plain)
+  int res_n;
+  DevMat emb;        // Qkv: emb.q set = x is row *token of emb (QkvArgs::embed)
+  const int* token;  // [1]
+  float* x_out;      // block 0 writes the raw embedding row here
 };
+
+// v + res[0*len + i] + res[1*len + i] + ... in this order (gemv.h, ResidualParts). The loads are
+// independent of the sum, so the unrolled body issues them together (one L2 round trip).
+__device__ __forceinline__ float fold_res(float v, const float* res, int n, int len, int i) {
+#pragma unroll 8
+  for (int k = 0; k < n; ++k) v += res[(size_t)k * len + i];
+  return v;
+}
 
 // Threads per block, fixed: the staging loops' trip counts derive from it. Small matrices get fewer
 // blocks than SMs, which is fine: at decode sizes they are latency-bound, not bandwidth-bound.
 constexpr int kBlock = 128;
 constexpr int kMaxBlocks = 132 * 4;
-
-// Argmax candidate order (argmax.h): does (av, ai) beat (bv, bi)? Candidates never hold NaN.
-__device__ __forceinline__ bool amax_beats(float av, int ai, float bv, int bi) {
-  if (ai == INT_MAX) return false;
-  if (bi == INT_MAX) return true;
-  return av > bv || (av == bv && ai < bi);
-}
 
 constexpr bool is_quant(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
@@ -91,7 +99,12 @@ __device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane,
 // here costs one L2 round trip per iteration, which dominated small matrices.
 template <GgmlType T, int NX>
 __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float* x,
-                                        const float* norm_w, float eps, int cols, int lane) {
+                                        const float* norm_w, float eps, int cols, int lane,
+                                        const float* res, int res_n, const GemvParams* ep) {
+  // Fused embedding (ep: Qkv kernels only, else a constant nullptr): x = row *token of ep->emb.
+  const bool emb = ep != nullptr && ep->emb.q != nullptr;
+  const size_t tok = emb ? (size_t)*ep->token : 0;
+  const bool emb_out = emb && ep->x_out != nullptr && blockIdx.x == 0;
   __shared__ float red[4];
   constexpr int nt = kBlock;
   if constexpr (is_quant(T)) {
@@ -105,8 +118,34 @@ __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float*
 #pragma unroll
     for (int i = 0; i < MV; ++i) {
       const int c4 = threadIdx.x + i * nt;
-      v[i] = c4 < n4 ? x4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (emb) {
+        v[i] = c4 < n4
+                   ? make_float4(
+                         dequant_at(ep->emb, tok, 4 * c4), dequant_at(ep->emb, tok, 4 * c4 + 1),
+                         dequant_at(ep->emb, tok, 4 * c4 + 2), dequant_at(ep->emb, tok, 4 * c4 + 3))
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (emb_out && c4 < n4) reinterpret_cast<float4*>(ep->x_out)[c4] = v[i];
+      } else {
+        v[i] = c4 < n4 ? x4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
       if (norm_w != nullptr) w[i] = c4 < n4 ? w4[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (res_n > 0) {
+      const float4* r4 = reinterpret_cast<const float4*>(res);
+#pragma unroll
+      for (int i = 0; i < MV; ++i) {
+        const int c4 = threadIdx.x + i * nt;
+        if (c4 < n4) {
+#pragma unroll 4
+          for (int k = 0; k < res_n; ++k) {
+            const float4 r = r4[(size_t)k * n4 + c4];
+            v[i].x += r.x;
+            v[i].y += r.y;
+            v[i].z += r.z;
+            v[i].w += r.w;
+          }
+        }
+      }
     }
     if (norm_w != nullptr) {
 #pragma unroll
@@ -135,8 +174,14 @@ __device__ __forceinline__ void stage_x(float (&xr)[NX], float* xs, const float*
 #pragma unroll
     for (int i = 0; i < MS; ++i) {
       const int c = threadIdx.x + i * nt;
-      v[i] = c < cols ? x[c] : 0.f;
+      if (emb) {
+        v[i] = c < cols ? dequant_at(ep->emb, tok, c) : 0.f;
+        if (emb_out && c < cols) ep->x_out[c] = v[i];
+      } else {
+        v[i] = c < cols ? x[c] : 0.f;
+      }
       if (norm_w != nullptr) w[i] = c < cols ? norm_w[c] : 0.f;
+      if (res_n > 0 && c < cols) v[i] = fold_res(v[i], res, res_n, cols, c);
     }
     if (norm_w != nullptr) {
 #pragma unroll
@@ -230,15 +275,18 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
         float ta = 0.f, tb = 0.f;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
+          // low / high nibbles of the 4 bytes, each in its own byte (no I2F: byte_plus_2p23)
+          const uint32_t la = wwa[i] & 0x0F0F0F0Fu, ha = (wwa[i] >> 4) & 0x0F0F0F0Fu;
+          const uint32_t lb = wwb[i] & 0x0F0F0F0Fu, hb = (wwb[i] >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int j = 4 * i + e;
             const float x_lo = xr[k * 32 + j];
             const float x_hi = xr[k * 32 + j + 16];
-            ta += (float)((int)((wwa[i] >> (8 * e)) & 15u) - 8) * x_lo +
-                  (float)((int)((wwa[i] >> (8 * e + 4)) & 15u) - 8) * x_hi;
-            tb += (float)((int)((wwb[i] >> (8 * e)) & 15u) - 8) * x_lo +
-                  (float)((int)((wwb[i] >> (8 * e + 4)) & 15u) - 8) * x_hi;
+            ta +=
+                (byte_plus_2p23(la, e) - kQ4Bias) * x_lo + (byte_plus_2p23(ha, e) - kQ4Bias) * x_hi;
+            tb +=
+                (byte_plus_2p23(lb, e) - kQ4Bias) * x_lo + (byte_plus_2p23(hb, e) - kQ4Bias) * x_hi;
           }
         }
         sa += w.ka[k] * ta;
@@ -256,11 +304,13 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
         float ta = 0.f, tb = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
+          // int8 ^ 0x80 = int8 + 128 as an unsigned byte (no I2F: byte_plus_2p23)
+          const uint32_t ua = wwa[i] ^ 0x80808080u, ub = wwb[i] ^ 0x80808080u;
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float xv = xr[k * 32 + 4 * i + e];
-            ta += (float)(int8_t)(wwa[i] >> (8 * e)) * xv;
-            tb += (float)(int8_t)(wwb[i] >> (8 * e)) * xv;
+            ta += (byte_plus_2p23(ua, e) - kQ8Bias) * xv;
+            tb += (byte_plus_2p23(ub, e) - kQ8Bias) * xv;
           }
         }
         sa += w.ka[k] * ta;
@@ -312,53 +362,6 @@ struct ItemRows {
   }
 };
 
-// Argmax stage 2 inside the lm_head kernel (saves the launch of a separate kernel): each block
-// takes a ticket after publishing its partial; the last one reduces all partials in a fixed order
-// (deterministic) and resets the counter for the next launch. sv/si: the block's shared scratch.
-__device__ __forceinline__ void argmax_last_block(const GemvParams& p, float* sv, int* si) {
-  __shared__ int is_last;
-  if (threadIdx.x == 0) {
-    __threadfence();  // our partial is visible before our ticket
-    is_last = atomicAdd(p.fin.count, 1) == (int)gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  float v = 0.f;
-  int i = INT_MAX;
-  for (int k = threadIdx.x; k < (int)gridDim.x; k += kBlock) {
-    const float pv = __ldcg(p.part_v + k);  // L2: written by other blocks
-    const int pi = __ldcg(p.part_i + k);
-    if (amax_beats(pv, pi, v, i)) v = pv, i = pi;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (amax_beats(ov, oi, v, i)) v = ov, i = oi;
-  }
-  if ((threadIdx.x & 31) == 0) {
-    sv[threadIdx.x >> 5] = v;
-    si[threadIdx.x >> 5] = i;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int k = 1; k < kBlock / 32; ++k) {
-      if (amax_beats(sv[k], si[k], v, i)) v = sv[k], i = si[k];
-    }
-    const int id = i == INT_MAX ? 0 : i;
-    *p.fin.out = id;
-    // The lm_head is the step's last kernel: every earlier kernel has completed, so the position
-    // slot they read may advance.
-    if (p.fin.next_params != nullptr) {
-      p.fin.next_params[0] = id;
-      p.fin.next_params[1] += 1;
-    }
-    if (p.fin.host_out != nullptr) *reinterpret_cast<volatile int*>(p.fin.host_out) = id;
-    *p.fin.count = 0;
-  }
-}
-
 // Warps stride over work items (grid capped for large matrices such as the lm_head, so the x
 // staging is amortized over several items); the next item's weights are loaded while the current
 // one is computed.
@@ -390,7 +393,9 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   if constexpr (E == Epi::Qkv) pos = *p.pos;  // issued early: overlaps the x staging
   extern __shared__ float4 smem_x4[];
   float xr[NX];
-  stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane);
+  stage_x<T, NX>(xr, reinterpret_cast<float*>(smem_x4), p.x, p.norm_w, p.eps, p.m0.cols, lane,
+                 E == Epi::GateUp ? p.res : nullptr, E == Epi::GateUp ? p.res_n : 0,
+                 E == Epi::Qkv ? &p : nullptr);
 
   float best_v = 0.f;  // Plain + argmax: lane 0's best row so far
   int best_i = INT_MAX;
@@ -410,8 +415,14 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
 
     const int ra = ir.ra, rb = ir.rb, seg = ir.seg;
     if constexpr (E == Epi::Plain) {
-      p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
-      if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
+      if (p.res_n > 0) {  // accumulate with residual partials folded into out0
+        const int len = p.m0.rows;
+        p.out0[ra] = fold_res(p.out0[ra], p.res, p.res_n, len, ra) + va;
+        if (rb != ra) p.out0[rb] = fold_res(p.out0[rb], p.res, p.res_n, len, rb) + vb;
+      } else {
+        p.out0[ra] = p.accumulate ? p.out0[ra] + va : va;
+        if (rb != ra) p.out0[rb] = p.accumulate ? p.out0[rb] + vb : vb;
+      }
       if (p.part_v != nullptr) {
         if (!isnan(va) && amax_beats(va, ra, best_v, best_i)) best_v = va, best_i = ra;
         if (rb != ra && !isnan(vb) && amax_beats(vb, rb, best_v, best_i)) best_v = vb, best_i = rb;
@@ -453,7 +464,7 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
         p.part_v[blockIdx.x] = best_v;
         p.part_i[blockIdx.x] = best_i;
       }
-      if (p.fin.count != nullptr) argmax_last_block(p, sv, si);
+      if (p.fin.count != nullptr) argmax_last_block<kBlock>(p.fin, p.part_v, p.part_i, sv, si);
     }
   }
 }
@@ -520,6 +531,15 @@ GemvParams base_params(const float* x, const float* norm_w, float eps, L2Prefetc
   return p;
 }
 
+void check_res(const ResidualParts& res, const char* what) {
+  if (res.n < 0 || (res.n > 0 && res.p == nullptr)) {
+    fail(what, ": residual partials need a buffer and a count >= 0 (got ", res.n, ")");
+  }
+  if (res.n > 0 && reinterpret_cast<uintptr_t>(res.p) % 16 != 0) {
+    fail(what, ": residual partials must be 16-byte aligned");
+  }
+}
+
 }  // namespace
 
 bool& pdl_enabled() {
@@ -528,10 +548,18 @@ bool& pdl_enabled() {
 }
 
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s, L2Prefetch pf) {
+          bool accumulate, cudaStream_t s, L2Prefetch pf, const ResidualParts& res) {
   check_mat(w, "W");
   if (x == nullptr || out == nullptr) fail("gemv: null x or out");
+  check_res(res, "gemv");
+  if (res.n > 0 && !accumulate) fail("gemv: residual partials need accumulate=true");
+  if (!accumulate && res.n == 0 && head_kernel_takes(w)) {  // lm_head shapes: gemv_head.h
+    head_gemv(HeadArgs{w, x, norm_w, eps, out, nullptr, nullptr, {}}, 0, s);
+    return;
+  }
   GemvParams p = base_params(x, norm_w, eps, pf);
+  p.res = res.p;
+  p.res_n = res.n;
   p.m0 = w;
   p.n_items = (w.rows + 1) / 2;
   p.out0 = out;
@@ -549,22 +577,27 @@ int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps,
   if (max_blocks < 0 || max_blocks > kGemvMaxBlocks) {
     fail("gemv_argmax: max_blocks ", max_blocks, " outside 0..", kGemvMaxBlocks);
   }
+  if (fin != nullptr && (fin->count == nullptr || fin->out == nullptr)) {
+    fail("gemv_argmax: null argmax counter/out");
+  }
+  if (head_kernel_takes(w)) {
+    return head_gemv(HeadArgs{w, x, norm_w, eps, out, part_v, part_i, fin ? *fin : ArgmaxFinal{}},
+                     max_blocks, s);
+  }
   GemvParams p = base_params(x, norm_w, eps, {});
   p.m0 = w;
   p.n_items = (w.rows + 1) / 2;
   p.out0 = out;
   p.part_v = part_v;
   p.part_i = part_i;
-  if (fin != nullptr) {
-    if (fin->count == nullptr || fin->out == nullptr) fail("gemv_argmax: null argmax counter/out");
-    p.fin = *fin;
-  }
+  if (fin != nullptr) p.fin = *fin;
   dispatch<Epi::Plain>(p, s, max_blocks);
   return grid_blocks(p.n_items, max_blocks);
 }
 
-int gemv_argmax_parts(int rows, int max_blocks) {
-  return grid_blocks((rows + 1) / 2, max_blocks);
+int gemv_argmax_parts(const DevMat& w, int max_blocks) {
+  if (head_kernel_takes(w)) return head_grid(w, max_blocks);
+  return grid_blocks((w.rows + 1) / 2, max_blocks);
 }
 
 void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
@@ -580,7 +613,24 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
          " do not fit the projections (need even sizes dividing the rows)");
   }
   if (a.pos == nullptr) fail("gemv_qkv: null device position");
+  if (a.embed.q != nullptr) {
+    const GgmlType t = a.embed.type;
+    if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q4_0 && t != GgmlType::Q8_0) {
+      fail("gemv_qkv: no fused embedding for type ", type_name(t),
+           "; supported: f32, f16, q4_0, q8_0");
+    }
+    if (a.embed.cols != a.wq.cols || a.token == nullptr ||
+        ((t == GgmlType::Q4_0 || t == GgmlType::Q8_0) && a.embed.d == nullptr)) {
+      fail("gemv_qkv: fused embedding has ", a.embed.cols, " columns for a ", a.wq.cols,
+           "-column input (or no token / scales)");
+    }
+  } else if (a.x == nullptr) {
+    fail("gemv_qkv: null x");
+  }
   GemvParams p = base_params(a.x, a.norm_w, a.eps, a.pf);
+  p.emb = a.embed;
+  p.token = a.token;
+  p.x_out = a.x_out;
   p.head_dim = a.head_dim;
   p.rope_dim = a.rope_dim;
   p.rope_base = a.rope_base;
@@ -612,20 +662,24 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
     q.off1 = i == 0 ? ms[i]->rows : 0;
     q.off2 = i == 2 ? 0 : ms[i]->rows;
     q.n_items = ms[i]->rows / 2;
+    if (i > 0) q.x_out = nullptr;  // the first launch writes the embedding row
     if (i == 1) q.off2 = ms[i]->rows;
     dispatch<Epi::Qkv>(q, s);
   }
 }
 
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, L2Prefetch pf) {
+                  float eps, float* out, cudaStream_t s, L2Prefetch pf, const ResidualParts& res) {
   check_mat(wg, "W_gate");
   check_mat(wu, "W_up");
   if (wg.rows != wu.rows || wg.cols != wu.cols || wg.type != wu.type) {
     fail("gemv_gate_up: W_gate and W_up differ in shape or type (", type_name(wg.type), " vs ",
          type_name(wu.type), ")");
   }
+  check_res(res, "gemv_gate_up");
   GemvParams p = base_params(x, norm_w, eps, pf);
+  p.res = res.p;
+  p.res_n = res.n;
   p.m0 = wg;
   p.m1 = wu;
   p.n_items = wg.rows;

@@ -18,10 +18,21 @@ namespace smolrt::cuda {
 
 constexpr int kGemvMaxCols = 2048;
 
-// out[r] = (accumulate ? out[r] : 0) + W[r,:]·n(x), r < w.rows. x: [w.cols]; out: [w.rows].
+// Residual partials folded into a vector v of length len (gemv_gate_up: its input x; gemv with
+// accumulate: its output):  v'[i] = ((v[i] + p[0*len + i]) + p[1*len + i]) + ... , k < n, in
+// this fixed order, so every kernel folding the same partials sees bit-identical values. The
+// fused-Wo attention kernel writes them (attention_decode.h, AttnWo): the residual update
+// x += Wo·att then costs no launch of its own. p 16-byte aligned; n = 0: none.
+struct ResidualParts {
+  const float* p = nullptr;  // [n][len]
+  int n = 0;
+};
+
+// out[r] = (accumulate ? out'[r] : 0) + W[r,:]·n(x), r < w.rows. x: [w.cols]; out: [w.rows];
+// out' = out with res folded in (res needs accumulate).
 // pf (optional): weights the grid prefetches into L2 for a later kernel (dev_mat.h).
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s, L2Prefetch pf = {});
+          bool accumulate, cudaStream_t s, L2Prefetch pf = {}, const ResidualParts& res = {});
 
 // lm_head with argmax stage 1 fused in: out = W·n(x) as gemv(accumulate=false), and block b also
 // writes the best (value, row) among the rows it computed to part_v[b], part_i[b] (NaN never wins,
@@ -41,8 +52,10 @@ constexpr int kGemvMaxBlocks = 132 * 8;
 int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
                 float* part_v, int* part_i, cudaStream_t s, int max_blocks = 0,
                 const ArgmaxFinal* fin = nullptr);
-// The partial count gemv_argmax returns for a matrix of `rows` rows (no launch).
-int gemv_argmax_parts(int rows, int max_blocks = 0);
+// The partial count gemv_argmax returns for w (no launch). Large Q8_0 matrices (the lm_head) go
+// through a wider kernel with its own grid (gemv_head.h), so the count depends on w's shape and
+// type, and max_blocks is a cap there (at most the blocks resident at once).
+int gemv_argmax_parts(const DevMat& w, int max_blocks = 0);
 
 // Q, K and V projections of one token in one launch (Wq, Wk, Wv must share one type; otherwise
 // the launcher issues one launch per matrix). With rope=true the epilogue also rotates Q and K
@@ -62,12 +75,20 @@ struct QkvArgs {
   float* k_out;   // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
   float* v_out;   // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
   L2Prefetch pf;  // optional, see gemv()
+  // Optional fused embedding lookup (saves the step's embed launch): with embed.q set, x is row
+  // *token of embed (dequantized exactly as cuda::embed does; x itself is not read), and block 0
+  // also writes that raw row to x_out (the residual stream). embed.cols must equal the dim.
+  DevMat embed;
+  const int* token = nullptr;
+  float* x_out = nullptr;
 };
 void gemv_qkv(const QkvArgs& a, cudaStream_t s);
 
-// FFN input: out[r] = silu(Wg[r,:]·n(x)) * (Wu[r,:]·n(x)), r < hidden_dim; one warp does the
-// gate and up row of the same r, so SiLU·up never leaves registers.
+// FFN input: out[r] = silu(Wg[r,:]·n(x')) * (Wu[r,:]·n(x')), r < hidden_dim; one warp does the
+// gate and up row of the same r, so SiLU·up never leaves registers. x' = x with res folded in
+// (x itself is not written).
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, L2Prefetch pf = {});
+                  float eps, float* out, cudaStream_t s, L2Prefetch pf = {},
+                  const ResidualParts& res = {});
 
 }  // namespace smolrt::cuda

@@ -203,6 +203,18 @@ TEST(CudaBackendStories, DeviceTokenAndFusedArgmaxMatchHostPath) {
       }
     }
   }
+  // Speculative next-step launch (default on) off, the L2 prefetch of the lm_head, the wide
+  // lm_head kernel off: the same tokens (only scheduling / cache hints / the kernel differ and
+  // stories260K's F32 head never takes the wide kernel).
+  for (int v = 0; v < 3; ++v) {
+    CudaOptions o;
+    o.speculate = v != 0;
+    o.head_prefetch_layers = v == 1 ? 3 : 0;
+    o.wide_head = v != 2;
+    gpu->set_options(o);
+    EXPECT_EQ(mixed_session(*gpu), want) << "variant " << v;
+    EXPECT_EQ(greedy(*gpu, kPrompt, 64), kGolden) << "variant " << v;
+  }
 }
 
 TEST(CudaBackendStories, UnfusedNormMatchesFused) {
@@ -216,6 +228,23 @@ TEST(CudaBackendStories, UnfusedNormMatchesFused) {
   const double worst = compare_logits(*a, *b, kPrompt, 1e-5);
   std::cout << "[ stories260K ] fused vs unfused norm rel err: " << worst << "\n";
   EXPECT_EQ(greedy(*b, kPrompt, 64), kGolden);
+}
+
+TEST(CudaBackendStories, SeparateWoMatchesFusedWo) {
+  REQUIRE_GPU();
+  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+  Model m = load_model(path.string());
+  CudaOptions o;
+  o.fused_wo = true;
+  auto a = make_cuda_backend_ex(m, BackendOptions{}, o);
+  o.fused_wo = false;
+  auto b = make_cuda_backend_ex(m, BackendOptions{}, o);
+  // Only the summation order of Wo·att differs: same bound as fused vs unfused norm.
+  const double worst = compare_logits(*a, *b, kPrompt, 1e-5);
+  std::cout << "[ stories260K ] fused vs separate Wo rel err: " << worst << "\n";
+  EXPECT_EQ(a->stats().kernels_per_step + m.config.n_layers, b->stats().kernels_per_step);
+  EXPECT_EQ(greedy(*b, kPrompt, 64), kGolden);
+  EXPECT_EQ(greedy(*a, kPrompt, 64), kGolden);
 }
 
 TEST(CudaBackendStories, DebugActivationsMatchCpu) {

@@ -13,6 +13,7 @@
 #include "cuda/attention_decode.h"
 #include "cuda/embed.h"
 #include "cuda/gemv.h"
+#include "cuda/gemv_head.h"
 #include "cuda/launch.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope_kv.h"
@@ -140,6 +141,39 @@ TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
   }
 }
 
+// The wide lm_head kernel (gemv_head.h) on the shapes it takes: odd row counts (a partial last
+// group), cols from one 32-block chunk pair to its maximum, with and without the fused norm.
+TEST(KernelGemv, WideHeadMatchesCpu) {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{8192, 576}, {8193, 1024}, {10001, 96}, {9999, 640}, {8195, 672}};
+  for (int si = 0; si < 5; ++si) {
+    const Shape sh = shapes[si];
+    RandMat m(GgmlType::Q8_0, sh.rows, sh.cols, 400 + si);
+    ASSERT_TRUE(cuda::head_kernel_takes(m.mat)) << sh.rows << "x" << sh.cols;
+    std::vector<float> x = test::randn(sh.cols, 401 + si), nw = test::randn(sh.cols, 402 + si);
+    Dev<float> dx(x), dnw(nw);
+    for (bool norm : {false, true}) {
+      SCOPED_TRACE(testing::Message() << sh.rows << "x" << sh.cols << " norm " << norm);
+      std::vector<float> xin = x, ref, tol;
+      if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), sh.cols, 1e-5f);
+      ref_matvec(m.view, xin, ref, tol);
+      Dev<float> out((size_t)sh.rows);
+      cuda::gemv(m.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(), false, nullptr);
+      std::vector<float> got = out.get();
+      // factor 2 with the norm: rsqrtf's own rounding carried through the sum (as above)
+      for (int r = 0; r < sh.rows; ++r) {
+        ASSERT_NEAR(got[r], ref[r], (norm ? 2 : 1) * tol[r]) << "row " << r;
+      }
+    }
+  }
+  // What it does not take goes through the generic kernel.
+  RandMat q4(GgmlType::Q4_0, 8192, 576, 1), few(GgmlType::Q8_0, 8191, 576, 2),
+      wide(GgmlType::Q8_0, 8192, 1056, 3);
+  EXPECT_FALSE(cuda::head_kernel_takes(q4.mat));
+  EXPECT_FALSE(cuda::head_kernel_takes(few.mat));
+  EXPECT_FALSE(cuda::head_kernel_takes(wide.mat));
+}
+
 TEST(KernelGemv, RejectsUnsupported) {
   REQUIRE_GPU();
   RandMat m(GgmlType::Q4_0, 8, 64, 1);
@@ -234,6 +268,84 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
   check_qkv(GgmlType::Q4_0, GgmlType::Q8_0, smol, 7, 16, true, true);
 }
 
+// QKV with the embedding lookup fused in (QkvArgs::embed): bit-identical to the same kernel fed
+// the CPU embedding row (cpu::embed; the dequantization is exact), and block 0 writes that row.
+TEST(KernelQkv, FusedEmbeddingMatchesSeparate) {
+  REQUIRE_GPU();
+  struct Case {
+    GgmlType tw, te;
+    QkvShape s;
+    bool norm;
+  };
+  const Case cases[] = {{GgmlType::Q4_0, GgmlType::Q8_0, {576, 9, 3, 64, 64, 100000.f}, true},
+                        {GgmlType::Q4_0, GgmlType::Q4_0, {576, 9, 3, 64, 64, 100000.f}, false},
+                        {GgmlType::Q8_0, GgmlType::F16, {96, 3, 1, 32, 16, 10000.f}, true},
+                        {GgmlType::F32, GgmlType::F32, {64, 8, 4, 8, 8, 10000.f}, true},
+                        {GgmlType::F16, GgmlType::Q8_0, {96, 3, 1, 32, 32, 10000.f}, true}};
+  for (const Case& c : cases) {
+    const QkvShape& s = c.s;
+    SCOPED_TRACE(testing::Message() << type_name(c.tw) << " emb " << type_name(c.te) << " dim "
+                                    << s.dim << " norm " << c.norm);
+    const int q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv * s.head_dim, n_ctx = 8, pos = 5;
+    const int vocab = 37, token = 29;
+    RandMat wq(c.tw, q_dim, s.dim, 11), wk(c.tw, kv_dim, s.dim, 12), wv(c.tw, kv_dim, s.dim, 13);
+    RandMat emb(c.te, vocab, s.dim, 14);
+    std::vector<float> row(s.dim);
+    cpu::embed(row.data(), emb.view, token);
+    Dev<float> dx(row), dnw(test::randn(s.dim, 15)), xo((size_t)s.dim);
+    Dev<int> dpos(std::vector<int>{pos}), dtok(std::vector<int>{token});
+    std::vector<float> outs[2][3];
+    for (int fused = 0; fused < 2; ++fused) {
+      Dev<float> q((size_t)q_dim), kc((size_t)n_ctx * kv_dim), vc((size_t)n_ctx * kv_dim);
+      cuda::QkvArgs a;
+      a.wq = wq.mat;
+      a.wk = wk.mat;
+      a.wv = wv.mat;
+      a.x = fused ? nullptr : dx.p();
+      a.norm_w = c.norm ? dnw.p() : nullptr;
+      a.eps = 1e-5f;
+      a.head_dim = s.head_dim;
+      a.rope_dim = s.rope_dim;
+      a.rope_base = s.base;
+      a.pos = dpos.p();
+      a.rope = true;
+      a.q_out = q.p();
+      a.k_out = kc.p();
+      a.v_out = vc.p();
+      if (fused) {
+        a.embed = emb.mat;
+        a.token = dtok.p();
+        a.x_out = xo.p();
+      }
+      cuda::gemv_qkv(a, nullptr);
+      outs[fused][0] = q.get();
+      outs[fused][1] = kc.get();
+      outs[fused][2] = vc.get();
+    }
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(outs[0][i].size(), outs[1][i].size());
+      EXPECT_EQ(
+          0, std::memcmp(outs[0][i].data(), outs[1][i].data(), outs[0][i].size() * sizeof(float)))
+          << "output " << i;
+    }
+    EXPECT_EQ(xo.get(), row);  // the raw row, for the residual stream
+  }
+  // A bad embedding shape is an Error, not a launch.
+  RandMat wq(GgmlType::Q4_0, 64, 64, 1), emb(GgmlType::Q8_0, 10, 96, 2);
+  Dev<float> out((size_t)64);
+  Dev<int> one(std::vector<int>{0});
+  cuda::QkvArgs a;
+  a.wq = a.wk = a.wv = wq.mat;
+  a.eps = 1e-5f;
+  a.head_dim = a.rope_dim = 64;
+  a.rope_base = 10000.f;
+  a.pos = one.p();
+  a.q_out = a.k_out = a.v_out = out.p();
+  a.embed = emb.mat;
+  a.token = one.p();
+  EXPECT_THROW(cuda::gemv_qkv(a, nullptr), Error);
+}
+
 TEST(KernelGateUp, SiluMulMatchesCpu) {
   REQUIRE_GPU();
   for (GgmlType t : kTypes) {
@@ -312,6 +424,167 @@ TEST(KernelAttention, NoContextCap) {
   check_attention(9, 3, 64, 8192, 8192);
 }
 
+// Attention with the Wo projection fused in (AttnWo): per-head partials against the CPU twin
+// (cpu::attention, then each head's output times Wo's column slice), and the plain output too.
+// Types and head sizes cover both kernel paths: Q4_0/Q8_0 with head_dim % 32 == 0 (registers
+// preloaded; 1000 rows x 4 blocks also runs the items past the preloaded ones) and the generic
+// path (F32, F16, quant with head_dim 16).
+void check_attention_wo(GgmlType t, int n_heads, int n_kv, int head_dim, int rows, int n_ctx,
+                        int n_pos) {
+  SCOPED_TRACE(testing::Message() << type_name(t) << " " << n_heads << "/" << n_kv << "x"
+                                  << head_dim << " rows " << rows << " n_pos " << n_pos);
+  const int kv_dim = n_kv * head_dim, q_dim = n_heads * head_dim;
+  std::vector<float> q = test::randn(q_dim, 41, 2.f);
+  std::vector<float> kc = test::randn((size_t)n_ctx * kv_dim, 42);
+  std::vector<float> vc = test::randn((size_t)n_ctx * kv_dim, 43);
+  for (size_t i = (size_t)n_pos * kv_dim; i < kc.size(); ++i) kc[i] = vc[i] = NAN;
+  RandMat wo(t, rows, q_dim, 44 + rows);
+  std::vector<float> att(q_dim), scratch(n_pos);
+  cpu::attention(att.data(), q.data(), kc.data(), vc.data(), n_pos, n_heads, n_kv, head_dim,
+                 scratch.data());
+  // parts[h][r] in double, and a bound: the attention outputs carry up to 2e-5 each (see
+  // check_attention), so 2e-5 * sum|W| plus the fp32 reordering bound of ref_matvec.
+  std::vector<double> ref((size_t)n_heads * rows), tol((size_t)n_heads * rows);
+  std::vector<float> row(q_dim);
+  for (int r = 0; r < rows; ++r) {
+    cpu::dequant_row(wo.view, r, row.data());
+    for (int h = 0; h < n_heads; ++h) {
+      double a = 0, aa = 0, sw = 0;
+      for (int c = h * head_dim; c < (h + 1) * head_dim; ++c) {
+        a += (double)row[c] * att[c];
+        aa += std::fabs((double)row[c] * att[c]);
+        sw += std::fabs((double)row[c]);
+      }
+      ref[(size_t)h * rows + r] = a;
+      tol[(size_t)h * rows + r] = 2e-5 * aa + 2e-5 * sw + 1e-7;
+    }
+  }
+  Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim), parts((size_t)n_heads * rows);
+  Dev<float> part((size_t)n_heads * cuda::attn_splits(n_ctx) * (head_dim + 2));
+  Dev<int> cnt(std::vector<int>(n_heads, 0));
+  Dev<int> dpos(std::vector<int>{n_pos - 1});
+  for (int rep = 0; rep < 2; ++rep) {
+    out.poison();
+    parts.poison();
+    cuda::attention_decode(rep == 0 ? out.p() : nullptr, dq.p(), dk.p(), dv.p(), dpos.p(), n_ctx,
+                           n_heads, n_kv, head_dim, {part.p(), cnt.p()}, nullptr,
+                           {wo.mat, parts.p()});
+    std::vector<float> gp = parts.get();
+    for (size_t i = 0; i < gp.size(); ++i) {
+      ASSERT_NEAR(gp[i], ref[i], tol[i]) << "head " << i / rows << " row " << i % rows;
+    }
+    if (rep == 0) {
+      std::vector<float> go = out.get();
+      for (int i = 0; i < q_dim; ++i) ASSERT_NEAR(go[i], att[i], 2e-5f) << "out " << i;
+    }
+  }
+  std::vector<int> c = cnt.get();
+  for (int h = 0; h < n_heads; ++h) ASSERT_EQ(c[h], 0);
+}
+
+TEST(KernelAttention, FusedWoMatchesCpu) {
+  REQUIRE_GPU();
+  for (GgmlType t : kTypes) {
+    for (int n_pos : {1, 77, 300}) check_attention_wo(t, 9, 3, 64, 576, 1024, n_pos);
+  }
+  check_attention_wo(GgmlType::Q8_0, 4, 2, 128, 1000, 512, 333);  // past the preloaded items
+  check_attention_wo(GgmlType::Q4_0, 4, 2, 128, 999, 256, 200);
+  check_attention_wo(GgmlType::Q4_0, 2, 1, 32, 37, 700, 699);
+  check_attention_wo(GgmlType::Q8_0, 2, 1, 32, 3, 64, 5);
+  check_attention_wo(GgmlType::Q4_0, 6, 2, 16, 45, 96, 77);  // quant, generic path
+  check_attention_wo(GgmlType::F16, 8, 4, 8, 70, 256, 200);
+  check_attention_wo(GgmlType::F32, 4, 2, 4, 13, 64, 64);
+}
+
+TEST(KernelAttention, FusedWoRejectsBadShapes) {
+  REQUIRE_GPU();
+  RandMat wo(GgmlType::Q4_0, 64, 96, 1);
+  Dev<float> q((size_t)128), k((size_t)128), v((size_t)128), parts((size_t)1024), part((size_t)512);
+  Dev<int> cnt(std::vector<int>(2, 0)), pos(std::vector<int>{0});
+  // cols 96 != n_heads * head_dim = 128
+  EXPECT_THROW(cuda::attention_decode(nullptr, q.p(), k.p(), v.p(), pos.p(), 1, 2, 2, 64,
+                                      {part.p(), cnt.p()}, nullptr, {wo.mat, parts.p()}),
+               Error);
+  // no parts buffer
+  EXPECT_THROW(cuda::attention_decode(nullptr, q.p(), k.p(), v.p(), pos.p(), 1, 2, 2, 48,
+                                      {part.p(), cnt.p()}, nullptr, {wo.mat, nullptr}),
+               Error);
+}
+
+// Residual partials folded into gemv's accumulated output and gate_up's input, in head order.
+std::vector<float> fold(const std::vector<float>& v, const std::vector<float>& parts, int n) {
+  std::vector<float> o = v;
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (int k = 0; k < n; ++k) o[i] += parts[(size_t)k * v.size() + i];
+  }
+  return o;
+}
+
+TEST(KernelGemv, ResidualPartsFoldMatchesCpu) {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{576, 1536}, {577, 64}, {33, 70}};
+  for (GgmlType t : kTypes) {
+    const bool q = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
+    for (const Shape& sh0 : shapes) {
+      const Shape sh = q ? Shape{sh0.rows, (sh0.cols + 31) / 32 * 32} : sh0;
+      for (int n : {1, 9}) {
+        SCOPED_TRACE(testing::Message()
+                     << type_name(t) << " " << sh.rows << "x" << sh.cols << " n " << n);
+        RandMat m(t, sh.rows, sh.cols, 300 + n);
+        std::vector<float> x = test::randn(sh.cols, 51 + n);
+        std::vector<float> base = test::randn(sh.rows, 52 + n);
+        std::vector<float> parts = test::randn((size_t)n * sh.rows, 53 + n);
+        std::vector<float> ref, tol;
+        ref_matvec(m.view, x, ref, tol);
+        // The fold is n fp32 additions in a fixed order on both sides: exact, so only the
+        // matvec's own tolerance applies.
+        const std::vector<float> want = fold(base, parts, n);
+        Dev<float> dx(x), out(base), dp(parts);
+        cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), true, nullptr, {}, {dp.p(), n});
+        std::vector<float> got = out.get();
+        for (int r = 0; r < sh.rows; ++r) {
+          ASSERT_NEAR(got[r], want[r] + ref[r], tol[r] + 1e-6f * std::fabs(want[r])) << r;
+        }
+        EXPECT_THROW(
+            cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), false, nullptr, {}, {dp.p(), n}),
+            Error);
+      }
+    }
+  }
+}
+
+TEST(KernelGateUp, ResidualPartsFoldMatchesCpu) {
+  REQUIRE_GPU();
+  for (GgmlType t : kTypes) {
+    const bool q = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
+    const int rows = q ? 1536 : 171, cols = q ? 576 : 66;
+    for (int n : {1, 9}) {
+      SCOPED_TRACE(testing::Message() << type_name(t) << " n " << n);
+      RandMat wg(t, rows, cols, 61), wu(t, rows, cols, 62);
+      std::vector<float> x = test::randn(cols, 63), nw = test::randn(cols, 64);
+      std::vector<float> parts = test::randn((size_t)n * cols, 65 + n);
+      const std::vector<float> xf = fold(x, parts, n);
+      std::vector<float> xin(cols);
+      cpu::rmsnorm(xin.data(), xf.data(), nw.data(), cols, 1e-5f);
+      std::vector<float> g, u, tg, tu, ref(rows);
+      ref_matvec(wg.view, xin, g, tg);
+      ref_matvec(wu.view, xin, u, tu);
+      cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
+      Dev<float> dx(x), dnw(nw), dp(parts), out((size_t)rows);
+      cuda::gemv_gate_up(wg.mat, wu.mat, dx.p(), dnw.p(), 1e-5f, out.p(), nullptr, {}, {dp.p(), n});
+      std::vector<float> got = out.get();
+      for (int r = 0; r < rows; ++r) {
+        // as SiluMulMatchesCpu with the norm (factor 2: rsqrtf's rounding)
+        const float b = 2.f * (1.1f * std::fabs(u[r]) * tg[r] + (std::fabs(g[r]) + 1.f) * tu[r]) +
+                        1e-6f * std::fabs(ref[r]) + 1e-7f;
+        ASSERT_NEAR(got[r], ref[r], b) << "row " << r;
+      }
+      // x itself is left alone
+      EXPECT_EQ(dx.get(), x);
+    }
+  }
+}
+
 // --- argmax -----------------------------------------------------------------------------------
 
 int gpu_argmax(const std::vector<float>& x) {
@@ -360,7 +633,7 @@ int check_fused_argmax(const cuda::DevMat& m, const std::vector<float>& x, const
   cuda::gemv(m, dx.p(), norm_w, 1e-5f, a.p(), false, nullptr);
   const int parts =
       cuda::gemv_argmax(m, dx.p(), norm_w, 1e-5f, b.p(), pv.p(), pi.p(), nullptr, max_blocks);
-  EXPECT_EQ(parts, cuda::gemv_argmax_parts(m.rows, max_blocks));
+  EXPECT_EQ(parts, cuda::gemv_argmax_parts(m, max_blocks));
   EXPECT_GE(parts, 1);
   cuda::argmax_final(pv.p(), pi.p(), parts, out.p(), nullptr);
   const std::vector<float> la = a.get(), lb = b.get();
@@ -398,6 +671,8 @@ TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
   RandMat odd(GgmlType::Q4_0, 1001, 576, 93);  // odd rows: the last item recomputes one row
   check_fused_argmax(odd.mat, x, nullptr, 0);
   check_fused_argmax(odd.mat, x, nullptr, 3);
+  RandMat odd8(GgmlType::Q8_0, 8195, 576, 97);  // wide kernel, partial last row group
+  for (int mb : {0, 5}) check_fused_argmax(odd8.mat, x, norm.p(), mb);
 
   // F32 matrices built to hit the rules: ties -> lowest row across blocks; NaN never wins.
   const int rows = 300, cols = 64;

@@ -2,6 +2,7 @@
 // and the Backend interface. Kernels live in src/cuda/.
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -16,6 +17,7 @@
 #include "cuda/attention_decode.h"
 #include "cuda/embed.h"
 #include "cuda/gemv.h"
+#include "cuda/gemv_head.h"
 #include "cuda/launch.h"
 #include "cuda/rmsnorm.h"
 #include "cuda/rope_kv.h"
@@ -41,6 +43,7 @@ struct Scratch {
   float* k;          // [kv_dim] (debug path: raw K before RoPE)
   float* v;          // [kv_dim] (debug path)
   float* att;        // [q_dim] attention output
+  float* wo_part;    // [n_heads][dim] fused-Wo partials (AttnWo)
   float* hb;         // [hidden_dim] silu(gate)*up
   float* logits;     // [vocab]
   float* kv;         // [n_layers][2][n_ctx][kv_dim] fp32
@@ -62,6 +65,7 @@ void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
   s.k = c.take<float>(cfg.kv_dim());
   s.v = c.take<float>(cfg.kv_dim());
   s.att = c.take<float>(cfg.q_dim());
+  s.wo_part = c.take<float>((size_t)cfg.n_heads * cfg.dim);
   s.hb = c.take<float>(cfg.hidden_dim);
   s.logits = c.take<float>(cfg.vocab_size);
   s.kv = c.take<float>((size_t)cfg.n_layers * 2 * n_ctx * cfg.kv_dim());
@@ -112,17 +116,25 @@ class CudaBackend final : public CudaBackendApi {
     prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
-    params_host_ = cuda::PinnedBuffer(4 * sizeof(int), "step parameters");
+    // [4]: the id of the odd-parity step graph (speculative steps alternate, see speculate).
+    params_host_ = cuda::PinnedBuffer(5 * sizeof(int), "step parameters");
     CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&id_dev_),
                                         static_cast<int*>(params_host_.get()) + 3, 0));
     logits_host_ = cuda::PinnedBuffer(sizeof(float) * cfg_.vocab_size, "logits readback");
     hist_host_ = cuda::PinnedBuffer(sizeof(int) * n_ctx_, "sampling history");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     debug_ = env_flag("SMOLRT_DEBUG_ACTIVATIONS", false);
+    for (cudaEvent_t& e : step_done_) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
   }
 
   ~CudaBackend() override {
+    if (stream_) cudaStreamSynchronize(stream_);  // a speculative step may still run
     drop_graph();
+    for (cudaEvent_t e : step_done_) {
+      if (e) cudaEventDestroy(e);
+    }
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -130,8 +142,12 @@ class CudaBackend final : public CudaBackendApi {
   const LlamaConfig& config() const override { return cfg_; }
   int n_ctx() const override { return n_ctx_; }
   int position() const override { return pos_; }
-  void reset() override { pos_ = 0; }
+  void reset() override {
+    discard_spec();
+    pos_ = 0;
+  }
   void rollback(int pos) override {
+    discard_spec();
     if (pos < 0 || pos > pos_) {
       fail("rollback to position ", pos, " is invalid: the KV cache holds ", pos_, " tokens");
     }
@@ -147,21 +163,46 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   int forward_token_greedy(int token, int pos) override {
-    step(token, pos);
-    int id;
-    if (copt_.device_token) {
-      // The argmax kernel stored the id in pinned host memory: one sync, no copy.
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      id = *reinterpret_cast<volatile const int*>(static_cast<int*>(params_host_.get()) + 3);
-      slots_known_ = true;  // the device slots now hold (id, pos + 1)
-      slot_token_ = id;
-      slot_pos_ = pos + 1;
+    int par = 0;
+    if (spec_ && token == spec_token_ && pos == spec_pos_) {
+      // The step for (token, pos) was launched speculatively by the previous call: adopt it.
+      check_token(token);
+      check_pos(pos);
+      par = spec_par_;
+      spec_ = false;
+      pos_ = pos + 1;
     } else {
+      discard_spec();
+      step(token, pos, 0);
+      CUDA_CHECK(cudaEventRecord(step_done_[0], stream_));
+    }
+    if (!copt_.device_token) {
       int* out = static_cast<int*>(params_host_.get()) + 2;
       CUDA_CHECK(cudaMemcpyAsync(out, s_.amax_out, sizeof(int), cudaMemcpyDeviceToHost, stream_));
       CUDA_CHECK(cudaStreamSynchronize(stream_));
-      id = *out;
+      return *out;
     }
+    // Speculation: the next greedy step reads its token and position from the device slots this
+    // step's argmax fills, so it is launched now, before the host has the id: the host's wake-up
+    // and launch latency overlap the GPU. Its id goes to the other host slot (parity). If the
+    // caller then asks for anything else, the speculative step is discarded (discard_spec).
+    const bool spec = copt_.speculate && !debug_ && pos + 1 < n_ctx_;
+    if (spec) {
+      const int np = 1 - par;
+      launch(np);
+      CUDA_CHECK(cudaEventRecord(step_done_[np], stream_));
+      spec_ = true;
+      spec_par_ = np;
+      spec_pos_ = pos + 1;
+    }
+    // The argmax kernel stored the id in pinned host memory: one event wait, no copy.
+    CUDA_CHECK(cudaEventSynchronize(step_done_[par]));
+    const int id =
+        *reinterpret_cast<volatile const int*>(static_cast<int*>(params_host_.get()) + 3 + par);
+    spec_token_ = id;
+    slots_known_ = !spec;  // with a speculative step queued the slots move on to (id', pos + 2)
+    slot_token_ = id;
+    slot_pos_ = pos + 1;
     return id;
   }
 
@@ -287,6 +328,8 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   void set_options(const CudaOptions& o) override {
+    discard_spec();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // no graph in flight while it is destroyed
     copt_ = o;
     drop_graph();
   }
@@ -309,6 +352,7 @@ class CudaBackend final : public CudaBackendApi {
   // True when these tokens go through the batched prefill; then also checks every id and that
   // they fit the context, before anything runs (so a bad prompt leaves the cache untouched).
   bool batched(std::span<const int> tokens) {
+    discard_spec();
     if (!prefill_ || debug_ || !copt_.batched_prefill) return false;
     if (copt_.prefill_chunk < 1) {
       fail("prefill chunk size ", copt_.prefill_chunk,
@@ -321,6 +365,7 @@ class CudaBackend final : public CudaBackendApi {
            cfg_.n_ctx_train, ") or a shorter prompt");
     }
     cuda::pdl_enabled() = copt_.pdl;  // the embedding, lm_head and argmax launches
+    cuda::wide_head_enabled() = copt_.wide_head;
     return true;
   }
 
@@ -336,21 +381,46 @@ class CudaBackend final : public CudaBackendApi {
     return p;
   }
 
+  // Slice i of n (16-byte aligned, inside the allocation) of the lm_head's device image.
+  cuda::L2Prefetch head_slice(int i, int n) const {
+    const cuda::L2Prefetch all = span_of(w_.output, w_.output);
+    const size_t chunk = ((all.bytes + n - 1) / n + 15) & ~size_t{15};
+    const size_t off = (size_t)i * chunk;
+    cuda::L2Prefetch p;
+    if (all.ptr == nullptr || off >= all.bytes) return p;
+    p.ptr = static_cast<const char*>(all.ptr) + off;
+    p.bytes = std::min(chunk, all.bytes - off);
+    return p;
+  }
+
   float* kcache(int l) const { return s_.kv + (size_t)(2 * l) * n_ctx_ * cfg_.kv_dim(); }
   float* vcache(int l) const { return s_.kv + (size_t)(2 * l + 1) * n_ctx_ * cfg_.kv_dim(); }
 
   void drop_graph() {
-    if (exec_) cudaGraphExecDestroy(exec_);
-    if (graph_) cudaGraphDestroy(graph_);
-    exec_ = nullptr;
-    graph_ = nullptr;
+    for (int i = 0; i < 2; ++i) {
+      if (exec_[i]) cudaGraphExecDestroy(exec_[i]);
+      if (graph_[i]) cudaGraphDestroy(graph_[i]);
+      exec_[i] = nullptr;
+      graph_[i] = nullptr;
+    }
     kernels_per_step_ = 0;
+  }
+
+  // Forgets a queued speculative step: it still runs (stream order, before anything launched
+  // later), but everything it writes is rewritten before it is read again (its KV row at
+  // spec_pos_ by the next step at that position, the scratch by any step); only the device
+  // token/pos slots it advanced are unknown now, so the next step copies them from the host.
+  void discard_spec() {
+    if (!spec_) return;
+    spec_ = false;
+    slots_known_ = false;
   }
 
   // Launches one decode step for (token, pos). The device slots are written by an H2D copy unless
   // they already hold exactly (token, pos): the previous greedy step's argmax left them so. Any
   // other step leaves the token slot unknown to the host (slots_known_ = false).
-  void step(int token, int pos) {
+  void step(int token, int pos, int par = 0) {
+    discard_spec();
     check_token(token);
     check_pos(pos);
     const bool on_device =
@@ -363,20 +433,28 @@ class CudaBackend final : public CudaBackendApi {
       hp[1] = pos;
       CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     }
+    launch(par);
+    pos_ = pos + 1;
+  }
+
+  // Enqueues one decode step reading token/pos from the device slots; par selects the host slot
+  // its argmax stores the id in (params_host_[3 + par]) and the graph that does so.
+  void launch(int par) {
     cuda::pdl_enabled() = copt_.pdl;
+    cuda::wide_head_enabled() = copt_.wide_head;
+    par_ = par;
     if (debug_) {
       acts_.clear();
       enqueue_step(true);
     } else if (copt_.use_graph) {
-      if (!exec_) capture();
-      CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+      if (!exec_[par]) capture(par);
+      CUDA_CHECK(cudaGraphLaunch(exec_[par], stream_));
     } else {
       enqueue_step(false);
     }
-    pos_ = pos + 1;
   }
 
-  void capture() {
+  void capture(int par) {
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
       enqueue_step(false);
@@ -386,10 +464,10 @@ class CudaBackend final : public CudaBackendApi {
       if (g) cudaGraphDestroy(g);
       throw;
     }
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
-    CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_[par]));
+    CUDA_CHECK(cudaGraphInstantiate(&exec_[par], graph_[par], 0));
     size_t n = 0;
-    CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &n));
+    CUDA_CHECK(cudaGraphGetNodes(graph_[par], nullptr, &n));
     kernels_per_step_ = (int)n;  // every captured node is a kernel launch
   }
 
@@ -411,9 +489,13 @@ class CudaBackend final : public CudaBackendApi {
     const float eps = cfg_.norm_eps;
     const bool fused = copt_.fused_norm && !debug;
     const int* pos = s_.params + 1;
-    if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
+    // Fused embedding (opt-in): layer 0's QKV kernel stages the token's embedding row itself (and
+    // writes it to x), one launch fewer.
+    const bool fuse_embed = fused && copt_.fused_embed;
+    if ((mask & kEmbed) && !fuse_embed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
     if (debug) record("embed", s_.x, cfg_.dim);
     const bool pf = copt_.l2_prefetch && !debug;
+    const bool fused_wo = fused && copt_.fused_wo;
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const cuda::DevLayer& L = w_.layers[l];
       // While layer l runs, each kernel pulls the same matrices of the next layer (of layer 0 for
@@ -431,6 +513,11 @@ class CudaBackend final : public CudaBackendApi {
       qa.pos = pos;
       qa.q_out = s_.q;
       if (pf) qa.pf = span_of(N.wq, N.wv);
+      if (l == 0 && fuse_embed) {
+        qa.embed = w_.token_embd;
+        qa.token = s_.params;
+        qa.x_out = s_.x;
+      }
       if (fused) {
         qa.x = s_.x;
         qa.norm_w = L.attn_norm;
@@ -453,27 +540,44 @@ class CudaBackend final : public CudaBackendApi {
         qa.v_out = vcache(l);
         if (mask & kQkv) cuda::gemv_qkv(qa, st);
       }
+      // Fused Wo: attention writes per-head partials; gate_up and down fold them into x.
+      cuda::AttnWo awo;
+      cuda::ResidualParts res;
+      if (fused_wo) {
+        awo.wo = L.wo;
+        awo.parts = s_.wo_part;
+        res.p = s_.wo_part;
+        res.n = cfg_.n_heads;
+      }
       if (mask & kAttn)
-        cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
-                               cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st);
-      if (mask & kWo) {
+        cuda::attention_decode(fused_wo ? nullptr : s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_,
+                               cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim,
+                               {s_.attn_part, s_.attn_count}, st, awo);
+      if ((mask & kWo) && !fused_wo) {
         cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st,
                    pf ? span_of(N.wo, N.wo) : cuda::L2Prefetch{});
       }
       if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
+      // The last head_prefetch_layers layers pull the lm_head into L2 (2 slices per layer, in
+      // their gate_up and down kernels), so the step's largest matrix is read from L2.
+      cuda::L2Prefetch pf_gu = pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{};
+      cuda::L2Prefetch pf_dn = pf ? span_of(N.w_down, N.w_down) : cuda::L2Prefetch{};
+      const int hk = std::min(copt_.head_prefetch_layers, cfg_.n_layers);
+      if (!debug && l >= cfg_.n_layers - hk) {
+        const int slice = 2 * (l - (cfg_.n_layers - hk));
+        pf_gu = head_slice(slice, 2 * hk);
+        pf_dn = head_slice(slice + 1, 2 * hk);
+      }
       if (!(mask & kGateUp)) {
       } else if (fused) {
-        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st,
-                           pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{});
+        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st, pf_gu, res);
       } else {
         cuda::rmsnorm(s_.xb, s_.x, L.ffn_norm, cfg_.dim, eps, st);
         if (debug) record(blk + "ffn_norm", s_.xb, cfg_.dim);
-        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st,
-                           pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{});
+        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st, pf_gu);
       }
       if (mask & kDown) {
-        cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st,
-                   pf ? span_of(N.w_down, N.w_down) : cuda::L2Prefetch{});
+        cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st, pf_dn, res);
       }
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
@@ -482,7 +586,7 @@ class CudaBackend final : public CudaBackendApi {
     // Hand-off to the next step (device_token): token/pos slots and the pinned id. Not in the
     // profiling graphs, which replay one position.
     int* np = copt_.device_token && advance_ ? s_.params : nullptr;
-    int* ho = copt_.device_token && advance_ ? id_dev_ : nullptr;
+    int* ho = copt_.device_token && advance_ ? id_dev_ + par_ : nullptr;
     const float* head_x = s_.x;
     const float* head_norm = w_.output_norm;
     if ((mask & kHead) && !fused) {
@@ -509,8 +613,8 @@ class CudaBackend final : public CudaBackendApi {
       // separate stage-2 kernel instead)
     } else if (fa) {
       cuda::argmax_final(s_.amax_v, s_.amax_i,
-                         cuda::gemv_argmax_parts(w_.output.rows, copt_.head_blocks), s_.amax_out,
-                         st, np, ho);
+                         cuda::gemv_argmax_parts(w_.output, copt_.head_blocks), s_.amax_out, st, np,
+                         ho);
     } else {
       cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st, np, ho);
     }
@@ -529,17 +633,22 @@ class CudaBackend final : public CudaBackendApi {
                                                       {"argmax", kArgmax},
                                                       {"all", kAllParts}};
     int* hp = static_cast<int*>(params_host_.get());
+    discard_spec();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     slots_known_ = false;
     hp[0] = 1;
     hp[1] = pos_ - 1;
     CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::pdl_enabled() = copt_.pdl;
+    cuda::wide_head_enabled() = copt_.wide_head;
     std::vector<std::pair<std::string, double>> out;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
+    const bool wo_in_attn = copt_.fused_wo && copt_.fused_norm;
     for (const auto& [name, bits] : parts) {
+      if (wo_in_attn && bits == kWo) continue;  // no kernel of its own: timed with attention
+      if (copt_.fused_embed && copt_.fused_norm && bits == kEmbed) continue;  // in layer 0's QKV
       cudaGraph_t g = nullptr;
       cudaGraphExec_t ex = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -594,11 +703,16 @@ class CudaBackend final : public CudaBackendApi {
   cuda::PinnedBuffer params_host_, logits_host_, hist_host_;
   cpu::SampleScratch host_sample_scratch_;
   cudaStream_t stream_ = nullptr;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
+  cudaGraph_t graph_[2] = {};  // one per host id slot (parity), see launch()
+  cudaGraphExec_t exec_[2] = {};
+  cudaEvent_t step_done_[2] = {};  // recorded after the step graph of each parity
+  int par_ = 0;                    // enqueue_step: host id slot of the step being enqueued
   int kernels_per_step_ = 0;
   double copy_gbs_ = 0;
   int* id_dev_ = nullptr;  // device address of params_host_[3] (the argmax kernel's id store)
+  // A speculative greedy step queued for (spec_token_, spec_pos_) (see forward_token_greedy).
+  bool spec_ = false;
+  int spec_token_ = 0, spec_pos_ = 0, spec_par_ = 0;
   // What the device token/pos slots hold, when the host knows (device_token hand-off).
   bool slots_known_ = false;
   int slot_token_ = 0, slot_pos_ = 0;
@@ -626,6 +740,19 @@ CudaOptions cuda_options_from_env() {
   o.device_token = env_flag("SMOLRT_CUDA_DEVICE_TOKEN", true);
   o.fused_argmax = env_flag("SMOLRT_CUDA_FUSED_ARGMAX", true);
   o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", false);
+  o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", false);
+  o.wide_head = env_flag("SMOLRT_CUDA_WIDE_HEAD", true);
+  o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
+  o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", false);
+  if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_PREFETCH"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > 64) {
+      fail("SMOLRT_CUDA_HEAD_PREFETCH=", v,
+           " is not a layer count; give an integer in [0, 64] (0 = off)");
+    }
+    o.head_prefetch_layers = static_cast<int>(n);
+  }
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_BLOCKS"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);

@@ -3,10 +3,12 @@
 // second allocation made once per session; only readback buffers are pinned host memory.
 //
 // One decode step = embed, 5 kernels per layer (RMSNorm+QKV+RoPE+KV append, split attention,
-// Wo+residual, RMSNorm+gate/up+SiLU·up, down+residual), RMSNorm+lm_head, 2-stage argmax. The
-// step is captured ONCE as a CUDA graph; the token and position are read from device memory
-// (an 8-byte H2D copy before each replay, skipped for greedy continuations: the previous step's
-// argmax leaves them there, see CudaOptions::device_token), so nothing is re-captured per token.
+// Wo+residual, RMSNorm+gate/up+SiLU·up, down+residual), RMSNorm+lm_head, 2-stage argmax (4 per
+// layer with CudaOptions::fused_wo). The step is captured ONCE as a CUDA graph; the token and
+// position are read from device memory (an 8-byte H2D copy before each replay, skipped for greedy
+// continuations: the previous step's argmax leaves them there, see CudaOptions::device_token), so
+// nothing is re-captured per token; greedy decoding launches the next step before the host has
+// read the current id (CudaOptions::speculate), so host latency overlaps GPU work.
 #pragma once
 
 #include <memory>
@@ -48,6 +50,32 @@ struct CudaOptions {
   // slower on H200 (419.1 vs 418.0 us/token; the fence + atomic of 1056 blocks costs more than
   // the launch it saves under PDL).
   bool argmax_in_head = false;
+  // SMOLRT_CUDA_FUSED_WO=1: on (with fused_norm): the attention kernel also multiplies each
+  // head's output by its Wo column slice and writes per-head partials; gate_up and down fold
+  // x + partials in head order (deterministic), so the Wo matvec launch (30 per step) is gone.
+  // Off by default: measured slower on H200 (2294 vs 2456 tok/s): the Wo math runs on only
+  // n_heads SMs, and every gate_up block re-reads all partials (384 blocks x 20 KB of L2 reads).
+  bool fused_wo = false;
+  // SMOLRT_CUDA_WIDE_HEAD=0: off. On: lm_head-sized Q8_0 matrices use the wide matvec kernel
+  // (cuda/gemv_head.h: every lane loads, next row group in flight); off: the generic one.
+  // Measured 2456 vs 2441 tok/s on H200.
+  bool wide_head = true;
+  // SMOLRT_CUDA_SPECULATE=0: off. On (with device_token): forward_token_greedy launches the next
+  // step right after the current one, before the host has read the id (the next step reads its
+  // token/pos from the device slots this step's argmax fills); a later call with exactly that
+  // (token, pos) adopts it, anything else discards it (its writes are rewritten before use). The
+  // host's wake-up and launch latency then overlap GPU work. Measured 2456 vs 2419 tok/s on H200.
+  bool speculate = true;
+  // SMOLRT_CUDA_HEAD_PREFETCH=K: the last K layers' gate_up and down kernels bulk-prefetch the
+  // lm_head (2K slices) into L2 while the chain runs, so the lm_head reads L2 instead of HBM.
+  // 0 = off. (Overrides l2_prefetch in those kernels.) Measured neutral on H200 (K = 2, 4, 8:
+  // 2447-2455 vs 2456 tok/s): the lm_head is not HBM-bound.
+  int head_prefetch_layers = 0;
+  // SMOLRT_CUDA_FUSED_EMBED=1: on (with fused_norm): layer 0's QKV kernel reads the token's
+  // embedding row itself and writes it to the residual stream (cuda/gemv.h, QkvArgs::embed): one
+  // launch fewer. Off by default: measured +0.8% on H200 only together with an early PDL trigger
+  // that was itself 7% slower (since removed); not yet timed with these defaults.
+  bool fused_embed = false;
 };
 CudaOptions cuda_options_from_env();
 

@@ -1,0 +1,203 @@
+// Wide lm_head matvec (see gemv_head.h).
+#include "cuda/gemv_head.h"
+
+#include <climits>
+
+#include "core/error.h"
+#include "cuda/argmax_block.cuh"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.h"
+
+namespace smolrt::cuda {
+namespace {
+
+constexpr int kHT = 256;       // threads per block
+constexpr int kHW = kHT / 32;  // warps per block
+constexpr int kHeadRows = 4;   // rows per warp group: kHeadRows*cols/16 quant vectors
+constexpr int kXPad = 20;      // floats per 16-column chunk of x in shared memory (16 + 4)
+constexpr int kSms = 132;      // Hopper H100/H200 SXM
+
+// Blocks per SM the register budget allows (launch bounds below): all resident at once.
+constexpr int min_blocks(int u) {
+  return u <= 5 ? 3 : 2;
+}
+
+// U = 16-byte quant vectors per lane per group (U*32 >= kHeadRows*cols/16). Two groups' worth of
+// registers: the next group loads while this one is reduced.
+template <int U>
+__global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadArgs a) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cols = a.w.cols, rows = a.w.rows;
+  const int urow = cols / 16;  // quant vectors per row
+  const int ug = kHeadRows * urow;
+  const size_t total = (size_t)rows * urow;
+  const int n_groups = (rows + kHeadRows - 1) / kHeadRows;
+  const int stride = gridDim.x * kHW;
+  const uint4* q = static_cast<const uint4*>(a.w.q);
+
+  // Vector gi holds columns 16*(gi % urow) .. +16 of row gi / urow; its scale is d[gi / 2]
+  // (two vectors per 32-column block). Past the end: zeros, which contribute exactly 0.
+  auto load = [&](int g, uint4(&w)[U], float(&d)[U]) {
+    const size_t base = (size_t)g * ug;
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int u = lane + 32 * j;
+      const size_t gi = base + u;
+      if (u < ug && gi < total) {
+        w[j] = __ldg(q + gi);
+        d[j] = half_bits_to_float(__ldg(a.w.d + gi / 2));
+      } else {
+        w[j] = make_uint4(0u, 0u, 0u, 0u);
+        d[j] = 0.f;
+      }
+    }
+  };
+
+  int g = blockIdx.x * kHW + warp;
+  uint4 w0[U];
+  float d0[U];
+  if (g < n_groups) load(g, w0, d0);  // weights never depend on the previous kernel
+  pdl_wait();
+  pdl_trigger();
+
+  // x (RMS-normalized when norm_w is set) into shared memory, chunk k of 16 columns at k*kXPad
+  // floats: the float4 reads of 8 lanes with consecutive k then hit distinct banks.
+  extern __shared__ float4 head_smem[];
+  float* xs = reinterpret_cast<float*>(head_smem);  // [urow * kXPad]
+  float* red = xs + (size_t)urow * kXPad;           // [kHW][ug] per-vector partial dots
+  __shared__ float rs[kHW];
+  {
+    const int n4 = cols / 4;  // <= kHT
+    const int c4 = threadIdx.x;
+    const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 v = c4 < n4 ? reinterpret_cast<const float4*>(a.x)[c4] : z;
+    if (a.norm_w != nullptr) {
+      const float4 nw = c4 < n4 ? reinterpret_cast<const float4*>(a.norm_w)[c4] : z;
+      float ss = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
+      if (lane == 0) rs[warp] = ss;
+      __syncthreads();
+      float tot = 0.f;
+#pragma unroll
+      for (int k = 0; k < kHW; ++k) tot += rs[k];
+      const float sc = rsqrtf(tot / (float)cols + a.eps);
+      v.x = v.x * sc * nw.x;
+      v.y = v.y * sc * nw.y;
+      v.z = v.z * sc * nw.z;
+      v.w = v.w * sc * nw.w;
+    }
+    if (c4 < n4) *reinterpret_cast<float4*>(xs + (c4 >> 2) * kXPad + (c4 & 3) * 4) = v;
+  }
+  __syncthreads();
+
+  float* myred = red + (size_t)warp * ug;
+  const int rr = lane >> 3, qq = lane & 7;  // reduction role: row rr of the group, lane qq of 8
+  float best_v = 0.f;
+  int best_i = INT_MAX;
+  for (; g < n_groups; g += stride) {
+    const bool more = g + stride < n_groups;
+    uint4 w1[U];
+    float d1[U];
+    if (more) load(g + stride, w1, d1);
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int u = lane + 32 * j;
+      if (u < ug) {
+        const float4* xk = reinterpret_cast<const float4*>(xs + (u % urow) * kXPad);
+        const uint32_t ww[4] = {w0[j].x ^ 0x80808080u, w0[j].y ^ 0x80808080u, w0[j].z ^ 0x80808080u,
+                                w0[j].w ^ 0x80808080u};
+        float t = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float4 xv = xk[i];
+          t += (byte_plus_2p23(ww[i], 0) - kQ8Bias) * xv.x +
+               (byte_plus_2p23(ww[i], 1) - kQ8Bias) * xv.y +
+               (byte_plus_2p23(ww[i], 2) - kQ8Bias) * xv.z +
+               (byte_plus_2p23(ww[i], 3) - kQ8Bias) * xv.w;
+        }
+        myred[u] = d0[j] * t;
+      }
+    }
+    __syncwarp();
+    // Row rr's urow partials: 8 lanes take every 8th, then a fixed xor tree (deterministic).
+    float s = 0.f;
+    for (int k = qq; k < urow; k += 8) s += myred[rr * urow + k];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    const int row = g * kHeadRows + rr;
+    if (qq == 0 && row < rows) {
+      a.out[row] = s;
+      if (!isnan(s) && amax_beats(s, row, best_v, best_i)) best_v = s, best_i = row;
+    }
+    __syncwarp();  // myred is rewritten by the next group
+    if (more) {
+#pragma unroll
+      for (int j = 0; j < U; ++j) {
+        w0[j] = w1[j];
+        d0[j] = d1[j];
+      }
+    }
+  }
+
+  if (a.part_v == nullptr) return;
+    // Fused argmax stage 1: one partial per block.
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (amax_beats(ov, oi, best_v, best_i)) best_v = ov, best_i = oi;
+  }
+  __shared__ float sv[kHW];
+  __shared__ int si[kHW];
+  if (lane == 0) {
+    sv[warp] = best_v;
+    si[warp] = best_i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < kHW; ++k) {
+      if (amax_beats(sv[k], si[k], best_v, best_i)) best_v = sv[k], best_i = si[k];
+    }
+    a.part_v[blockIdx.x] = best_v;
+    a.part_i[blockIdx.x] = best_i;
+  }
+  if (a.fin.count != nullptr) argmax_last_block<kHT>(a.fin, a.part_v, a.part_i, sv, si);
+}
+
+int u_for(int cols) {
+  return cols <= 640 ? 5 : 8;
+}
+
+}  // namespace
+
+bool& wide_head_enabled() {
+  static bool on = true;
+  return on;
+}
+
+bool head_kernel_takes(const DevMat& w) {
+  return wide_head_enabled() && w.type == GgmlType::Q8_0 && w.cols % 32 == 0 &&
+         w.cols <= kHeadMaxCols && w.rows >= kHeadMinRows && w.d != nullptr;
+}
+
+int head_grid(const DevMat& w, int max_blocks) {
+  const int resident = kSms * min_blocks(u_for(w.cols));
+  const int cap = max_blocks > 0 && max_blocks < resident ? max_blocks : resident;
+  const int groups = (w.rows + kHeadRows - 1) / kHeadRows;
+  const int blocks = (groups + kHW - 1) / kHW;
+  return blocks < cap ? blocks : cap;
+}
+
+int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s) {
+  const int grid = head_grid(a.w, max_blocks);
+  const int urow = a.w.cols / 16;
+  const size_t smem = sizeof(float) * ((size_t)urow * kXPad + (size_t)kHW * kHeadRows * urow);
+  if (u_for(a.w.cols) == 5) {
+    launch_kernel(head_q8_kernel<5>, dim3(grid), dim3(kHT), smem, s, a);
+  } else {
+    launch_kernel(head_q8_kernel<8>, dim3(grid), dim3(kHT), smem, s, a);
+  }
+  return grid;
+}
+
+}  // namespace smolrt::cuda
