@@ -143,6 +143,9 @@ class CudaBackend final : public CudaBackendApi {
   int n_ctx() const override { return n_ctx_; }
   int position() const override { return pos_; }
   void reset() override {
+    // A queued speculative step would otherwise run ahead of the next prompt's prefill (stream
+    // order) and delay its first token: let it finish here, where nothing waits on it.
+    if (spec_) CUDA_CHECK(cudaStreamSynchronize(stream_));
     discard_spec();
     pos_ = 0;
   }
