@@ -231,26 +231,25 @@ __device__ __forceinline__ void epilogue(const Params& p, const float* rs, bool 
 }
 
 // ---- shared-memory layout ---------------------------------------------------------------------
-// [raw fp32 tile BN x kc | norm weight kc floats | fp16 tile BN x (kc + 16) | rs BN floats].
-// The fp16 row pitch (kc + 16 halves = 8 mod 32 words) puts the 8 token rows of a B-fragment load
-// in distinct bank octets. The K-split reduction buffer reuses the raw tile after conversion.
-// fp16 input (h): only the fp16 tile (KW == 1: no reduction buffer).
+// fp32 input: [raw fp32 tile BN x kc | norm weight kc floats | fp16 tile BN x (kc + 16) | rs BN
+// floats]; the K-split reduction buffer (kred: warps along K) reuses the raw tile after the
+// conversion. fp16 input (h): [reduction buffer if kred | fp16 tile]. The fp16 row pitch (kc + 16
+// halves = 8 mod 32 words) puts the 8 token rows of a B-fragment load in distinct bank octets.
 struct Layout {
   int kc, pitch, raw, nw, xs, rs, bytes;
-  __host__ __device__ Layout(int bn, int kc_, int nw_warps, int nt, bool h) {
+  __host__ __device__ Layout(int bn, int kc_, int nw_warps, int nt, bool h, bool kred) {
     kc = kc_;
     pitch = kc + 16;
-    const int red = nw_warps * nt * 4 * 32 * 4;
+    const int red = kred ? nw_warps * nt * 4 * 32 * 4 : 0;
     raw = 0;
-    nw = h ? 0 : bn * kc * 4 > red ? bn * kc * 4 : red;
-    xs = h ? 0 : nw + kc * 4;
+    nw = h ? red : bn * kc * 4 > red ? bn * kc * 4 : red;
+    xs = h ? red : nw + kc * 4;
     rs = xs + bn * pitch * 2;
     bytes = rs + (h ? 0 : bn * 4);
   }
 };
 
-// Block: MW x KW warps (MW = p.mw, KW = blockDim.x / 32 / MW, chosen at launch; fp16 input needs
-// KW == 1).
+// Block: MW x KW warps (MW = p.mw, KW = blockDim.x / 32 / MW, chosen at launch).
 template <GemmEpilogue E, int NT, bool H>
 __global__ void __launch_bounds__(512) gemm_q4_kernel(const Params p) {
   constexpr int BN = 8 * NT;
@@ -261,7 +260,7 @@ __global__ void __launch_bounds__(512) gemm_q4_kernel(const Params p) {
   const int mt = blockIdx.x * MW + mw;  // this warp's m-tile (16 weight rows)
   const int t0 = blockIdx.y * BN;
   const int c0 = blockIdx.z * p.cps, c1 = min(p.nchunks, c0 + p.cps);
-  const Layout L(BN, (c1 - c0) * kChunk, NW, NT, H);
+  const Layout L(BN, (c1 - c0) * kChunk, NW, NT, H, KW > 1);
   float* raw = reinterpret_cast<float*>(smem + L.raw);
   float* nws = reinterpret_cast<float*>(smem + L.nw);
   __half* xs = reinterpret_cast<__half*>(smem + L.xs);
@@ -285,7 +284,7 @@ __global__ void __launch_bounds__(512) gemm_q4_kernel(const Params p) {
   // warp will add now, so its latency overlaps the staging instead of trailing the math.
   float2 res[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
   bool have_res = false;
-  if constexpr (E == GemmEpilogue::Accumulate && !H) {
+  if constexpr (E == GemmEpilogue::Accumulate) {
     if (gridDim.z == 1 && KW >= NT && kw < NT) {
       have_res = true;
       const int col = mt * 16 + 2 * g;
@@ -302,11 +301,14 @@ __global__ void __launch_bounds__(512) gemm_q4_kernel(const Params p) {
   }
 
   if constexpr (H) {
-    // fp16 rows already in fragment order: copy them as they are, one commit group per round of
-    // chunks (the last group takes the rest), so the first round's math starts when it lands.
+    // fp16 rows already in fragment order: copy them as they are. One warp along K (every warp
+    // walks all chunks): one commit group per round of chunks (the last group takes the rest), so
+    // the first round's math starts when it lands. Several: one group, all landed before the math.
+    const bool by_round = KW == 1;
 #pragma unroll
     for (int gi = 0; gi < 3; ++gi) {
-      const int ca = c0 + kRing<H> * gi, cb = gi == 2 ? c1 : min(c1, ca + kRing<H>);
+      const int ca = by_round ? c0 + kRing<H> * gi : gi == 0 ? c0 : c1;
+      const int cb = !by_round || gi == 2 ? c1 : min(c1, ca + kRing<H>);
       const int per = (cb - ca) * (kChunk / 8);  // 16-byte pieces per token row
       for (int i = tid; i < BN * per; i += NTH) {
         const int r = i / per, col = (ca - c0) * kChunk + (i % per) * 8, tok = t0 + r;
@@ -315,6 +317,10 @@ __global__ void __launch_bounds__(512) gemm_q4_kernel(const Params p) {
                    ok ? p.a.xh + (size_t)tok * p.a.ldh + c0 * kChunk + col : p.a.xh, ok ? 16 : 0);
       }
       cp_async_commit();
+    }
+    if (!by_round) {  // block-uniform
+      cp_async_wait<0>();
+      __syncthreads();
     }
   } else {
     // Stage the block's activations: raw fp32 (and the norm weight) by cp.async, then convert to
@@ -370,7 +376,7 @@ __global__ void __launch_bounds__(512) gemm_q4_kernel(const Params p) {
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   const __half* xb = xs + g * L.pitch + t4 * 4;
   for (int round = 0; round < rounds; ++round) {
-    if constexpr (H) {  // this round's commit group (and every thread's copies) has landed
+    if (H && KW == 1) {  // this round's commit group (and every thread's copies) has landed
       if (round == 0) {
         cp_async_wait<2>();
       } else if (round == 1) {
@@ -518,7 +524,7 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
   p.mw = mw;
   p.cps = (p.nchunks + z - 1) / z;
   z = (p.nchunks + p.cps - 1) / p.cps;
-  const int smem = Layout(BN, p.cps * kChunk, nw, NT, H).bytes;
+  const int smem = Layout(BN, p.cps * kChunk, nw, NT, H, kw > 1).bytes;
   if (smem > kMaxSmem)
     fail("gemm_q4: k=", p.k, " needs ", smem, " bytes of shared memory for ", BN,
          " tokens per block (limit ", kMaxSmem, ")");
@@ -538,8 +544,9 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
 // would re-read it from L2 once per tile: row tiles are grouped (mw) until the blocks' total
 // staging traffic is at most the staging budget. The token tile shrinks when a row would not fit
 // in shared memory.
-// fp16 input (large batches): 4 row tiles side by side, 64 tokens per block, so each weight chunk
-// feeds 8 mma per dequantization.
+// fp16 input: the same shapes below gemm_f16_min_tokens() (copied, not converted); from there on
+// 4 row tiles side by side, 64 tokens per block, so each weight chunk feeds 8 mma per
+// dequantization.
 // Residual GEMMs also split K across blocks (at most kMaxKw warps along K, more blocks to fill the
 // SMs) and add atomically: measured on an H200 (30-layer prefill) 0.640 vs 0.697 ms at 32 tokens,
 // 2.05 vs 2.59 ms at 512. With SMOLRT_GEMM_SPLITK=0 (or gemm_q4_set_split_k(0)) every output is
@@ -570,19 +577,8 @@ double stage_budget() {
   return v;
 }
 
-template <GemmEpilogue E>
-void dispatch(const Params& p, int mtiles, cudaStream_t s) {
-  const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && split_k();
-  if (p.a.xh) {
-    int z = 1;
-    const int blocks = (mtiles + 3) / 4 * ((p.a.t + 63) / 64);
-    if (split) z = std::min(p.nchunks, std::max(1, (sm_count() + blocks - 1) / blocks));
-    while (Layout(64, (p.nchunks + z - 1) / z * kChunk, 4, 8, true).bytes > kMaxSmem) {
-      if (!split) fail("gemm_q4: k=", p.k, " is too large for the fp16 path; use fp32 input");
-      ++z;
-    }
-    return launch<E, 8, true>(p, mtiles, 4, 1, z, s);
-  }
+template <GemmEpilogue E, bool H>
+void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
   const int t = p.a.t;
   // One 8-token tile per block up to 32 tokens (more blocks, less staging per SM: measured on an
   // H200, whole 30-layer prefill at 32 tokens 0.640 ms vs 0.651 with 16-token and 0.707 with
@@ -590,7 +586,7 @@ void dispatch(const Params& p, int mtiles, cudaStream_t s) {
   int nt = t <= 32 ? 1 : 4;
   if (forced_nt() == 1 || forced_nt() == 2 || forced_nt() == 4) nt = forced_nt();
   const int gy = (t + 8 * nt - 1) / (8 * nt);
-  const double tile_bytes = 8.0 * nt * p.k * 4;  // one block's staging over all its K splits
+  const double tile_bytes = 8.0 * nt * p.k * (H ? 2 : 4);  // a block's staging, all K splits
   int mw = 1;
   while (mw < 8 && mw * 2 <= mtiles && (mtiles + mw - 1) / mw * gy * tile_bytes > stage_budget())
     mw *= 2;
@@ -598,11 +594,29 @@ void dispatch(const Params& p, int mtiles, cudaStream_t s) {
   const int cps = (p.nchunks + z - 1) / z;
   const int kw = std::max(1, std::min({cps, split ? kMaxKw : kMaxWarps, kMaxWarps / mw}));
   auto fits = [&](int n) {
-    return Layout(8 * n, cps * kChunk, mw * kw, n, false).bytes <= kMaxSmem;
+    return Layout(8 * n, cps * kChunk, mw * kw, n, H, kw > 1).bytes <= kMaxSmem;
   };
-  if (nt == 1 || !fits(2)) return launch<E, 1, false>(p, mtiles, mw, kw, z, s);
-  if (nt == 2 || !fits(4)) return launch<E, 2, false>(p, mtiles, mw, kw, z, s);
-  return launch<E, 4, false>(p, mtiles, mw, kw, z, s);
+  if (nt == 1 || !fits(2)) return launch<E, 1, H>(p, mtiles, mw, kw, z, s);
+  if (nt == 2 || !fits(4)) return launch<E, 2, H>(p, mtiles, mw, kw, z, s);
+  return launch<E, 4, H>(p, mtiles, mw, kw, z, s);
+}
+
+template <GemmEpilogue E>
+void dispatch(const Params& p, int mtiles, cudaStream_t s) {
+  const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && split_k();
+  const int t = p.a.t;
+  if (p.a.xh && t >= gemm_f16_min_tokens()) {
+    int z = 1;
+    const int blocks = (mtiles + 3) / 4 * ((t + 63) / 64);
+    if (split) z = std::min(p.nchunks, std::max(1, (sm_count() + blocks - 1) / blocks));
+    while (Layout(64, (p.nchunks + z - 1) / z * kChunk, 4, 8, true, false).bytes > kMaxSmem) {
+      if (!split) fail("gemm_q4: k=", p.k, " is too large for the fp16 path; use fp32 input");
+      ++z;
+    }
+    return launch<E, 8, true>(p, mtiles, 4, 1, z, s);
+  }
+  if (p.a.xh) return dispatch_small<E, true>(p, mtiles, split, s);
+  return dispatch_small<E, false>(p, mtiles, split, s);
 }
 
 __global__ void act_f16_kernel(const float* x, int ldx, int t, int k, const float* nw, float eps,
