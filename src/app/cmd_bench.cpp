@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/backend_flags.h"
 #include "app/command.h"
 #include "core/build_info.h"
 #include "core/error.h"
@@ -21,9 +22,7 @@ struct BenchArgs {
   std::vector<int> prompt_lengths = {32, 128, 512};
   int gen_length = 128;
   int iterations = 5;
-  std::string backend = "auto";
-  int ctx = 0;
-  int threads = 0;
+  BackendOptions backend;  // --backend, --ctx, --threads (app/backend_flags.h)
   bool json = false;
 };
 
@@ -39,6 +38,7 @@ nlohmann::json stat_json(const Stat& s) {
 }
 
 int run_bench_cmd(const BenchArgs& a) {
+  check_backend_flags(a.backend);
   std::string path;
   if (a.synthetic) {
     if (!a.model.empty()) fail("--synthetic and -m/--model exclude each other; give one");
@@ -57,7 +57,7 @@ int run_bench_cmd(const BenchArgs& a) {
   }
 
   Model model = load_model(path);
-  std::unique_ptr<Backend> be = make_backend(model, BackendOptions{a.backend, a.ctx, a.threads});
+  std::unique_ptr<Backend> be = make_backend(model, a.backend);
   BenchConfig cfg;
   cfg.prompt_lengths = a.prompt_lengths;
   cfg.gen_length = a.gen_length;
@@ -120,12 +120,7 @@ REGISTER_COMMAND(Command{
           ->check(CLI::Range(1, 1 << 24));
       sub.add_option("--iterations", a->iterations, "timed iterations (after one warm-up)")
           ->check(CLI::Range(1, 1 << 24));
-      sub.add_option("--backend", a->backend, "cpu | cuda | auto")
-          ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-      sub.add_option("--ctx", a->ctx, "KV-cache size in tokens (default: model context)")
-          ->check(CLI::Range(0, 1 << 24));
-      sub.add_option("--threads", a->threads, "CPU threads (0 = all cores)")
-          ->check(CLI::Range(0, 1 << 24));
+      add_backend_flags(sub, a->backend);
       sub.add_flag("--json", a->json, "one JSON object per prompt length (JSON lines)");
       return [a] { return run_bench_cmd(*a); };
     }});

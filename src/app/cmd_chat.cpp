@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "app/backend_flags.h"
 #include "app/command.h"
 #include "app/line_reader.h"
 #include "app/sampling_flags.h"
@@ -27,9 +28,7 @@ struct ChatArgs {
   std::string chat_template = "auto";
   std::string policy = "drop";
   int n_predict = -1;
-  std::string backend = "auto";
-  int ctx = 0;
-  int threads = 0;
+  BackendOptions backend;  // --backend, --ctx, --threads (app/backend_flags.h)
   bool stats = false;
   SamplingParams sampling;
   std::vector<std::string> stops;
@@ -41,10 +40,7 @@ void out(std::string_view s) {
 }
 
 int chat_main(const ChatArgs& a) {
-  if (a.ctx < 0)
-    fail("--ctx ", a.ctx, " is invalid: give a positive context size (0 = the model's)");
-  if (a.threads < 0)
-    fail("--threads ", a.threads, " is invalid: give a count >= 0 (0 = all cores)");
+  check_backend_flags(a.backend);
   validate(a.sampling);
 
   const std::string path = resolve_model_path(a.model);
@@ -53,7 +49,7 @@ int chat_main(const ChatArgs& a) {
   const std::string& tmpl = tok.vocab().chat_template;
   resolve_chat_format(a.chat_template, tmpl);  // ChatML or a clear Error naming --chat-template
 
-  std::unique_ptr<Backend> be = make_backend(model, BackendOptions{a.backend, a.ctx, a.threads});
+  std::unique_ptr<Backend> be = make_backend(model, a.backend);
 
   ChatOptions co;
   co.sampling = a.sampling;
@@ -132,12 +128,7 @@ REGISTER_COMMAND(Command{
       sub.add_option("-n,--n-predict", a->n_predict,
                      "Tokens per reply at most (-1 = until the reply ends or the context fills)")
           ->capture_default_str();
-      sub.add_option("--backend", a->backend, "cpu | cuda | auto")
-          ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-          ->capture_default_str();
-      sub.add_option("--ctx", a->ctx, "KV cache size in tokens (0 = the model's training context)")
-          ->capture_default_str();
-      sub.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+      add_backend_flags(sub, a->backend);
       sub.add_flag("--stats", a->stats, "Print prefill/decode timings after each reply (stderr)");
       add_sampling_flags(sub, a->sampling, a->stops);
       return [a] { return chat_main(*a); };

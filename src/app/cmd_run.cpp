@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "app/backend_flags.h"
 #include "app/command.h"
 #include "app/sampling_flags.h"
 #include "backend/backend.h"
@@ -20,9 +21,7 @@ struct RunArgs {
   std::string model;
   std::string prompt;
   int n_predict = 64;
-  std::string backend = "auto";
-  int ctx = 0;
-  int threads = 0;
+  BackendOptions backend;  // --backend, --ctx, --threads (app/backend_flags.h)
   bool json = false;
   SamplingParams sampling;  // llama.cpp defaults (app/sampling_flags.h); --temp 0 = greedy
   std::vector<std::string> stops;
@@ -31,16 +30,13 @@ struct RunArgs {
 int run_main(const RunArgs& a) {
   if (a.n_predict < 0)
     fail("-n ", a.n_predict, " is invalid: give the number of tokens to generate (>= 0)");
-  if (a.ctx < 0)
-    fail("--ctx ", a.ctx, " is invalid: give a positive context size (0 = the model's)");
-  if (a.threads < 0)
-    fail("--threads ", a.threads, " is invalid: give a positive count (0 = all cores)");
+  check_backend_flags(a.backend);
 
   validate(a.sampling);  // before loading anything: a bad flag is reported at once
   const std::string path = resolve_model_path(a.model);
   const Model model = load_model(path);
   const Tokenizer tok(vocab_from_gguf(*model.file));
-  std::unique_ptr<Backend> be = make_backend(model, BackendOptions{a.backend, a.ctx, a.threads});
+  std::unique_ptr<Backend> be = make_backend(model, a.backend);
 
   Generator gen(*be, tok);
   const std::vector<int> prompt_ids = gen.tokenize_prompt(a.prompt);
@@ -100,12 +96,7 @@ REGISTER_COMMAND(Command{
                      "from BOS alone (an error when the vocabulary has no BOS)");
       sub.add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most")
           ->capture_default_str();
-      sub.add_option("--backend", a->backend, "cpu | cuda | auto")
-          ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-          ->capture_default_str();
-      sub.add_option("--ctx", a->ctx, "KV cache size in tokens (0 = the model's training context)")
-          ->capture_default_str();
-      sub.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+      add_backend_flags(sub, a->backend);
       add_sampling_flags(sub, a->sampling, a->stops);
       sub.add_flag("--json", a->json,
                    "Print one JSON object with ids, text and timings at the end");
