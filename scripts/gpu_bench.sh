@@ -7,13 +7,10 @@ set -uo pipefail
 D=${1:?folder made by gpu_stage.sh}
 OUT=${OUT:-/tmp/gpu_bench_out}
 mkdir -p "$OUT"
-export SMOLRT_FIXTURES="$D/fixtures"
+. "$(dirname "$0")/gpu_lib.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-SYNTH=/tmp/synth-smollm-135m-q4_0.gguf
-"$D/smolrt" synth --preset smollm-135m --type q4_0 \
-  --tokenizer "$D/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$SYNTH" > /dev/null
-SMOLRT_SYNTH_MODEL=$SYNTH SMOLRT_MODEL=${SMOLRT_REAL_MODEL:-} timeout 240 "$D/smolrt_cuda_tests" \
-  > "$OUT/tests.log" 2>&1
+gpu_setup "$D"
+SMOLRT_MODEL=${SMOLRT_REAL_MODEL:-} timeout 240 "$D/smolrt_cuda_tests" > "$OUT/tests.log" 2>&1
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$OUT/tests.log"
 timeout 90 "$D/smolrt" bench-decode -m "$SYNTH" --json "$OUT/bench.jsonl" | head -4
 B="--backend cuda --prompt-lengths 32,128,512 --gen-length 128 --iterations 5 --json"
@@ -24,10 +21,4 @@ fi
 SMOLRT_CUDA_GRAPH=0 timeout 60 "$D/smolrt" bench -m "$SYNTH" --backend cuda --prompt-lengths 32 \
   --gen-length 128 --iterations 5 --json | sed 's/^{/{"config": "SMOLRT_CUDA_GRAPH=0 (eager prefill, no decode graph)", /' \
   >> "$OUT/bench.jsonl"
-python3 -c "
-import json
-for l in open('$OUT/bench.jsonl'):
-    j=json.loads(l)
-    if 'prompt_length' in j:
-        print(j.get('config','default'), j['model'][-30:], j['prompt_length'], round(j['prefill_tok_s']['median']), round(j['decode_tok_s']['median'],1))
-"
+bench_summary "$OUT/bench.jsonl"

@@ -8,12 +8,9 @@ set -uo pipefail
 D=${1:?folder made by gpu_stage.sh}
 OUT=${OUT:-/tmp/gpu_prefill_out}
 mkdir -p "$OUT"
-export SMOLRT_FIXTURES="$D/fixtures"
+. "$(dirname "$0")/gpu_lib.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-SYNTH=/tmp/synth-smollm-135m-q4_0.gguf
-"$D/smolrt" synth --preset smollm-135m --type q4_0 \
-  --tokenizer "$D/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$SYNTH" > /dev/null
-export SMOLRT_SYNTH_MODEL=$SYNTH
+gpu_setup "$D"
 timeout 240 "$D/smolrt_cuda_tests" --gtest_filter='*Gemm*:*Prefill*' > "$OUT/tests.log" 2>&1
 grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/tests.log" | head -30
 timeout 90 "$D/bench_prefill" --reps 20 --tokens 1,8,16,32,33,64,128,512 \
@@ -22,23 +19,9 @@ timeout 100 "$D/smolrt" bench -m "$SYNTH" --backend cuda --prompt-lengths 32,128
   --gen-length 64 --iterations 3 --json > "$OUT/bench.jsonl" 2> "$OUT/bench.err"
 # Eager prefill (no graph replay of the recurring bench prompt; decode without its graph too).
 SMOLRT_CUDA_GRAPH=0 timeout 60 "$D/smolrt" bench -m "$SYNTH" --backend cuda --prompt-lengths 32 \
-  --gen-length 16 --iterations 3 --json 2>/dev/null | sed 's/^/{"eager": 1, /; s/^{"eager": 1, {/{"eager": 1, /' \
-  >> "$OUT/bench.jsonl"
-python3 -c "
-import json,sys
-for l in open('$OUT/bench.jsonl'):
-    j=json.loads(l); print('%spp%d prefill %.0f tok/s, decode %.1f tok/s' % ('eager ' if j.get('eager') else '', j['prompt_length'], j['prefill_tok_s']['median'], j['decode_tok_s']['median']))
-" 2>/dev/null || tail -5 "$OUT/bench.err"
-if [ -n "${SWEEP:-}" ]; then
-  # Whole-prefill times under other gemm_q4 knobs (see gemm_q4.cu), e.g.
-  # SWEEP="SMOLRT_GEMM_SPLITK=1;SMOLRT_GEMM_NT=2 SMOLRT_GEMM_STAGE_KB=8192"
-  IFS=';' read -ra CONFIGS <<< "$SWEEP"
-  for c in "${CONFIGS[@]}"; do
-    echo "== $c"
-    env $c timeout 40 "$D/bench_prefill" --reps 10 --tokens 32,128,512 |
-      grep -E "^ +(32|128|512) +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ "
-  done
-fi
+  --gen-length 16 --iterations 3 --json 2>> "$OUT/bench.err" |
+  sed 's/^{/{"config": "eager (SMOLRT_CUDA_GRAPH=0)", /' >> "$OUT/bench.jsonl"
+bench_summary "$OUT/bench.jsonl" || tail -5 "$OUT/bench.err"
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   # bench_prefill's per-layer loop launches each GEMM 20 x (3 warm-up + reps) times, in the
   # order qkv, wo, gate_up, down.

@@ -5,10 +5,8 @@
 set -uo pipefail
 D=${1:?folder made by gpu_stage.sh}
 T=${2:-32}
-export SMOLRT_FIXTURES="$D/fixtures"
-SYNTH=/tmp/synth-smollm-135m-q4_0.gguf
-"$D/smolrt" synth --preset smollm-135m --type q4_0 \
-  --tokenizer "$D/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$SYNTH" > /dev/null
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_setup "$D"
 IFS=';' read -ra CONFIGS <<< "${SWEEP:-X=1}"
 for rep in 1 2; do
   for c in "${CONFIGS[@]}"; do
