@@ -40,6 +40,9 @@ step synth 60 "$DIR/smolrt" synth --preset smollm-135m --type q4_0 \
 if [ -f "$SYNTH" ]; then export SMOLRT_SYNTH_MODEL=$SYNTH; fi
 
 step cuda_tests 240 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
+# The whole model with the fp32 lm_head path (the default is the int8-x one, gemv_head.h).
+step fp32_head 60 env SMOLRT_CUDA_HEAD_I8=0 "$DIR/smolrt_cuda_tests" \
+  --gtest_filter='CudaBackendSynth.*:CudaBackendStories.*'
 # Without a visible GPU, asking for cuda must be a clear Error.
 step no_gpu_error 60 env CUDA_VISIBLE_DEVICES= "$DIR/smolrt_cuda_tests" \
   --gtest_filter='CudaBackendErrors.NoGpuIsAnError:KernelArgmax.*'
@@ -50,7 +53,7 @@ if command -v compute-sanitizer > /dev/null; then
     --gtest_filter='Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
   step racecheck 160 compute-sanitizer --tool racecheck --error-exitcode 9 \
     --log-file "$OUT/racecheck.log" "$DIR/smolrt_cuda_tests" \
-    --gtest_filter='KernelAttention.SplitContext*:KernelAttention.FusedWo*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*'
+    --gtest_filter='KernelAttention.SplitContext*:KernelAttention.FusedWo*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*:KernelGemv.WideHead*'
   if [ -f "$SYNTH" ]; then
     step memcheck_pf 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
       --log-file /tmp/memcheck_prefill.log "$DIR/smolrt_cuda_tests" \

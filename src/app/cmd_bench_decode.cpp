@@ -49,6 +49,11 @@ int run(const Opts& o) {
       "weights on device, %.2f MiB read per token)\n",
       b->device_name().c_str(), copy_gbs, load_ms, st0.upload_ms, st0.weight_bytes / 1048576.0,
       wbytes / 1048576.0);
+  auto with = [](auto f) {
+    CudaOptions c;
+    f(c);
+    return c;
+  };
   struct Cfg {
     const char* name;
     CudaOptions opt;
@@ -65,6 +70,11 @@ int run(const Opts& o) {
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .wide_head = false}},
       {"graph+pdl+fused no-speculate",
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .speculate = false}},
+      {"graph+pdl+fused head-fp32", with([](CudaOptions& c) { c.head_int8 = false; })},
+      {"graph+pdl+fused headpf8 fp32-head", with([](CudaOptions& c) {
+         c.head_int8 = false;
+         c.head_prefetch_layers = 8;
+       })},
       {"graph+pdl+fused headpf2",
        CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .head_prefetch_layers = 2}},
       {"graph+pdl+fused headpf4",

@@ -250,8 +250,22 @@ struct Layout {
 };
 
 // Block: MW x KW warps (MW = p.mw, KW = blockDim.x / 32 / MW, chosen at launch).
+// Blocks per SM each instantiation is compiled for (__launch_bounds__ minimum; 0 = ptxas's
+// choice). ptxas's own choice gave the 8-token QkvRope kernel 64 registers and a spill; allowing
+// it one block per SM (94 registers; its grid fits one wave) and pinning the 8-token residual
+// kernel at two (64) measured on an H200 (bench_prefill, whole 30-layer prefill): 32 tokens
+// 0.672 -> 0.637 ms, 128 tokens 1.000 -> 0.99. One block per SM for every kernel instead made
+// 32 tokens 0.787 ms (gate_up and down need two blocks per SM), two for every kernel made 128
+// tokens 1.14 ms (the 32-token tiles spill at 64 registers).
 template <GemmEpilogue E, int NT, bool H>
-__global__ void __launch_bounds__(512) gemm_q4_kernel(const Params p) {
+constexpr int gemm_min_blocks() {
+  if (E == GemmEpilogue::QkvRope) return 1;
+  if (E == GemmEpilogue::Accumulate && NT == 1 && !H) return 2;
+  return 0;
+}
+
+template <GemmEpilogue E, int NT, bool H>
+__global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kernel(const Params p) {
   constexpr int BN = 8 * NT;
   const int NTH = blockDim.x, NW = NTH / 32, MW = p.mw, KW = NW / MW;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -662,6 +676,11 @@ void gemm_q4_set_split_k(int on) {
 
 int gemm_f16_min_tokens() {
   static const int v = env_int("SMOLRT_GEMM_F16_MIN", kGemmF16MinTokens);
+  return v;
+}
+
+int down_f16_min_tokens() {
+  static const int v = env_int("SMOLRT_DOWN_F16_MIN", kDownF16MinTokens);
   return v;
 }
 

@@ -27,6 +27,12 @@ bool head_kernel_takes(const DevMat& w);
 // sends every matrix through the generic kernel.
 bool& wide_head_enabled();
 
+// Process-wide switch (CudaOptions::head_int8 sets it; the backend's default is on): the wide
+// kernel's dot products run on DP4A against x quantized per 32-column block to two int8 levels (x =
+// s * (hi + lo / 254)), each element within max|x| / 64516 of its block; off: exact fp32
+// dequantization.
+bool& head_int8_enabled();
+
 // Its grid for max_blocks (0 = the default: all blocks resident at once) = the number of argmax
 // partials it writes.
 int head_grid(const DevMat& w, int max_blocks);

@@ -81,11 +81,9 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   // Large chunks: GEMM inputs go through act_to_f16 once (fp16, fragment order, norm applied) and
   // the GEMMs stage them as they are; small ones fuse the norm and the conversion into the GEMM.
   const bool h = n >= gemm_f16_min_tokens();
-  // The down GEMM reads silu(gate)*up as fp16 from this many tokens on (no conversion, half the
-  // staging bytes). H200, `smolrt bench`: pp128 124,202 vs 112,631 tok/s; at 32 tokens the fp32
-  // input with its 8-token tiles stays faster (49,427 vs 40,738).
-  constexpr int kDownF16MinTokens = 33;
-  const bool down_f16 = h || n >= kDownF16MinTokens;
+  // The down GEMM reads silu(gate)*up as fp16 from down_f16_min_tokens() on (no conversion, half
+  // the staging bytes). H200, `smolrt bench`: pp128 124,202 vs 112,631 tok/s.
+  const bool down_f16 = h || n >= down_f16_min_tokens();
   const int ldh = ws.ldh();
   auto input = [&](GemmQ4Args& a, float* x, int k, const float* norm_w, uint16_t* staged) {
     if (!h) {
@@ -120,7 +118,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     GemmOut r;
     r.y = ws.x, r.ldy = dim;
     gemm_q4(b, GemmEpilogue::Accumulate, r, s);
-    // 4. norm + gate/up + silu; from kDownF16MinTokens on written as fp16 in fragment order,
+    // 4. norm + gate/up + silu; from down_f16_min_tokens() on written as fp16 in fragment order,
     //    the down GEMM's input as is
     GemmQ4Args g;
     g.t = n, g.eps = c.norm_eps, g.w0 = L.w_gate, g.w1 = L.w_up;

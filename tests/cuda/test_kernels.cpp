@@ -152,18 +152,65 @@ TEST(KernelGemv, WideHeadMatchesCpu) {
     ASSERT_TRUE(cuda::head_kernel_takes(m.mat)) << sh.rows << "x" << sh.cols;
     std::vector<float> x = test::randn(sh.cols, 401 + si), nw = test::randn(sh.cols, 402 + si);
     Dev<float> dx(x), dnw(nw);
-    for (bool norm : {false, true}) {
-      SCOPED_TRACE(testing::Message() << sh.rows << "x" << sh.cols << " norm " << norm);
-      std::vector<float> xin = x, ref, tol;
-      if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), sh.cols, 1e-5f);
-      ref_matvec(m.view, xin, ref, tol);
-      Dev<float> out((size_t)sh.rows);
-      cuda::gemv(m.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(), false, nullptr);
-      std::vector<float> got = out.get();
-      // factor 2 with the norm: rsqrtf's own rounding carried through the sum (as above)
-      for (int r = 0; r < sh.rows; ++r) {
-        ASSERT_NEAR(got[r], ref[r], (norm ? 2 : 1) * tol[r]) << "row " << r;
+    std::vector<float> fp32_out[2];  // [norm]
+    for (bool i8 : {false, true}) {
+      for (bool norm : {false, true}) {
+        SCOPED_TRACE(testing::Message()
+                     << sh.rows << "x" << sh.cols << " norm " << norm << " int8 " << i8);
+        std::vector<float> xin = x, ref, tol;
+        if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), sh.cols, 1e-5f);
+        ref_matvec(m.view, xin, ref, tol);
+        // int8 x (head_int8_enabled): each element is within max|x| / 64516 of its 32-column
+        // block, so row r may differ from the fp32 product by sum_c |w_rc| * that (+1% for the
+        // float rounding of the quantization itself).
+        std::vector<double> qb(sh.rows, 0.0);
+        if (i8) {
+          std::vector<float> row(sh.cols);
+          for (int r = 0; r < sh.rows; ++r) {
+            cpu::dequant_row(m.view, r, row.data());
+            for (int b = 0; b < sh.cols / 32; ++b) {
+              double am = 0, aw = 0;
+              for (int c = 32 * b; c < 32 * b + 32; ++c) {
+                am = std::max(am, (double)std::fabs(xin[c]));
+                aw += std::fabs((double)row[c]);
+              }
+              qb[r] += 1.01 * aw * am / 64516.0;
+            }
+          }
+        }
+        cuda::head_int8_enabled() = i8;
+        Dev<float> out((size_t)sh.rows);
+        cuda::gemv(m.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(), false, nullptr);
+        cuda::head_int8_enabled() = false;
+        std::vector<float> got = out.get();
+        // factor 2 with the norm: rsqrtf's own rounding carried through the sum (as above)
+        for (int r = 0; r < sh.rows; ++r) {
+          ASSERT_NEAR(got[r], ref[r], (norm ? 2 : 1) * tol[r] + qb[r]) << "row " << r;
+        }
+        // The switch really selects another path: its rows are not the fp32 path's bits.
+        if (i8) {
+          EXPECT_NE(got, fp32_out[norm]);
+        } else {
+          fp32_out[norm] = got;
+        }
       }
+    }
+  }
+  // Non-finite x gives non-finite rows in both paths (never a finite, wrong logit).
+  {
+    RandMat m(GgmlType::Q8_0, 8192, 576, 77);
+    std::vector<float> x = test::randn(576, 78);
+    x[40] = std::numeric_limits<float>::infinity();
+    Dev<float> dx(x);
+    for (bool i8 : {false, true}) {
+      cuda::head_int8_enabled() = i8;
+      Dev<float> out((size_t)8192);
+      cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), false, nullptr);
+      cuda::head_int8_enabled() = false;
+      std::vector<float> got = out.get();
+      int finite = 0;
+      for (float v : got) finite += std::isfinite(v) ? 1 : 0;
+      EXPECT_EQ(finite, 0) << "int8 " << i8;
     }
   }
   // What it does not take goes through the generic kernel.

@@ -232,16 +232,16 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   // Prompts: batched prefill (cuda_prefill.h) continuing at position(), logits of the last token
-  // left in s_.logits (+ argmax in s_.amax_out) like a decode step; otherwise one decode step
+  // left in s_.logits like a decode step; otherwise one decode step
   // per token (models the prefill kernels do not take, debug activations, option off).
   std::span<const float> forward_prompt(std::span<const int> tokens) override {
     if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_,
-                         copt_.use_graph);
+      cuda::PrefillLastOut out = prefill_out();
+      out.host_logits = static_cast<float*>(logits_host_.get());
+      out.vocab = cfg_.vocab_size;
+      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, out, stream_, copt_.use_graph);
       pos_ += (int)tokens.size();
-      CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), s_.logits, sizeof(float) * cfg_.vocab_size,
-                                 cudaMemcpyDeviceToHost, stream_));
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       return {static_cast<const float*>(logits_host_.get()), (size_t)cfg_.vocab_size};
     }
@@ -348,9 +348,7 @@ class CudaBackend final : public CudaBackendApi {
   }
 
  private:
-  cuda::PrefillLastOut prefill_out() const {
-    return {s_.logits, s_.amax_v, s_.amax_i, s_.amax_out};
-  }
+  cuda::PrefillLastOut prefill_out() const { return {s_.logits, nullptr, 0}; }
 
   // True when these tokens go through the batched prefill; then also checks every id and that
   // they fit the context, before anything runs (so a bad prompt leaves the cache untouched).
@@ -367,8 +365,7 @@ class CudaBackend final : public CudaBackendApi {
            " does not fit the context of ", n_ctx_, " tokens; pass a larger --ctx (at most ",
            cfg_.n_ctx_train, ") or a shorter prompt");
     }
-    cuda::pdl_enabled() = copt_.pdl;  // the embedding, lm_head and argmax launches
-    cuda::wide_head_enabled() = copt_.wide_head;
+    set_kernel_switches();  // the embedding, lm_head and argmax launches
     return true;
   }
 
@@ -440,11 +437,17 @@ class CudaBackend final : public CudaBackendApi {
     pos_ = pos + 1;
   }
 
+  // The kernel files' process-wide switches, from this backend's options (before launching).
+  void set_kernel_switches() const {
+    cuda::pdl_enabled() = copt_.pdl;
+    cuda::wide_head_enabled() = copt_.wide_head;
+    cuda::head_int8_enabled() = copt_.head_int8;
+  }
+
   // Enqueues one decode step reading token/pos from the device slots; par selects the host slot
   // its argmax stores the id in (params_host_[3 + par]) and the graph that does so.
   void launch(int par) {
-    cuda::pdl_enabled() = copt_.pdl;
-    cuda::wide_head_enabled() = copt_.wide_head;
+    set_kernel_switches();
     par_ = par;
     if (debug_) {
       acts_.clear();
@@ -634,7 +637,15 @@ class CudaBackend final : public CudaBackendApi {
                                                       {"down+residual", kDown},
                                                       {"norm+lm_head", kHead},
                                                       {"argmax", kArgmax},
-                                                      {"all", kAllParts}};
+                                                      {"all", kAllParts},
+                                                      // What one kind costs inside the full
+                                                      // chain: all minus all-but-that-kind.
+                                                      {"all-qkv", kAllParts & ~kQkv},
+                                                      {"all-attention", kAllParts & ~kAttn},
+                                                      {"all-wo", kAllParts & ~kWo},
+                                                      {"all-gate_up", kAllParts & ~kGateUp},
+                                                      {"all-down", kAllParts & ~kDown},
+                                                      {"all-head", kAllParts & ~kHead}};
     int* hp = static_cast<int*>(params_host_.get());
     discard_spec();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -642,8 +653,7 @@ class CudaBackend final : public CudaBackendApi {
     hp[0] = 1;
     hp[1] = pos_ - 1;
     CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
-    cuda::pdl_enabled() = copt_.pdl;
-    cuda::wide_head_enabled() = copt_.wide_head;
+    set_kernel_switches();
     std::vector<std::pair<std::string, double>> out;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -745,6 +755,7 @@ CudaOptions cuda_options_from_env() {
   o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", false);
   o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", false);
   o.wide_head = env_flag("SMOLRT_CUDA_WIDE_HEAD", true);
+  o.head_int8 = env_flag("SMOLRT_CUDA_HEAD_I8", true);
   o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
   o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", false);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_PREFETCH"); v != nullptr && *v != '\0') {

@@ -8,7 +8,6 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "cuda/argmax.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemv.h"
 #include "cuda/prefill_model.h"
@@ -96,10 +95,11 @@ void CudaPrefill::one_chunk(const int* host_ids, int n, int pos0, const PrefillL
 }
 
 void CudaPrefill::head_last(int i, const PrefillLastOut& out, cudaStream_t s) {
-  // The decode lm_head with argmax stage 1 fused in, then stage 2: two launches.
-  const int parts = gemv_argmax(dw_->output, ws_.x + (size_t)i * pw_.cfg.dim, dw_->output_norm,
-                                pw_.cfg.norm_eps, out.logits, out.amax_v, out.amax_i, s);
-  argmax_final(out.amax_v, out.amax_i, parts, out.amax_out, s);
+  head_row(i, out.logits, s);
+  if (out.host_logits != nullptr) {
+    CUDA_CHECK(cudaMemcpyAsync(out.host_logits, out.logits, sizeof(float) * out.vocab,
+                               cudaMemcpyDeviceToHost, s));
+  }
 }
 
 void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size,
@@ -118,7 +118,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
     }
     ++uses_;
     for (Graph& g : graphs_)
-      if (g.n == n && g.pos0 == pos0) {
+      if (g.n == n && g.pos0 == pos0 && g.host_logits == out.host_logits) {
         g.last_use = uses_;
         CUDA_CHECK(cudaGraphLaunch(g.exec, s));
         return;
@@ -136,7 +136,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
       }
       CUDA_CHECK(cudaStreamEndCapture(s, &cg));
       Graph g;
-      g.n = n, g.pos0 = pos0, g.last_use = uses_;
+      g.n = n, g.pos0 = pos0, g.host_logits = out.host_logits, g.last_use = uses_;
       const cudaError_t e = cudaGraphInstantiate(&g.exec, cg, 0);
       cudaGraphDestroy(cg);
       CUDA_CHECK(e);
@@ -161,7 +161,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
     m = std::min(cs, n - i0);
     chunk(h, i0, m, pos0, s);
   }
-  // Last token: the decode step's own lm_head and argmax, into the decode buffers.
+  // Last token: the decode step's own lm_head, into the decode buffers.
   head_last(m - 1, out, s);
 }
 

@@ -3,8 +3,8 @@
 //
 // Weights: the decode session's own device image (one allocation, split layout), read by the
 // prefill GEMMs too: nothing is copied. The embedding (cuda::embed_batch), the final norm +
-// lm_head (the decode gemv, one launch per logits row) + GPU argmax and the norm vectors are the
-// decode kernels' and buffers as well.
+// lm_head (the decode gemv, one launch per logits row) and the norm vectors are the decode
+// kernels' and buffers as well.
 //
 // KV cache: the decode session's fp32 cache, [n_layers][2][n_ctx][kv_dim] (k then v per layer);
 // prefill writes positions [pos0, pos0 + n) that decode then reads.
@@ -23,13 +23,14 @@
 
 namespace smolrt::cuda {
 
-// Where the last token's results go: the decode session's own buffers, so forward_prompt's
-// readback, the GPU sampler and the argmax readback work as after a decode step.
+// Where the last token's logits go: the decode session's own buffer, so the GPU sampler works
+// as after a decode step. (No argmax: every caller reads the logits or samples from them.)
 struct PrefillLastOut {
   float* logits = nullptr;  // device [vocab]
-  float* amax_v = nullptr;  // device [kGemvMaxBlocks] argmax partials (gemv.h)
-  int* amax_i = nullptr;    // device [kGemvMaxBlocks]
-  int* amax_out = nullptr;  // device [1] argmax of logits
+  // Pinned host [vocab], or nullptr: the logits are also copied here, in stream order after the
+  // lm_head (inside the captured graph when one is replayed: one launch, no separate copy call).
+  float* host_logits = nullptr;
+  int vocab = 0;  // floats copied to host_logits
 };
 
 class CudaPrefill {
@@ -42,8 +43,8 @@ class CudaPrefill {
                                              int n_ctx);
 
   // Tokens at positions [pos0, pos0 + n) in chunks of at most `chunk_size`; the caller has
-  // validated the ids and pos0 + n <= n_ctx. Logits (and argmax) of the last token only, into
-  // `out`; nothing is read back and the stream is not synchronized.
+  // validated the ids and pos0 + n <= n_ctx. Logits of the last token only, into
+  // `out` (and out.host_logits when set); the stream is not synchronized.
   // graph: a one-chunk prompt whose (length, pos0) was seen before is captured once as a CUDA
   // graph (kept for the kGraphs most recent shapes) and replayed: benchmarks, fixed-length scoring
   // and regenerations skip ~160 launches. A first-seen shape runs eagerly (capturing would cost
@@ -69,7 +70,7 @@ class CudaPrefill {
   void chunk(const int* host_ids, int i0, int m, int pos0, cudaStream_t s);
   // logits row = lm_head(output_norm(ws_.x row i)) with the decode gemv.
   void head_row(int i, float* logits, cudaStream_t s);
-  // Same into out.logits, with its argmax in out.amax_out (partials need kGemvMaxBlocks entries).
+  // Same into out.logits, and the copy to out.host_logits.
   void head_last(int i, const PrefillLastOut& out, cudaStream_t s);
 
   const DeviceWeights* dw_ = nullptr;
@@ -81,6 +82,7 @@ class CudaPrefill {
   // reallocation of either drops them all (graphs_key_).
   struct Graph {
     int n = 0, pos0 = 0;
+    float* host_logits = nullptr;  // baked into the graph's copy node
     cudaGraphExec_t exec = nullptr;
     long last_use = 0;
   };
@@ -89,7 +91,8 @@ class CudaPrefill {
   std::pair<const void*, const void*> graphs_key_{nullptr, nullptr};
   long uses_ = 0;
   void drop_graphs();
-  // The launches of a one-chunk prompt (H2D ids, embedding, layers, lm_head, argmax).
+  // The launches of a one-chunk prompt (H2D ids, embedding, layers, lm_head, the copy to
+  // out.host_logits).
   void one_chunk(const int* host_ids, int n, int pos0, const PrefillLastOut& out, cudaStream_t s);
 };
 
