@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "core/error.h"
+#include "cuda/argmax_block.cuh"
 #include "cuda/device_common.cuh"
 #include "cuda/launch.h"
 
@@ -11,40 +12,6 @@ namespace smolrt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// Does candidate (av, ai) beat (bv, bi)? Candidates never hold NaN.
-__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) {
-  if (ai == INT_MAX) return false;
-  if (bi == INT_MAX) return true;
-  return av > bv || (av == bv && ai < bi);
-}
-
-__device__ void block_argmax(float& v, int& i) {
-  __shared__ float sv[kThreads / 32];
-  __shared__ int si[kThreads / 32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (beats(ov, oi, v, i)) {
-      v = ov;
-      i = oi;
-    }
-  }
-  if ((threadIdx.x & 31) == 0) {
-    sv[threadIdx.x >> 5] = v;
-    si[threadIdx.x >> 5] = i;
-  }
-  __syncthreads();
-  v = sv[0];
-  i = si[0];
-  for (int w = 1; w < kThreads / 32; ++w) {
-    if (beats(sv[w], si[w], v, i)) {
-      v = sv[w];
-      i = si[w];
-    }
-  }
-}
 
 __global__ void __launch_bounds__(kThreads)
     argmax_stage1_kernel(const float* x, int n, float* part_v, int* part_i) {
@@ -54,12 +21,14 @@ __global__ void __launch_bounds__(kThreads)
   int i = INT_MAX;
   for (int k = blockIdx.x * kThreads + threadIdx.x; k < n; k += gridDim.x * kThreads) {
     const float xv = x[k];
-    if (!isnan(xv) && beats(xv, k, v, i)) {
+    if (!isnan(xv) && amax_beats(xv, k, v, i)) {
       v = xv;
       i = k;
     }
   }
-  block_argmax(v, i);
+  __shared__ float sv[kThreads / 32];
+  __shared__ int si[kThreads / 32];
+  block_argmax<kThreads>(v, i, sv, si);
   if (threadIdx.x == 0) {
     part_v[blockIdx.x] = v;
     part_i[blockIdx.x] = i;
@@ -74,12 +43,14 @@ __global__ void __launch_bounds__(kThreads)
   float v = 0.f;
   int i = INT_MAX;
   for (int k = threadIdx.x; k < n_parts; k += kThreads) {
-    if (beats(part_v[k], part_i[k], v, i)) {
+    if (amax_beats(part_v[k], part_i[k], v, i)) {
       v = part_v[k];
       i = part_i[k];
     }
   }
-  block_argmax(v, i);
+  __shared__ float sv[kThreads / 32];
+  __shared__ int si[kThreads / 32];
+  block_argmax<kThreads>(v, i, sv, si);
   if (threadIdx.x == 0) {
     const int id = i == INT_MAX ? 0 : i;
     *out = id;

@@ -1,5 +1,6 @@
-// Device pieces of the argmax fused into the lm_head matvecs (gemv.cu, gemv_head.cu): the
-// candidate order and stage 2 done by the grid's last block.
+// Device pieces of the GPU argmax (argmax.cu, prefill_ops.cu) and of the argmax fused into the
+// lm_head matvecs (gemv.cu, gemv_head.cu): the candidate order, the block reduction and stage 2
+// done by the grid's last block.
 #pragma once
 
 #include <climits>
@@ -13,6 +14,31 @@ __device__ __forceinline__ bool amax_beats(float av, int ai, float bv, int bi) {
   if (ai == INT_MAX) return false;
   if (bi == INT_MAX) return true;
   return av > bv || (av == bv && ai < bi);
+}
+
+// Block-wide best of every thread's candidate (v, i) in the amax_beats order: warp shuffles, then
+// the warps' winners through the caller's shared scratch sv/si (NT/32 entries each). Every thread
+// of the NT-thread block calls it and gets the block's best. Two calls in one kernel need a
+// __syncthreads between them (the scratch is rewritten).
+template <int NT>
+__device__ __forceinline__ void block_argmax(float& v, int& i, float* sv, int* si) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (amax_beats(ov, oi, v, i)) v = ov, i = oi;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    sv[threadIdx.x >> 5] = v;
+    si[threadIdx.x >> 5] = i;
+  }
+  __syncthreads();
+  v = sv[0];
+  i = si[0];
+#pragma unroll
+  for (int k = 1; k < NT / 32; ++k) {
+    if (amax_beats(sv[k], si[k], v, i)) v = sv[k], i = si[k];
+  }
 }
 
 // Argmax stage 2 inside the lm_head kernel (saves the launch of a separate kernel): each block
@@ -37,21 +63,8 @@ __device__ __forceinline__ void argmax_last_block(const ArgmaxFinal& fin, const 
     const int pi = __ldcg(part_i + k);
     if (amax_beats(pv, pi, v, i)) v = pv, i = pi;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (amax_beats(ov, oi, v, i)) v = ov, i = oi;
-  }
-  if ((threadIdx.x & 31) == 0) {
-    sv[threadIdx.x >> 5] = v;
-    si[threadIdx.x >> 5] = i;
-  }
-  __syncthreads();
+  block_argmax<NT>(v, i, sv, si);
   if (threadIdx.x == 0) {
-    for (int k = 1; k < NT / 32; ++k) {
-      if (amax_beats(sv[k], si[k], v, i)) v = sv[k], i = si[k];
-    }
     const int id = i == INT_MAX ? 0 : i;
     *fin.out = id;
     // The lm_head is the step's last kernel: every earlier kernel has completed, so the position

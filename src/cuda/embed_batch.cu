@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "cuda/device_common.cuh"
+#include "cuda/embed.h"
 #include "cuda/launch.h"
 
 namespace smolrt::cuda {
@@ -17,45 +18,17 @@ __global__ void embed_batch_kernel(const DevMat m, const int* tokens, float* x, 
   const int i = blockIdx.x, tok = tokens[i];
   const bool ok = tok >= 0 && tok < m.rows;
   const size_t r = ok ? (size_t)tok : 0;
-  const int nb = m.cols / 32;
-  const uint8_t* q = static_cast<const uint8_t*>(m.q);
   for (int c = threadIdx.x; c < m.cols; c += blockDim.x) {
-    float v;
-    if (m.type == GgmlType::F32) {
-      v = static_cast<const float*>(m.q)[r * m.cols + c];
-    } else if (m.type == GgmlType::F16) {
-      v = half_bits_to_float(static_cast<const uint16_t*>(m.q)[r * m.cols + c]);
-    } else {
-      const int b = c / 32, j = c % 32;
-      const float d = half_bits_to_float(m.d[r * nb + b]);
-      if (m.type == GgmlType::Q8_0) {
-        v = (float)(int8_t)q[(r * nb + b) * 32 + j] * d;
-      } else {  // Q4_0: byte j%16 of the block, low nibble for j < 16
-        const uint8_t byte = q[(r * nb + b) * 16 + (j & 15)];
-        v = (float)((int)(j < 16 ? (byte & 15) : (byte >> 4)) - 8) * d;
-      }
-    }
-    x[(size_t)i * ldx + c] = ok ? v : NAN;
+    x[(size_t)i * ldx + c] = ok ? dequant_at(m, r, c) : NAN;
   }
 }
 
 }  // namespace
 
 void embed_batch(const DevMat& emb, const int* tokens, int n, float* x, int ldx, cudaStream_t s) {
-  if (emb.type != GgmlType::F32 && emb.type != GgmlType::F16 && emb.type != GgmlType::Q4_0 &&
-      emb.type != GgmlType::Q8_0) {
-    fail("embed_batch: no CUDA embedding kernel for type ", type_name(emb.type),
-         "; supported: f32, f16, q4_0, q8_0");
-  }
-  if (emb.q == nullptr || tokens == nullptr || x == nullptr || emb.cols <= 0 || emb.rows <= 0 ||
-      n <= 0 || ldx < emb.cols) {
-    fail("embed_batch: null pointer, empty matrix or bad shape (n=", n, ", ldx=", ldx,
-         ", cols=", emb.cols, ")");
-  }
-  if (emb.type != GgmlType::F32 && emb.type != GgmlType::F16 &&
-      (emb.d == nullptr || emb.cols % 32 != 0)) {
-    fail("embed_batch: quantized matrix without scales or cols=", emb.cols,
-         " not a multiple of 32");
+  check_embedding("embed_batch", emb);
+  if (tokens == nullptr || x == nullptr || n <= 0 || ldx < emb.cols) {
+    fail("embed_batch: null pointer or bad shape (n=", n, ", ldx=", ldx, ", cols=", emb.cols, ")");
   }
   launch_kernel(embed_batch_kernel, dim3(n), dim3(256), 0, s, emb, tokens, x, ldx);
 }

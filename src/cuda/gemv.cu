@@ -452,15 +452,8 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
     if (p.part_v != nullptr) {
       __shared__ float sv[kBlock / 32];
       __shared__ int si[kBlock / 32];
-      if (lane == 0) {
-        sv[threadIdx.x >> 5] = best_v;
-        si[threadIdx.x >> 5] = best_i;
-      }
-      __syncthreads();
+      block_argmax<kBlock>(best_v, best_i, sv, si);
       if (threadIdx.x == 0) {
-        for (int k = 1; k < kBlock / 32; ++k) {
-          if (amax_beats(sv[k], si[k], best_v, best_i)) best_v = sv[k], best_i = si[k];
-        }
         p.part_v[blockIdx.x] = best_v;
         p.part_i[blockIdx.x] = best_i;
       }

@@ -193,24 +193,11 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
   }
 
   if (a.part_v == nullptr) return;
-    // Fused argmax stage 1: one partial per block.
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (amax_beats(ov, oi, best_v, best_i)) best_v = ov, best_i = oi;
-  }
+  // Fused argmax stage 1: one partial per block.
   __shared__ float sv[kHW];
   __shared__ int si[kHW];
-  if (lane == 0) {
-    sv[warp] = best_v;
-    si[warp] = best_i;
-  }
-  __syncthreads();
+  block_argmax<kHT>(best_v, best_i, sv, si);
   if (threadIdx.x == 0) {
-    for (int k = 1; k < kHW; ++k) {
-      if (amax_beats(sv[k], si[k], best_v, best_i)) best_v = sv[k], best_i = si[k];
-    }
     a.part_v[blockIdx.x] = best_v;
     a.part_i[blockIdx.x] = best_i;
   }

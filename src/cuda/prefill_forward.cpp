@@ -85,12 +85,12 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   // the staging bytes). H200, `smolrt bench`: pp128 124,202 vs 112,631 tok/s.
   const bool down_f16 = h || n >= down_f16_min_tokens();
   const int ldh = ws.ldh();
-  auto input = [&](GemmQ4Args& a, float* x, int k, const float* norm_w, uint16_t* staged) {
+  auto input = [&](GemmQ4Args& a, float* x, int k, const float* norm_w) {
     if (!h) {
       a.x = x, a.ldx = k, a.norm_w = norm_w;
     } else {
-      if (staged == ws.xh) act_to_f16(x, k, n, k, norm_w, c.norm_eps, ws.xh, ldh, s);
-      a.xh = staged, a.ldh = ldh;
+      act_to_f16(x, k, n, k, norm_w, c.norm_eps, ws.xh, ldh, s);
+      a.xh = ws.xh, a.ldh = ldh;
     }
   };
   for (const PrefillLayerWeights& L : w.layers) {
@@ -99,7 +99,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     a.t = n;
     a.eps = c.norm_eps;
     a.w0 = L.wq, a.w1 = L.wk, a.w2 = L.wv;
-    input(a, ws.x, dim, L.attn_norm, ws.xh);
+    input(a, ws.x, dim, L.attn_norm);
     GemmOut o;
     o.y = ws.q, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = c.head_dim;
     o.rope_dim = c.rope_dim, o.rope_base = c.rope_base, o.pos0 = pos0;
@@ -114,7 +114,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     // 3. x += Wo att
     GemmQ4Args b;
     b.t = n, b.w0 = L.wo;
-    input(b, ws.att, q_dim, nullptr, ws.xh);
+    input(b, ws.att, q_dim, nullptr);
     GemmOut r;
     r.y = ws.x, r.ldy = dim;
     gemm_q4(b, GemmEpilogue::Accumulate, r, s);
@@ -122,7 +122,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     //    the down GEMM's input as is
     GemmQ4Args g;
     g.t = n, g.eps = c.norm_eps, g.w0 = L.w_gate, g.w1 = L.w_up;
-    input(g, ws.x, dim, L.ffn_norm, ws.xh);
+    input(g, ws.x, dim, L.ffn_norm);
     GemmOut go;
     go.y = ws.ffh, go.ldy = hid;
     if (down_f16) go.yh = ws.hh, go.ldyh = ldh;

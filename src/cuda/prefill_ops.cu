@@ -1,56 +1,32 @@
 // argmax_rows (see prefill_ops.h).
 #include "cuda/prefill_ops.h"
 
+#include <climits>
 #include <cmath>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "cuda/argmax_block.cuh"
 #include "cuda/launch.cuh"
 
 namespace smolrt::cuda {
 namespace {
-
-// (value, index) is better than (bv, bi): larger, or equal with a lower index; NaN never wins.
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-  if (isnan(v)) return false;
-  if (isnan(bv)) return true;
-  return v > bv || (v == bv && i < bi);
-}
 
 __global__ void __launch_bounds__(1024)
     argmax_rows_kernel(const float* logits, int ld, int n, int* out) {
   detail::pdl_wait();  // logits come from the lm_head GEMM
   detail::pdl_trigger();
   const float* row = logits + (size_t)blockIdx.x * ld;
-  float bv = NAN;
-  int bi = 0x7fffffff;
+  float bv = 0.f;
+  int bi = INT_MAX;
   for (int c = threadIdx.x; c < n; c += blockDim.x) {
     const float v = row[c];
-    if (better(v, c, bv, bi)) bv = v, bi = c;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    if (!isnan(v) && amax_beats(v, c, bv, bi)) bv = v, bi = c;
   }
   __shared__ float sv[32];
   __shared__ int si[32];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) sv[warp] = bv, si[warp] = bi;
-  __syncthreads();
-  if (warp == 0) {
-    const int nw = blockDim.x >> 5;
-    bv = lane < nw ? sv[lane] : NAN;
-    bi = lane < nw ? si[lane] : 0x7fffffff;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    if (lane == 0) out[blockIdx.x] = isnan(bv) ? 0 : bi;
-  }
+  block_argmax<1024>(bv, bi, sv, si);
+  if (threadIdx.x == 0) out[blockIdx.x] = bi == INT_MAX ? 0 : bi;  // all NaN: 0
 }
 
 }  // namespace
