@@ -18,8 +18,9 @@ __device__ __forceinline__ bool amax_beats(float av, int ai, float bv, int bi) {
 
 // Block-wide best of every thread's candidate (v, i) in the amax_beats order: warp shuffles, then
 // the warps' winners through the caller's shared scratch sv/si (NT/32 entries each). Every thread
-// of the NT-thread block calls it and gets the block's best. Two calls in one kernel need a
-// __syncthreads between them (the scratch is rewritten).
+// of the NT-thread block calls it; the block's best lands in thread 0 only, which alone reads the
+// scratch after the barrier (the other threads may go on and reuse shared memory: racecheck
+// reported them reading the scratch while thread 0 had moved on to the next shared write).
 template <int NT>
 __device__ __forceinline__ void block_argmax(float& v, int& i, float* sv, int* si) {
 #pragma unroll
@@ -33,11 +34,11 @@ __device__ __forceinline__ void block_argmax(float& v, int& i, float* sv, int* s
     si[threadIdx.x >> 5] = i;
   }
   __syncthreads();
-  v = sv[0];
-  i = si[0];
+  if (threadIdx.x == 0) {
 #pragma unroll
-  for (int k = 1; k < NT / 32; ++k) {
-    if (amax_beats(sv[k], si[k], v, i)) v = sv[k], i = si[k];
+    for (int k = 1; k < NT / 32; ++k) {
+      if (amax_beats(sv[k], si[k], v, i)) v = sv[k], i = si[k];
+    }
   }
 }
 
