@@ -240,6 +240,7 @@ class CudaBackend final : public CudaBackendApi {
       cuda::PrefillLastOut out = prefill_out();
       out.host_logits = static_cast<float*>(logits_host_.get());
       out.vocab = cfg_.vocab_size;
+      out.host_direct = copt_.host_direct_logits;
       prefill_->run_last(tokens, pos_, copt_.prefill_chunk, out, stream_, copt_.use_graph);
       pos_ += (int)tokens.size();
       CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -756,6 +757,7 @@ CudaOptions cuda_options_from_env() {
   o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", false);
   o.wide_head = env_flag("SMOLRT_CUDA_WIDE_HEAD", true);
   o.head_int8 = env_flag("SMOLRT_CUDA_HEAD_I8", true);
+  o.host_direct_logits = env_flag("SMOLRT_CUDA_HOST_LOGITS", true);
   o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
   o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", false);
   if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_PREFETCH"); v != nullptr && *v != '\0') {

@@ -31,6 +31,9 @@ struct PrefillLastOut {
   // lm_head (inside the captured graph when one is replayed: one launch, no separate copy call).
   float* host_logits = nullptr;
   int vocab = 0;  // floats copied to host_logits
+  // With host_logits: the lm_head kernel stores its rows straight into the pinned buffer (mapped
+  // into the device's address space) instead of out.logits + a copy; out.logits is not written.
+  bool host_direct = false;
 };
 
 class CudaPrefill {
