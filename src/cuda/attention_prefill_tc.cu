@@ -10,10 +10,10 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "cuda/attention_prefill.h"
 #include "cuda/launch.cuh"
 
@@ -301,10 +301,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
 
 // SMOLRT_ATTN_KSPLIT=1 pins one key group (experiments); unset: two once there are 2+ key tiles.
 int env_ksplit() {
-  static const int v = [] {
-    const char* e = std::getenv("SMOLRT_ATTN_KSPLIT");
-    return e ? std::atoi(e) : 0;
-  }();
+  static const int v = env_int("SMOLRT_ATTN_KSPLIT", 0, 0, 2, "a key-group count (0 = auto)");
   return v;
 }
 

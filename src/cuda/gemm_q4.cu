@@ -15,9 +15,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "cuda/device_common.cuh"
 #include "cuda/launch.h"
@@ -570,12 +570,9 @@ constexpr int kMaxKw = 12, kMaxWarps = 16;
 // Tuning knobs, read once (bench/bench_prefill sweeps them): SMOLRT_GEMM_NT forces the fp32
 // path's token tile (1, 2 or 4 n-tiles of 8 tokens), SMOLRT_GEMM_STAGE_KB sets the staging
 // budget, SMOLRT_GEMM_F16_MIN the batch size from which prefill_forward takes the fp16 path.
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : dflt;
-}
 int forced_nt() {
-  static const int v = env_int("SMOLRT_GEMM_NT", 0);
+  static const int v =
+      env_int("SMOLRT_GEMM_NT", 0, 0, 4, "an 8-token tile count (1, 2, 4; 0 = auto)");
   return v;
 }
 // Residual GEMMs may split K across blocks and add atomically (the default; SMOLRT_GEMM_SPLITK=0
@@ -583,11 +580,12 @@ int forced_nt() {
 // from run to run.
 int g_split_k = -1;  // -1: the environment's choice
 bool split_k() {
-  static const bool env = env_int("SMOLRT_GEMM_SPLITK", 1) != 0;
+  static const bool env = env_flag("SMOLRT_GEMM_SPLITK", true);
   return g_split_k < 0 ? env : g_split_k != 0;
 }
 double stage_budget() {
-  static const double v = env_int("SMOLRT_GEMM_STAGE_KB", 4096) * 1024.0;
+  static const double v =
+      env_int("SMOLRT_GEMM_STAGE_KB", 4096, 64, 1 << 20, "a staging budget in KiB") * 1024.0;
   return v;
 }
 
@@ -675,12 +673,14 @@ void gemm_q4_set_split_k(int on) {
 }
 
 int gemm_f16_min_tokens() {
-  static const int v = env_int("SMOLRT_GEMM_F16_MIN", kGemmF16MinTokens);
+  static const int v =
+      env_int("SMOLRT_GEMM_F16_MIN", kGemmF16MinTokens, 1, 1 << 20, "a token count");
   return v;
 }
 
 int down_f16_min_tokens() {
-  static const int v = env_int("SMOLRT_DOWN_F16_MIN", kDownF16MinTokens);
+  static const int v =
+      env_int("SMOLRT_DOWN_F16_MIN", kDownF16MinTokens, 1, 1 << 20, "a token count");
   return v;
 }
 

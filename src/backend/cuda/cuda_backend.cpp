@@ -3,8 +3,6 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "backend/cpu/sample.h"
@@ -12,6 +10,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
@@ -25,12 +24,6 @@
 
 namespace smolrt {
 namespace {
-
-bool env_flag(const char* name, bool def) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return def;
-  return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
-}
 
 // Device scratch of one session, carved from one allocation (sizes from the config and n_ctx).
 struct Scratch {
@@ -742,14 +735,8 @@ CudaOptions cuda_options_from_env() {
   o.fused_norm = env_flag("SMOLRT_CUDA_FUSED_NORM", true);
   o.pdl = env_flag("SMOLRT_CUDA_PDL", true);
   o.batched_prefill = env_flag("SMOLRT_CUDA_PREFILL", true);
-  if (const char* v = std::getenv("SMOLRT_PREFILL_CHUNK"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 1 || n > (1 << 20)) {
-      fail("SMOLRT_PREFILL_CHUNK=", v, " is not a token count; give an integer in [1, 1048576]");
-    }
-    o.prefill_chunk = static_cast<int>(n);
-  }
+  o.prefill_chunk =
+      env_int("SMOLRT_PREFILL_CHUNK", o.prefill_chunk, 1, 1 << 20, "a token count per chunk");
   o.l2_prefetch = env_flag("SMOLRT_CUDA_L2_PREFETCH", false);
   o.device_token = env_flag("SMOLRT_CUDA_DEVICE_TOKEN", true);
   o.fused_argmax = env_flag("SMOLRT_CUDA_FUSED_ARGMAX", true);
@@ -760,24 +747,10 @@ CudaOptions cuda_options_from_env() {
   o.host_direct_logits = env_flag("SMOLRT_CUDA_HOST_LOGITS", true);
   o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
   o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", false);
-  if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_PREFETCH"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 0 || n > 64) {
-      fail("SMOLRT_CUDA_HEAD_PREFETCH=", v,
-           " is not a layer count; give an integer in [0, 64] (0 = off)");
-    }
-    o.head_prefetch_layers = static_cast<int>(n);
-  }
-  if (const char* v = std::getenv("SMOLRT_CUDA_HEAD_BLOCKS"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 0 || n > cuda::kGemvMaxBlocks) {
-      fail("SMOLRT_CUDA_HEAD_BLOCKS=", v, " is not a grid cap; give an integer in [0, ",
-           cuda::kGemvMaxBlocks, "] (0 = default)");
-    }
-    o.head_blocks = static_cast<int>(n);
-  }
+  o.head_prefetch_layers = env_int("SMOLRT_CUDA_HEAD_PREFETCH", o.head_prefetch_layers, 0, 64,
+                                   "a layer count (0 = off)");
+  o.head_blocks = env_int("SMOLRT_CUDA_HEAD_BLOCKS", o.head_blocks, 0, cuda::kGemvMaxBlocks,
+                          "an lm_head grid cap (0 = the matvec default)");
   return o;
 }
 
