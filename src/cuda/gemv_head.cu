@@ -28,6 +28,14 @@ constexpr int min_blocks(int u) {
 // kernel test bounds the logits with exactly that).
 constexpr float kLoDiv = 254.f;
 
+// Shared memory ahead of the per-vector partial dots: fp32 x, chunk k of 16 columns at k*kXPad
+// floats (the float4 reads of 8 lanes with consecutive k then hit distinct banks); I8: [hi bytes:
+// cols][lo bytes: cols][block scales: cols / 32 floats]. A multiple of 4 bytes either way.
+__host__ __device__ constexpr size_t head_x_bytes(int cols, bool i8) {
+  return i8 ? 2 * (size_t)cols + sizeof(float) * (cols / 32)
+            : sizeof(float) * (size_t)(cols / 16) * kXPad;
+}
+
 // U = 16-byte quant vectors per lane per group (U*32 >= kHeadRows*cols/16). Two groups' worth of
 // registers: the next group loads while this one is reduced.
 // I8: the dot products run on DP4A against the two-level int8 x (4 MACs per instruction, no
@@ -68,13 +76,11 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
   pdl_wait();
   pdl_trigger();
 
-  // x (RMS-normalized when norm_w is set) into shared memory, chunk k of 16 columns at k*kXPad
-  // floats: the float4 reads of 8 lanes with consecutive k then hit distinct banks.
-  // I8 instead: [hi bytes: cols][lo bytes: cols][block scales: cols / 32 floats]; padded, see
-  // head_smem_bytes.
+  // x (RMS-normalized when norm_w is set) into shared memory (head_x_bytes), then the partials.
   extern __shared__ float4 head_smem[];
   float* xs = reinterpret_cast<float*>(head_smem);  // [urow * kXPad]
-  float* red = xs + (size_t)urow * kXPad;           // [kHW][ug] per-vector partial dots
+  float* red = reinterpret_cast<float*>(reinterpret_cast<char*>(head_smem) +
+                                        head_x_bytes(cols, I8));  // [kHW][ug] partial dots
   uint32_t* xhi = reinterpret_cast<uint32_t*>(head_smem);
   uint32_t* xlo = xhi + cols / 4;
   float* xsc = reinterpret_cast<float*>(xlo + cols / 4);
@@ -127,7 +133,6 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
     }
   }
   __syncthreads();
-  if constexpr (I8) red = xsc + cols / 32;
 
   float* myred = red + (size_t)warp * ug;
   const int rr = lane >> 3, qq = lane & 7;  // reduction role: row rr of the group, lane qq of 8
@@ -208,6 +213,17 @@ int u_for(int cols) {
   return cols <= 640 ? 5 : 8;
 }
 
+template <bool I8>
+void launch_head(const HeadArgs& a, int grid, cudaStream_t s) {
+  const int cols = a.w.cols;
+  const size_t smem = head_x_bytes(cols, I8) + sizeof(float) * kHW * kHeadRows * (cols / 16);
+  if (u_for(cols) == 5) {
+    launch_kernel(head_q8_kernel<5, I8>, dim3(grid), dim3(kHT), smem, s, a);
+  } else {
+    launch_kernel(head_q8_kernel<8, I8>, dim3(grid), dim3(kHT), smem, s, a);
+  }
+}
+
 }  // namespace
 
 bool& wide_head_enabled() {
@@ -235,22 +251,10 @@ int head_grid(const DevMat& w, int max_blocks) {
 
 int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s) {
   const int grid = head_grid(a.w, max_blocks);
-  const int cols = a.w.cols, urow = cols / 16;
-  const size_t red = sizeof(float) * (size_t)kHW * kHeadRows * urow;
   if (head_int8_enabled()) {
-    const size_t smem = 2 * (size_t)cols + sizeof(float) * (cols / 32) + red;
-    if (u_for(cols) == 5) {
-      launch_kernel(head_q8_kernel<5, true>, dim3(grid), dim3(kHT), smem, s, a);
-    } else {
-      launch_kernel(head_q8_kernel<8, true>, dim3(grid), dim3(kHT), smem, s, a);
-    }
-    return grid;
-  }
-  const size_t smem = sizeof(float) * (size_t)urow * kXPad + red;
-  if (u_for(cols) == 5) {
-    launch_kernel(head_q8_kernel<5, false>, dim3(grid), dim3(kHT), smem, s, a);
+    launch_head<true>(a, grid, s);
   } else {
-    launch_kernel(head_q8_kernel<8, false>, dim3(grid), dim3(kHT), smem, s, a);
+    launch_head<false>(a, grid, s);
   }
   return grid;
 }
