@@ -21,9 +21,12 @@
 #include "cuda/attention_prefill.h"
 #include "cuda/gemm_q4.h"
 #include "cuda/prefill_model.h"
+#include "event_timing.h"
 
 using namespace smolrt;
 using namespace smolrt::cuda;
+using smolrt::bench::Stats;
+using smolrt::bench::time_ms;
 
 namespace {
 
@@ -39,33 +42,6 @@ std::vector<uint8_t> random_blocks(size_t n_blocks, size_t block_bytes, uint32_t
     for (size_t i = 2; i < block_bytes; ++i) p[i] = (uint8_t)(rng() & 0xff);
   }
   return out;
-}
-
-struct Stats {
-  double med, min, max;
-};
-
-template <class F>
-Stats time_ms(F&& body, int reps, cudaStream_t st) {
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) body();  // warm-up
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(e0, st));
-    body();
-    CUDA_CHECK(cudaEventRecord(e1, st));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float m = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
-    ms.push_back(m);
-  }
-  CUDA_CHECK(cudaEventDestroy(e0));
-  CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front(), ms.back()};
 }
 
 std::vector<int> parse_list(const char* s) {
@@ -230,34 +206,17 @@ int main(int argc, char** argv) try {
     prefill_forward(pm.weights(), ws, T, 0, 1, s);
     CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 5; ++i) CUDA_CHECK(cudaGraphLaunch(exec, s));
-    std::vector<double> ms;
-    for (int i = 0; i < reps; ++i) {
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      CUDA_CHECK(cudaGraphLaunch(exec, s));
-      CUDA_CHECK(cudaEventRecord(e1, s));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float m = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
-      ms.push_back(m);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
+    const Stats g = time_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }, reps, s, 5);
+    const double med = g.med;
     const double tflops = flop_tok * T / (med * 1e-3) / 1e12;
-    std::printf("%5d %10.4f %10.4f %10.4f %12.0f %10.4f %10.2f\n", T, med, ms.front(), ms.back(),
+    std::printf("%5d %10.4f %10.4f %10.4f %12.0f %10.4f %10.2f\n", T, med, g.min, g.max,
                 T / (med * 1e-3), plain.med, tflops);
     if (jf)
       std::fprintf(jf,
                    "{\"bench\":\"prefill\",\"device\":\"%s\",\"tokens\":%d,\"median_ms\":%.5f,"
                    "\"min_ms\":%.5f,\"max_ms\":%.5f,\"tok_per_s\":%.0f,\"nograph_median_ms\":%.5f,"
                    "\"layer_tflops\":%.3f,\"reps\":%d}\n",
-                   prop.name, T, med, ms.front(), ms.back(), T / (med * 1e-3), plain.med, tflops,
-                   reps);
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
+                   prop.name, T, med, g.min, g.max, T / (med * 1e-3), plain.med, tflops, reps);
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
   }

@@ -55,11 +55,12 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
   // (two vectors per 32-column block). Past the end: zeros, which contribute exactly 0.
   auto load = [&](int g, uint4(&w)[U], float(&d)[U]) {
     const size_t base = (size_t)g * ug;
+    const bool whole = base + ug <= total;  // every group but a short last one (warp-uniform)
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       const int u = lane + 32 * j;
       const size_t gi = base + u;
-      if (u < ug && gi < total) {
+      if (u < ug && (whole || gi < total)) {
         w[j] = __ldg(q + gi);
         d[j] = half_bits_to_float(__ldg(a.w.d + gi / 2));
       } else {
@@ -136,6 +137,20 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
 
   float* myred = red + (size_t)warp * ug;
   const int rr = lane >> 3, qq = lane & 7;  // reduction role: row rr of the group, lane qq of 8
+  // Per lane and slot j, the same in every group: the 16-column chunk of vector u = lane + 32j
+  // and (I8) its x block scale, held in registers where they fit (U = 8 would spill), so the
+  // loop does no integer division and no scale load.
+  constexpr bool kRegs = U <= 5;
+  int cj[kRegs ? U : 1];
+  float sj[kRegs ? U : 1];
+  if constexpr (kRegs) {
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int u = lane + 32 * j;
+      cj[j] = u < ug ? u % urow : 0;
+      sj[j] = I8 ? xsc[cj[j] >> 1] : 0.f;
+    }
+  }
   float best_v = 0.f;
   int best_i = INT_MAX;
   for (; g < n_groups; g += stride) {
@@ -147,7 +162,8 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
     for (int j = 0; j < U; ++j) {
       const int u = lane + 32 * j;
       if (I8 && u < ug) {
-        const int c = u % urow;  // 16-column chunk: words 4c..4c+3, block c / 2
+        const int c = kRegs ? cj[kRegs ? j : 0] : u % urow;  // 16-column chunk: words
+                                                             // 4c..4c+3, block c / 2
         const uint4 h = reinterpret_cast<const uint4*>(xhi)[c];
         const uint4 l = reinterpret_cast<const uint4*>(xlo)[c];
         const int ih =
@@ -158,9 +174,11 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
             __dp4a((int)w0[j].w, (int)l.w,
                    __dp4a((int)w0[j].z, (int)l.z,
                           __dp4a((int)w0[j].y, (int)l.y, __dp4a((int)w0[j].x, (int)l.x, 0))));
-        myred[u] = d0[j] * xsc[c >> 1] * ((float)ih + (float)il * (1.f / kLoDiv));
+        const float xsb = kRegs ? sj[kRegs ? j : 0] : xsc[c >> 1];
+        myred[u] = d0[j] * xsb * ((float)ih + (float)il * (1.f / kLoDiv));
       } else if (u < ug) {
-        const float4* xk = reinterpret_cast<const float4*>(xs + (u % urow) * kXPad);
+        const float4* xk =
+            reinterpret_cast<const float4*>(xs + (kRegs ? cj[kRegs ? j : 0] : u % urow) * kXPad);
         const uint32_t ww[4] = {w0[j].x ^ 0x80808080u, w0[j].y ^ 0x80808080u, w0[j].z ^ 0x80808080u,
                                 w0[j].w ^ 0x80808080u};
         float t = 0.f;
@@ -177,8 +195,18 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
     }
     __syncwarp();
     // Row rr's urow partials: 8 lanes take every 8th, then a fixed xor tree (deterministic).
+    // All loads first (fixed trip count), then the sum in the same k order.
+    constexpr int kRed = (U * 32 / kHeadRows + 7) / 8;  // urow <= U * 32 / kHeadRows
+    float pr[kRed];
+#pragma unroll
+    for (int i = 0; i < kRed; ++i) {
+      const int k = qq + 8 * i;
+      pr[i] = k < urow ? myred[rr * urow + k] : 0.f;
+    }
     float s = 0.f;
-    for (int k = qq; k < urow; k += 8) s += myred[rr * urow + k];
+#pragma unroll
+    for (int i = 0; i < kRed; ++i)
+      if (qq + 8 * i < urow) s += pr[i];
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     s += __shfl_xor_sync(0xffffffffu, s, 2);
     s += __shfl_xor_sync(0xffffffffu, s, 4);
