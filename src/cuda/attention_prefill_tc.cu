@@ -1,12 +1,12 @@
 // Tensor-core causal GQA attention for prefill (FlashAttention-2 style), fp16 or fp32 KV cache
 // (staged in shared memory as fp16 either way), head_dim 16/32/64. A 128-thread block owns 64
 // queries of one head: each warp 16 query rows, their scores and output stay in mma.sync m16n8k16
-// register fragments (fp16 operands, fp32 accumulate). K/V tiles of 64 keys stream through shared
-// memory with cp.async, double-buffered so the next tile's loads are in flight during this tile's
-// math (the SIMT kernel was shared-memory-bound: 4 FMAs per shared load; here one ldmatrix feeds 2
-// MMAs of 256 FMAs each). The score fragment (C layout) is re-packed in registers as the A operand
-// of P*V, so P never touches shared memory. Query, K, V and P are rounded to fp16
-// (scores/sums/output stay fp32).
+// register fragments (fp16 operands, fp32 accumulate). K/V tiles of 64 keys (32 when the whole
+// context fits in one) stream through shared memory with cp.async, double-buffered so the next
+// tile's loads are in flight during this tile's math (the SIMT kernel was shared-memory-bound: 4
+// FMAs per shared load; here one ldmatrix feeds 2 MMAs of 256 FMAs each). The score fragment (C
+// layout) is re-packed in registers as the A operand of P*V, so P never touches shared memory.
+// Query, K, V and P are rounded to fp16 (scores/sums/output stay fp32).
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -48,19 +48,21 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 // KS key groups of 4 warps each: group g takes key tiles g, g+KS, ... for the same 64 queries
 // (halves the serial tile chain of the longest query tile at KS=2); the partial (m, l, O) of
 // the groups merge through shared memory at the end.
-template <int HD, class KV, int KS>
+template <int HD, class KV, int KS, int KT>
 __global__ void __launch_bounds__(kWarps * 32 * KS)
     attention_prefill_tc_kernel(AttentionPrefillArgs a, float qscale) {
+  static_assert(KT == 32 || KT == 64, "key tiles of 32 or 64");
+  constexpr int NTK = KT / 8;  // 8-key score tiles per key tile
   constexpr int P = HD + 8;    // fp16 row pitch: +16 B puts the 8 rows of a fragment in distinct
                                // banks (both for the 32-bit K reads and for ldmatrix on V)
   constexpr int KC = HD / 16;  // 16-wide k chunks of the QK^T product
   constexpr int DT = HD / 8;   // 8-wide output column tiles
   constexpr int kChunks = HD / 8;                             // 16-byte chunks per K/V row
-  extern __shared__ __align__(128) unsigned char smem_raw[];  // [KS][2 stages][K, V][kKT * P]
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // [KS][2 stages][K, V][KT * P]
   const int tid_all = threadIdx.x, kg = tid_all / (kWarps * 32);
-  __half* gbase = reinterpret_cast<__half*>(smem_raw) + (size_t)kg * 4 * kKT * P;
-  auto Ks = [&](int st) { return gbase + (2 * st) * kKT * P; };
-  auto Vs = [&](int st) { return gbase + (2 * st + 1) * kKT * P; };
+  __half* gbase = reinterpret_cast<__half*>(smem_raw) + (size_t)kg * 4 * KT * P;
+  auto Ks = [&](int st) { return gbase + (2 * st) * KT * P; };
+  auto Vs = [&](int st) { return gbase + (2 * st + 1) * KT * P; };
   auto group_sync = [&] {  // named barrier per key group (ids 1, 2), its 128 threads only;
                            // immediate ids so the kernel reserves 3 barriers, not all 16
     if (KS == 1 || kg == 0) {
@@ -89,8 +91,8 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   // K/V tile loads. fp16 cache: cp.async straight into shared memory (zero-fill past the last
   // key). fp32 cache: float4 loads into registers one tile ahead, converted to fp16 on the store.
   constexpr bool kHalf = std::is_same_v<KV, __half>;
-  constexpr int kPer = (kKT * kChunks) / (kWarps * 32);  // 8-element slices per thread per tile
-  static_assert((kKT * kChunks) % (kWarps * 32) == 0, "tile slices must split evenly");
+  constexpr int kPer = (KT * kChunks) / (kWarps * 32);  // 8-element slices per thread per tile
+  static_assert((KT * kChunks) % (kWarps * 32) == 0, "tile slices must split evenly");
   float4 pre[kHalf ? 1 : kPer][4];  // fp32 path: k lo/hi, v lo/hi of each slice
   auto slice = [&](int it, int k0, int& j, int& d, bool& ok) {
     const int i = tid + kWarps * 32 * it;
@@ -138,7 +140,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       }
     }
   };
-  issue(0, kg * kKT);
+  issue(0, kg * KT);
 
   // Query fragments (A operand, row-major 16 x HD), pre-scaled by log2(e)/sqrt(HD).
   uint32_t qf[KC][4];
@@ -169,24 +171,24 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // l: this lane's partial row sums
 
   int stage = 0;
-  for (int k0 = kg * kKT; k0 < n_keys; k0 += KS * kKT, stage ^= 1) {
+  for (int k0 = kg * KT; k0 < n_keys; k0 += KS * KT, stage ^= 1) {
     if constexpr (kHalf) {
-      if (k0 + KS * kKT < n_keys) {
-        issue(stage ^ 1, k0 + KS * kKT);
+      if (k0 + KS * KT < n_keys) {
+        issue(stage ^ 1, k0 + KS * KT);
         cp_async_wait<1>();  // this tile landed, the next one may still be in flight
       } else {
         cp_async_wait<0>();
       }
     } else {
       put(stage);
-      if (k0 + KS * kKT < n_keys) issue(stage ^ 1, k0 + KS * kKT);  // in flight during the math
+      if (k0 + KS * KT < n_keys) issue(stage ^ 1, k0 + KS * KT);  // in flight during the math
     }
     group_sync();
     if (warp_live && k0 <= wmax) {  // tiles wholly above the diagonal: nothing to add
       const __half* ks = Ks(stage);
-      float s[8][4];
+      float s[NTK][4];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < NTK; ++nt) {
         s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
         const __half* krow = ks + (nt * 8 + g) * P + 2 * t4;
 #pragma unroll
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       }
       float mt0 = -INFINITY, mt1 = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < NTK; ++nt) {
         const int kp = k0 + nt * 8 + 2 * t4;
         if (kp > qpos0) s[nt][0] = -INFINITY;
         if (kp + 1 > qpos0) s[nt][1] = -INFINITY;
@@ -220,9 +222,9 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       l0 *= al0, l1 *= al1;
 #pragma unroll
       for (int i = 0; i < DT; ++i) o[i][0] *= al0, o[i][1] *= al0, o[i][2] *= al1, o[i][3] *= al1;
-      uint32_t pf[4][4];  // P as the A operand of P*V: 16 rows x 64 keys in 4 chunks of 16
+      uint32_t pf[NTK / 2][4];  // P as the A operand of P*V: 16 rows x KT keys, chunks of 16
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < NTK; ++nt) {
         const float p0 = exp2f(s[nt][0] - ref0), p1 = exp2f(s[nt][1] - ref0);
         const float p2 = exp2f(s[nt][2] - ref1), p3 = exp2f(s[nt][3] - ref1);
         l0 += p0 + p1, l1 += p2 + p3;
@@ -231,7 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       }
       const __half* vs = Vs(stage);
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
+      for (int kk = 0; kk < NTK / 2; ++kk) {
 #pragma unroll
         for (int dt = 0; dt < DT; dt += 2) {
           // lanes 0-15: keys kk*16 + (lane&15) at columns dt*8; lanes 16-31: columns (dt+1)*8
@@ -305,17 +307,17 @@ int env_ksplit() {
   return v;
 }
 
-template <int HD, class KV, int KS>
+template <int HD, class KV, int KS, int KT = kKT>
 void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s) {
-  constexpr int bytes = KS * 4 * kKT * (HD + 8) * 2;  // KS x 2 stages x (K, V) fp16 tiles
+  constexpr int bytes = KS * 4 * KT * (HD + 8) * 2;  // KS x 2 stages x (K, V) fp16 tiles
   static_assert(bytes <= 227 * 1024 && KS <= 2, "tile set exceeds shared memory");
   static bool configured = false;
   if (!configured) {
-    configure_prefill_kernel(attention_prefill_tc_kernel<HD, KV, KS>, bytes);
+    configure_prefill_kernel(attention_prefill_tc_kernel<HD, KV, KS, KT>, bytes);
     configured = true;
   }
   const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)
-  launch_kernel_pdl(s != nullptr, attention_prefill_tc_kernel<HD, KV, KS>,
+  launch_kernel_pdl(s != nullptr, attention_prefill_tc_kernel<HD, KV, KS, KT>,
                     dim3((unsigned)((a.n_tokens + kBQ - 1) / kBQ), (unsigned)a.n_heads),
                     dim3(kWarps * 32 * KS), (size_t)bytes, s, a, qscale);
 }
@@ -324,6 +326,15 @@ template <int HD>
 void launch_tc(const AttentionPrefillArgs& a, cudaStream_t s) {
   static_assert(HD % 16 == 0 && (HD / 8) % 2 == 0, "head_dim must be a multiple of 16");
   const bool split = env_ksplit() != 1 && a.start + a.n_tokens > kKT;
+  // Every key in one 32-key tile (short prompts from the start): half the tile loads and math of
+  // a 64-key tile, most of it zero-filled and masked.
+  if constexpr ((32 * HD / 8) % (kWarps * 32) == 0) {
+    if (a.start + a.n_tokens <= 32) {
+      a.kv_half ? launch_ks<HD, __half, 1, 32>(a, s) : launch_ks<HD, float, 1, 32>(a, s);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   if (a.kv_half) {
     split ? launch_ks<HD, __half, 2>(a, s) : launch_ks<HD, __half, 1>(a, s);
   } else {

@@ -565,7 +565,7 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
 // SMs) and add atomically: measured on an H200 (30-layer prefill) 0.640 vs 0.697 ms at 32 tokens,
 // 2.05 vs 2.59 ms at 512. With SMOLRT_GEMM_SPLITK=0 (or gemm_q4_set_split_k(0)) every output is
 // summed by one block in a fixed order and results are bit-identical from run to run.
-constexpr int kMaxKw = 12, kMaxWarps = 16;
+constexpr int kMaxKw = 12;
 
 // Tuning knobs, read once (bench/bench_prefill sweeps them): SMOLRT_GEMM_NT forces the fp32
 // path's token tile (1, 2 or 4 n-tiles of 8 tokens), SMOLRT_GEMM_STAGE_KB sets the staging
@@ -582,6 +582,11 @@ int g_split_k = -1;  // -1: the environment's choice
 bool split_k() {
   static const bool env = env_flag("SMOLRT_GEMM_SPLITK", true);
   return g_split_k < 0 ? env : g_split_k != 0;
+}
+// Warps per block at most (fp32/small-batch shapes); SMOLRT_GEMM_WARPS sweeps it.
+int max_warps() {
+  static const int v = env_int("SMOLRT_GEMM_WARPS", 16, 1, 16, "a warp count per block (1-16)");
+  return v;
 }
 double stage_budget() {
   static const double v =
@@ -604,7 +609,7 @@ void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
     mw *= 2;
   const int z = split ? (p.nchunks + kMaxKw - 1) / kMaxKw : 1;
   const int cps = (p.nchunks + z - 1) / z;
-  const int kw = std::max(1, std::min({cps, split ? kMaxKw : kMaxWarps, kMaxWarps / mw}));
+  const int kw = std::max(1, std::min({cps, split ? kMaxKw : max_warps(), max_warps() / mw}));
   auto fits = [&](int n) {
     return Layout(8 * n, cps * kChunk, mw * kw, n, H, kw > 1).bytes <= kMaxSmem;
   };
