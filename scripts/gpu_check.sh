@@ -57,11 +57,12 @@ if command -v compute-sanitizer > /dev/null; then
   if [ -f "$SYNTH" ]; then
     step memcheck_pf 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
       --log-file /tmp/memcheck_prefill.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='CudaPrefill.SampleAfterPrefillUsesPrefillLogits:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*'
-    # The prefill GEMM's shared-memory staging and K-split reduction, small and large tiles.
+      --gtest_filter='CudaPrefill.SampleAfterPrefillUsesPrefillLogits:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
+    # The prefill GEMM's shared-memory staging and K-split reduction, small and large tiles; the
+    # prefill attention with 32-key (32 tokens from the start) and 64-key tiles.
     step racecheck_pf 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
       --log-file /tmp/racecheck_prefill.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='Batch/GemmTokens.*/3:Batch/GemmTokens.*/4'
+      --gtest_filter='Batch/GemmTokens.*/3:Batch/GemmTokens.*/4:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
     # At most 8 files come back from $OUT: the prefill logs go after the kernel-subset ones.
     cat /tmp/memcheck_prefill.log >> "$OUT/memcheck.log" 2>/dev/null
     cat /tmp/racecheck_prefill.log >> "$OUT/racecheck.log" 2>/dev/null
