@@ -151,6 +151,20 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
       sj[j] = I8 ? xsc[cj[j] >> 1] : 0.f;
     }
   }
+  auto chunk_of = [&](int j, int u) {  // 16-column chunk c: x words 4c..4c+3, x block c / 2
+    if constexpr (kRegs) {
+      return cj[j];
+    } else {
+      return u % urow;
+    }
+  };
+  auto scale_of = [&](int j, int c) {  // I8: the x block scale of chunk c
+    if constexpr (kRegs) {
+      return sj[j];
+    } else {
+      return xsc[c >> 1];
+    }
+  };
   float best_v = 0.f;
   int best_i = INT_MAX;
   for (; g < n_groups; g += stride) {
@@ -162,8 +176,7 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
     for (int j = 0; j < U; ++j) {
       const int u = lane + 32 * j;
       if (I8 && u < ug) {
-        const int c = kRegs ? cj[kRegs ? j : 0] : u % urow;  // 16-column chunk: words
-                                                             // 4c..4c+3, block c / 2
+        const int c = chunk_of(j, u);
         const uint4 h = reinterpret_cast<const uint4*>(xhi)[c];
         const uint4 l = reinterpret_cast<const uint4*>(xlo)[c];
         const int ih =
@@ -174,11 +187,9 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
             __dp4a((int)w0[j].w, (int)l.w,
                    __dp4a((int)w0[j].z, (int)l.z,
                           __dp4a((int)w0[j].y, (int)l.y, __dp4a((int)w0[j].x, (int)l.x, 0))));
-        const float xsb = kRegs ? sj[kRegs ? j : 0] : xsc[c >> 1];
-        myred[u] = d0[j] * xsb * ((float)ih + (float)il * (1.f / kLoDiv));
+        myred[u] = d0[j] * scale_of(j, c) * ((float)ih + (float)il * (1.f / kLoDiv));
       } else if (u < ug) {
-        const float4* xk =
-            reinterpret_cast<const float4*>(xs + (kRegs ? cj[kRegs ? j : 0] : u % urow) * kXPad);
+        const float4* xk = reinterpret_cast<const float4*>(xs + chunk_of(j, u) * kXPad);
         const uint32_t ww[4] = {w0[j].x ^ 0x80808080u, w0[j].y ^ 0x80808080u, w0[j].z ^ 0x80808080u,
                                 w0[j].w ^ 0x80808080u};
         float t = 0.f;
