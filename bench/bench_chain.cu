@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
           cudaMemcpy(h.data(), (kernels % 2) ? b1 : b0, n * sizeof(float), cudaMemcpyDeviceToHost));
       for (float v : h) ok = ok && v == (float)kernels;
     };
-    const bench::Stats t =
+    const Stat t =
         bench::time_ms([&] { CUDA_CHECK(cudaGraphLaunch(ge, s)); }, reps, s, 5,
                        [&] {
                          if (ran) check();
@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
                          CUDA_CHECK(cudaMemsetAsync(ctr, 0, (kernels + 2) * sizeof(unsigned), s));
                        });
     check();
-    const double med = t.med * 1000.0;
+    const double med = t.median * 1000.0;
     std::printf(
         "%s  %-7s kernels %d blocks %d x %d threads, n %d: %.1f us per chain, %.3f us per kernel "
         "(min %.1f)  %s\n",

@@ -25,7 +25,6 @@
 
 using namespace smolrt;
 using namespace smolrt::cuda;
-using smolrt::bench::Stats;
 using smolrt::bench::time_ms;
 
 namespace {
@@ -144,7 +143,7 @@ int main(int argc, char** argv) try {
                      for (int r = 0; r < kBack; ++r) f();
                    },
                    reps, s)
-                   .med *
+                   .median *
                1e3 / kBack;
       };
       CUDA_CHECK(cudaMemset(ws.x, 0x3c, sizeof(float) * (size_t)T * 576));
@@ -169,13 +168,15 @@ int main(int argc, char** argv) try {
       const double t_wo = rep([&] { gemm_q4(b, GemmEpilogue::Accumulate, orr, s); });
       GemmQ4Args g = a;
       g.w0 = L.w_gate, g.w1 = L.w_up, g.norm_w = h ? nullptr : L.ffn_norm;
-      GemmOut og;  // fp16 output from 33 tokens on: the down GEMM's input, as in prefill_forward
+      // fp16 output from down_f16_min_tokens() on: the down GEMM's input, as in prefill_forward
+      const bool down_f16 = h || T >= down_f16_min_tokens();
+      GemmOut og;
       og.y = ws.ffh, og.ldy = 1536;
-      if (T > 32) og.yh = ws.hh, og.ldyh = ws.ldh();
+      if (down_f16) og.yh = ws.hh, og.ldyh = ws.ldh();
       const double t_gu = rep([&] { gemm_q4(g, GemmEpilogue::SiluPair, og, s); });
       GemmQ4Args d;
       d.t = T, d.w0 = L.w_down, d.x = ws.ffh, d.ldx = 1536;
-      if (T > 32) d.xh = ws.hh, d.ldh = ws.ldh();
+      if (down_f16) d.xh = ws.hh, d.ldh = ws.ldh();
       const double t_dn = rep([&] { gemm_q4(d, GemmEpilogue::Accumulate, orr, s); });
       std::printf("%5d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", T, t_qkv, t_att, t_wo, t_gu, t_dn,
                   t_cvt);
@@ -196,7 +197,7 @@ int main(int argc, char** argv) try {
                            3.0 * c.dim * c.hidden_dim);
   for (int T : tokens_list) {
     // Plain launches.
-    const Stats plain = time_ms([&] { prefill_forward(pm.weights(), ws, T, 0, 1, s); }, reps, s);
+    const Stat plain = time_ms([&] { prefill_forward(pm.weights(), ws, T, 0, 1, s); }, reps, s);
     // Graph of the same launches.
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -206,17 +207,17 @@ int main(int argc, char** argv) try {
     prefill_forward(pm.weights(), ws, T, 0, 1, s);
     CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const Stats g = time_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }, reps, s, 5);
-    const double med = g.med;
+    const Stat g = time_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }, reps, s, 5);
+    const double med = g.median;
     const double tflops = flop_tok * T / (med * 1e-3) / 1e12;
     std::printf("%5d %10.4f %10.4f %10.4f %12.0f %10.4f %10.2f\n", T, med, g.min, g.max,
-                T / (med * 1e-3), plain.med, tflops);
+                T / (med * 1e-3), plain.median, tflops);
     if (jf)
       std::fprintf(jf,
                    "{\"bench\":\"prefill\",\"device\":\"%s\",\"tokens\":%d,\"median_ms\":%.5f,"
                    "\"min_ms\":%.5f,\"max_ms\":%.5f,\"tok_per_s\":%.0f,\"nograph_median_ms\":%.5f,"
                    "\"layer_tflops\":%.3f,\"reps\":%d}\n",
-                   prop.name, T, med, g.min, g.max, T / (med * 1e-3), plain.med, tflops, reps);
+                   prop.name, T, med, g.min, g.max, T / (med * 1e-3), plain.median, tflops, reps);
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
   }

@@ -4,21 +4,18 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "runtime/bench.h"
 
 namespace smolrt::bench {
-
-struct Stats {
-  double med, min, max;
-};
 
 // `prepare` runs before each repetition outside the timed span (e.g. resetting buffers); `body`
 // enqueues the timed work on `st`. Milliseconds.
 template <class F, class P>
-Stats time_ms(F&& body, int reps, cudaStream_t st, int warmup, P&& prepare) {
+Stat time_ms(F&& body, int reps, cudaStream_t st, int warmup, P&& prepare) {
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
@@ -40,12 +37,11 @@ Stats time_ms(F&& body, int reps, cudaStream_t st, int warmup, P&& prepare) {
   }
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front(), ms.back()};
+  return stat_of(std::move(ms));
 }
 
 template <class F>
-Stats time_ms(F&& body, int reps, cudaStream_t st, int warmup = 3) {
+Stat time_ms(F&& body, int reps, cudaStream_t st, int warmup = 3) {
   return time_ms(body, reps, st, warmup, [] {});
 }
 

@@ -8,7 +8,6 @@ D=${1:?folder made by gpu_stage.sh}
 OUT=${OUT:-/tmp/gpu_bench_out}
 mkdir -p "$OUT"
 . "$(dirname "$0")/gpu_lib.sh"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 gpu_setup "$D"
 SMOLRT_MODEL=${SMOLRT_REAL_MODEL:-} timeout 240 "$D/smolrt_cuda_tests" > "$OUT/tests.log" 2>&1
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$OUT/tests.log"

@@ -1,8 +1,10 @@
 # Shared by the GPU-machine scripts (source it): gpu_prefill.sh, gpu_bench.sh, gpu_sweep.sh.
 
-# gpu_setup DIR: fixtures from DIR (made by gpu_stage.sh), the synth SmolLM-135M Q4_0 model
-# generated on the machine (too big to carry) at $SYNTH, exported as SMOLRT_SYNTH_MODEL too.
+# gpu_setup DIR: prints the GPU's name and clocks; fixtures from DIR (made by gpu_stage.sh); the
+# synth SmolLM-135M Q4_0 model generated on the machine (too big to carry) at $SYNTH, exported as
+# SMOLRT_SYNTH_MODEL too.
 gpu_setup() {
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
   export SMOLRT_FIXTURES="$1/fixtures"
   SYNTH=/tmp/synth-smollm-135m-q4_0.gguf
   "$1/smolrt" synth --preset smollm-135m --type q4_0 \

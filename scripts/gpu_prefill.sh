@@ -9,7 +9,6 @@ D=${1:?folder made by gpu_stage.sh}
 OUT=${OUT:-/tmp/gpu_prefill_out}
 mkdir -p "$OUT"
 . "$(dirname "$0")/gpu_lib.sh"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 gpu_setup "$D"
 timeout 240 "$D/smolrt_cuda_tests" --gtest_filter='*Gemm*:*Prefill*' > "$OUT/tests.log" 2>&1
 grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/tests.log" | head -30

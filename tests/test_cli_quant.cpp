@@ -2,13 +2,11 @@
 // exit; good ones write loadable files and report on stderr.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
@@ -19,14 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-RunResult run_smolrt(const std::string& args) {
-  const test::Proc p = test::run_shell(cat("'", SMOLRT_BINARY, "' ", args, " 2>&1"));
-  return RunResult{p.rc, p.out};
+// `smolrt args` through the shell; out holds stdout and stderr together.
+test::Proc run_smolrt(const std::string& args) {
+  return test::run_shell(cat("'", SMOLRT_BINARY, "' ", args, " 2>&1"));
 }
 
 class CliQuant : public ::testing::Test {
@@ -44,23 +37,23 @@ class CliQuant : public ::testing::Test {
 
 TEST_F(CliQuant, UnknownTypeIsAClearError) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const RunResult r =
+  const test::Proc r =
       run_smolrt("quantize '" + path.string() + "' '" + tmp("o.gguf") + "' --type q5_k");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("unknown type 'q5_k' for --type"), std::string::npos) << r.output;
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("unknown type 'q5_k' for --type"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(tmp("o.gguf")));
 }
 
 TEST_F(CliQuant, MissingInputAndMissingFlag) {
-  RunResult r = run_smolrt("quantize /nonexistent/in.gguf '" + tmp("o.gguf") + "' --type q8_0");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("/nonexistent/in.gguf' does not exist"), std::string::npos) << r.output;
+  test::Proc r = run_smolrt("quantize /nonexistent/in.gguf '" + tmp("o.gguf") + "' --type q8_0");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("/nonexistent/in.gguf' does not exist"), std::string::npos) << r.out;
   r = run_smolrt("quantize a.gguf b.gguf");  // --type is required
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("--type"), std::string::npos) << r.output;
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--type"), std::string::npos) << r.out;
   r = run_smolrt("quantize a.gguf b.gguf --type q4_0 --bogus");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("--bogus"), std::string::npos) << r.output;
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--bogus"), std::string::npos) << r.out;
 }
 
 TEST_F(CliQuant, NotAGgufIsAClearError) {
@@ -70,21 +63,21 @@ TEST_F(CliQuant, NotAGgufIsAClearError) {
     std::fputs("this is not a gguf file at all", f);
     std::fclose(f);
   }
-  const RunResult r =
+  const test::Proc r =
       run_smolrt("quantize '" + tmp("junk.gguf") + "' '" + tmp("o.gguf") + "' --type q8_0");
-  EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("smolrt quantize: error:"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("junk.gguf"), std::string::npos) << r.output;
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("smolrt quantize: error:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("junk.gguf"), std::string::npos) << r.out;
 }
 
 TEST_F(CliQuant, StoriesToQ4_0ReportsTheF16Fallback) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const RunResult r =
+  const test::Proc r =
       run_smolrt("quantize '" + path.string() + "' '" + tmp("q.gguf") + "' --type q4_0");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("blk.0.ffn_down.weight: row length 172"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("quantize: wrote"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[ 1/48]"), std::string::npos) << r.output;  // progress lines
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("blk.0.ffn_down.weight: row length 172"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("quantize: wrote"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[ 1/48]"), std::string::npos) << r.out;  // progress lines
   auto f = gguf::File::open(tmp("q.gguf"));
   EXPECT_EQ(f->get_uint("general.file_type"), 2u);
   EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q4_0);
@@ -92,14 +85,14 @@ TEST_F(CliQuant, StoriesToQ4_0ReportsTheF16Fallback) {
 }
 
 TEST_F(CliQuant, SynthThenQuantize) {
-  RunResult r = run_smolrt("synth --preset tiny --seed 3 -o '" + tmp("t.gguf") + "'");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("synth: wrote"), std::string::npos) << r.output;
+  test::Proc r = run_smolrt("synth --preset tiny --seed 3 -o '" + tmp("t.gguf") + "'");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("synth: wrote"), std::string::npos) << r.out;
   r = run_smolrt("synth --preset tiny --seed 3 --type f32 -o '" + tmp("t32.gguf") + "'");
-  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_EQ(r.rc, 0) << r.out;
   r = run_smolrt("quantize '" + tmp("t32.gguf") + "' '" + tmp("t8.gguf") + "' --type q8_0 -q");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(r.output.find("[ 1/"), std::string::npos) << "--quiet still printed progress";
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("[ 1/"), std::string::npos) << "--quiet still printed progress";
   auto f = gguf::File::open(tmp("t8.gguf"));
   EXPECT_EQ(f->get_uint("general.file_type"), 7u);
   EXPECT_EQ(f->find_tensor("blk.1.ffn_up.weight")->type, GgmlType::Q8_0);
@@ -107,17 +100,17 @@ TEST_F(CliQuant, SynthThenQuantize) {
 }
 
 TEST_F(CliQuant, SynthBadFlags) {
-  RunResult r = run_smolrt("synth --preset llama-70b -o '" + tmp("x.gguf") + "'");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("unknown preset 'llama-70b'"), std::string::npos) << r.output;
+  test::Proc r = run_smolrt("synth --preset llama-70b -o '" + tmp("x.gguf") + "'");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("unknown preset 'llama-70b'"), std::string::npos) << r.out;
   r = run_smolrt("synth --preset tiny --type q3_k -o '" + tmp("x.gguf") + "'");
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("q3_k"), std::string::npos) << r.output;
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("q3_k"), std::string::npos) << r.out;
   r = run_smolrt("synth --preset tiny");  // -o is required
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("--output"), std::string::npos) << r.output;
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--output"), std::string::npos) << r.out;
   r = run_smolrt("synth --preset tiny --seed banana -o '" + tmp("x.gguf") + "'");
-  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.rc, 0);
   EXPECT_FALSE(fs::exists(tmp("x.gguf")));
 }
 

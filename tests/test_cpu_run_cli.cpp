@@ -1,6 +1,5 @@
 // `smolrt run` end to end through the binary: output, --json, the default model, bad flags.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -16,9 +15,7 @@ using test::Proc;
 
 // `env smolrt run args...` (args single-quoted): stdout, stderr and the exit code.
 Proc run_smolrt(const std::vector<std::string>& args, const std::string& env = "") {
-  std::vector<std::string> all = {"run"};
-  all.insert(all.end(), args.begin(), args.end());
-  return test::run_smolrt(all, env);
+  return test::run_subcommand("run", args, env);
 }
 
 TEST(CpuRunCli, JsonOnStories260K) {

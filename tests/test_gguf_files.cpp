@@ -1,7 +1,6 @@
 // The real GGUF files in ../shared load with the facts docs/facts.md gives; `smolrt info` on them
 // (run as a binary) reports the same; the default model loads when it is cached.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -14,15 +13,12 @@
 namespace smolrt {
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string out;  // stdout (and stderr when merged)
-};
-
-// Runs the smolrt binary with `args` (and `env` assignments before it) through the shell.
-RunResult run(const std::string& args, bool merge_stderr, const std::string& env = "") {
-  const test::Proc p = test::run_shell(cat(env, " '", SMOLRT_BINARY, "' ", args));
-  return RunResult{p.rc, merge_stderr ? p.out + p.err : p.out};
+// Runs the smolrt binary with `args` (and `env` assignments before it) through the shell; with
+// merge_stderr, out holds stderr after stdout.
+test::Proc run(const std::string& args, bool merge_stderr, const std::string& env = "") {
+  test::Proc p = test::run_shell(cat(env, " '", SMOLRT_BINARY, "' ", args));
+  if (merge_stderr) p.out += p.err;
+  return p;
 }
 
 TEST(GgufFiles, Stories260K) {
@@ -85,8 +81,8 @@ TEST(GgufFiles, VocabOnlyFiles) {
 
 TEST(GgufInfo, JsonOnStories) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const RunResult r = run(cat("info -m '", path.string(), "' --json"), false);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const test::Proc r = run(cat("info -m '", path.string(), "' --json"), false);
+  ASSERT_EQ(r.rc, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["gguf_version"], 3);
   EXPECT_EQ(j["architecture"], "llama");
@@ -119,8 +115,8 @@ TEST(GgufInfo, JsonOnStories) {
 
 TEST(GgufInfo, TextOnVocabOnlyFileSaysModelAbsent) {
   REQUIRE_FIXTURE(path, "vocab/ggml-vocab-starcoder.gguf");
-  const RunResult r = run(cat("info -m '", path.string(), "'"), true);
-  EXPECT_EQ(r.exit_code, 0) << r.out;
+  const test::Proc r = run(cat("info -m '", path.string(), "'"), true);
+  EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("absent or unsupported"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("architecture 'starcoder2' is not supported"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("pre starcoder"), std::string::npos) << r.out;
@@ -128,24 +124,24 @@ TEST(GgufInfo, TextOnVocabOnlyFileSaysModelAbsent) {
 }
 
 TEST(GgufInfo, MissingAndCorruptFilesFailClearly) {
-  const RunResult r = run("info -m /nonexistent/model.gguf", true);
-  EXPECT_NE(r.exit_code, 0);
+  const test::Proc r = run("info -m /nonexistent/model.gguf", true);
+  EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("smolrt info: error:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("/nonexistent/model.gguf"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
   // A file that is not GGUF.
-  const RunResult c = run(cat("info -m '", SMOLRT_BINARY, "'"), true);
-  EXPECT_EQ(c.exit_code, 1) << c.out;
+  const test::Proc c = run(cat("info -m '", SMOLRT_BINARY, "'"), true);
+  EXPECT_EQ(c.rc, 1) << c.out;
   EXPECT_NE(c.out.find("not 'GGUF'"), std::string::npos) << c.out;
 }
 
 TEST(GgufInfo, WithoutModelFlagUsesTheDefaultModel) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const RunResult r = run("info --json", false, cat("SMOLRT_MODEL='", path.string(), "'"));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const test::Proc r = run("info --json", false, cat("SMOLRT_MODEL='", path.string(), "'"));
+  ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["n_layers"], 5);
-  const RunResult m = run("info", true, "SMOLRT_MODEL=/nonexistent/default.gguf");
-  EXPECT_EQ(m.exit_code, 1) << m.out;
+  const test::Proc m = run("info", true, "SMOLRT_MODEL=/nonexistent/default.gguf");
+  EXPECT_EQ(m.rc, 1) << m.out;
   EXPECT_NE(m.out.find("/nonexistent/default.gguf"), std::string::npos) << m.out;
   EXPECT_NE(m.out.find("scripts/fetch_model.sh"), std::string::npos) << m.out;
 }
@@ -162,8 +158,8 @@ TEST(GgufFiles, DefaultModel) {
   EXPECT_EQ(m.config.vocab_size, 49152);
   EXPECT_TRUE(m.config.tied_output);
   EXPECT_EQ(m.file->get_string("tokenizer.ggml.pre"), "smollm");
-  const RunResult r = run(cat("info --json -m '", path.string(), "'"), false);
-  ASSERT_EQ(r.exit_code, 0);
+  const test::Proc r = run(cat("info --json -m '", path.string(), "'"), false);
+  ASSERT_EQ(r.rc, 0);
   EXPECT_EQ(nlohmann::json::parse(r.out)["model"]["dim"], 576);
 }
 

@@ -18,9 +18,7 @@ namespace {
 using test::Proc;
 
 Proc run(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {"run"};
-  all.insert(all.end(), args.begin(), args.end());
-  return test::run_smolrt(all);
+  return test::run_subcommand("run", args);
 }
 
 std::vector<std::string> base(const std::string& model) {

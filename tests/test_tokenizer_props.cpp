@@ -18,10 +18,6 @@
 namespace smolrt {
 namespace {
 
-const Tokenizer* smollm() {
-  return test::smollm_tokenizer();
-}
-
 bool valid_utf8(const std::string& s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   for (size_t i = 0; i < s.size();) {
@@ -96,7 +92,7 @@ void check_stream(const Tokenizer& tok, const std::vector<int>& ids, std::mt1993
 // --- byte-level BPE (SmolLM2) ---------------------------------------------------------------
 
 TEST(TokenizerProps, SmolLMRoundTripRandomUtf8) {
-  const Tokenizer* tok = smollm();
+  const Tokenizer* tok = test::smollm_tokenizer();
   if (!tok) GTEST_SKIP() << "skipped: fixtures not found (tokenizers/smollm2-135m)";
   std::mt19937 rng(42);
   for (int i = 0; i < 2000; ++i) {
@@ -108,7 +104,7 @@ TEST(TokenizerProps, SmolLMRoundTripRandomUtf8) {
 }
 
 TEST(TokenizerProps, SmolLMInvalidUtf8IsBytes) {
-  const Tokenizer* tok = smollm();
+  const Tokenizer* tok = test::smollm_tokenizer();
   if (!tok) GTEST_SKIP() << "skipped: fixtures not found (tokenizers/smollm2-135m)";
   // A truncated 3-byte sequence, a lone continuation byte, a surrogate encoding: all bytes the
   // vocab has tokens for, so they round-trip exactly.
@@ -129,7 +125,7 @@ TEST(TokenizerProps, SmolLMInvalidUtf8IsBytes) {
 }
 
 TEST(TokenizerProps, StreamHoldsSplitCharacter) {
-  const Tokenizer* tok = smollm();
+  const Tokenizer* tok = test::smollm_tokenizer();
   if (!tok) GTEST_SKIP() << "skipped: fixtures not found (tokenizers/smollm2-135m)";
   // "日" is 3 bytes split over the pieces "æĹ" (2 bytes) and "¥" (1 byte).
   const auto ids = tok->encode("日");

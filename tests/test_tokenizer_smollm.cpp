@@ -15,12 +15,8 @@
 namespace smolrt {
 namespace {
 
-const Tokenizer* smollm() {
-  return test::smollm_tokenizer();
-}
-
 #define REQUIRE_SMOLLM(tok)                                                            \
-  const Tokenizer* tok = smollm();                                                     \
+  const Tokenizer* tok = test::smollm_tokenizer();                                     \
   if (!tok)                                                                            \
   GTEST_SKIP() << "skipped: fixtures not found ("                                      \
                << (fixtures_dir() / "tokenizers/smollm2-135m/tokenizer.json").string() \

@@ -116,6 +116,12 @@ inline Proc run_smolrt(const std::vector<std::string>& args, const std::string& 
   for (const std::string& a : args) cmd += " '" + a + "'";
   return run_shell(cmd, input);
 }
+// `env smolrt sub args...`.
+inline Proc run_subcommand(const std::string& sub, std::vector<std::string> args,
+                           const std::string& env = "") {
+  args.insert(args.begin(), sub);
+  return run_smolrt(args, env);
+}
 #endif
 
 }  // namespace smolrt::test

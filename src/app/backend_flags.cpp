@@ -1,23 +1,36 @@
 #include "app/backend_flags.h"
 
-#include "core/error.h"
+#include <string>
 
 namespace smolrt::app {
+namespace {
+
+// A count >= 0, else an error naming the value and the fix (CLI11 prefixes the flag).
+CLI::Validator non_negative(const std::string& fix) {
+  return CLI::Validator(
+      [fix](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          if (std::stoll(v, &used) >= 0 && used == v.size()) return {};
+        } catch (const std::exception&) {
+        }
+        return "'" + v + "' is invalid: " + fix;
+      },
+      "INT>=0");
+}
+
+}  // namespace
 
 void add_backend_flags(CLI::App& sub, BackendOptions& o) {
   sub.add_option("--backend", o.kind, "cpu | cuda | auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   sub.add_option("--ctx", o.n_ctx, "KV cache size in tokens (0 = the model's training context)")
+      ->check(non_negative("give a positive context size (0 = the model's)"))
       ->capture_default_str();
-  sub.add_option("--threads", o.n_threads, "CPU threads (0 = all cores)")->capture_default_str();
-}
-
-void check_backend_flags(const BackendOptions& o) {
-  if (o.n_ctx < 0)
-    fail("--ctx ", o.n_ctx, " is invalid: give a positive context size (0 = the model's)");
-  if (o.n_threads < 0)
-    fail("--threads ", o.n_threads, " is invalid: give a count >= 0 (0 = all cores)");
+  sub.add_option("--threads", o.n_threads, "CPU threads (0 = all cores)")
+      ->check(non_negative("give a count >= 0 (0 = all cores)"))
+      ->capture_default_str();
 }
 
 }  // namespace smolrt::app

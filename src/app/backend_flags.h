@@ -8,9 +8,7 @@
 
 namespace smolrt::app {
 
+// A negative --ctx or --threads is a parse error naming the flag and the fix.
 void add_backend_flags(CLI::App& sub, BackendOptions& o);
-
-// Error naming the flag and the fix for a negative --ctx or --threads (call before loading).
-void check_backend_flags(const BackendOptions& o);
 
 }  // namespace smolrt::app

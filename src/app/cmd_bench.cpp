@@ -38,7 +38,6 @@ nlohmann::json stat_json(const Stat& s) {
 }
 
 int run_bench_cmd(const BenchArgs& a) {
-  check_backend_flags(a.backend);
   std::string path;
   if (a.synthetic) {
     if (!a.model.empty()) fail("--synthetic and -m/--model exclude each other; give one");

@@ -49,58 +49,32 @@ int run(const Opts& o) {
       "weights on device, %.2f MiB read per token)\n",
       b->device_name().c_str(), copy_gbs, load_ms, st0.upload_ms, st0.weight_bytes / 1048576.0,
       wbytes / 1048576.0);
-  auto with = [](auto f) {
-    CudaOptions c;
-    f(c);
-    return c;
-  };
   struct Cfg {
     const char* name;
-    CudaOptions opt;
+    CudaOptions opt;  // each names only what differs from the defaults
   };
   const Cfg cfgs[] = {
       {"graph+pdl+fused (default)", CudaOptions{}},
-      {"graph+pdl+fused host-copy",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .device_token = false}},
-      {"graph+pdl+fused argmax-in-head",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .argmax_in_head = true}},
-      {"graph+pdl+fused wo-in-attn",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .fused_wo = true}},
-      {"graph+pdl+fused head-generic",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .wide_head = false}},
-      {"graph+pdl+fused no-speculate",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .speculate = false}},
-      {"graph+pdl+fused head-fp32", with([](CudaOptions& c) { c.head_int8 = false; })},
-      {"graph+pdl+fused headpf8 fp32-head", with([](CudaOptions& c) {
-         c.head_int8 = false;
-         c.head_prefetch_layers = 8;
-       })},
-      {"graph+pdl+fused headpf2",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .head_prefetch_layers = 2}},
-      {"graph+pdl+fused headpf4",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .head_prefetch_layers = 4}},
-      {"graph+pdl+fused headpf8",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .head_prefetch_layers = 8}},
-      {"graph+pdl+fused embed-fused",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .fused_embed = true}},
-      {"graph+pdl+fused argmax-sep",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .fused_argmax = false}},
-      {"graph+pdl+fused head528",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .head_blocks = 0}},
-      {"graph+pdl+fused old-host", CudaOptions{.use_graph = true,
-                                               .fused_norm = true,
-                                               .pdl = true,
-                                               .device_token = false,
-                                               .fused_argmax = false,
-                                               .head_blocks = 0}},
-      {"graph+pdl+fused+l2pf",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = true, .l2_prefetch = true}},
-      {"graph+fused",
-       CudaOptions{.use_graph = true, .fused_norm = true, .pdl = false, .l2_prefetch = false}},
-      {"graph+pdl+unfused",
-       CudaOptions{.use_graph = true, .fused_norm = false, .pdl = true, .l2_prefetch = false}},
-      {"plain+fused",
-       CudaOptions{.use_graph = false, .fused_norm = true, .pdl = false, .l2_prefetch = false}},
+      {"graph+pdl+fused host-copy", CudaOptions{.device_token = false}},
+      {"graph+pdl+fused argmax-in-head", CudaOptions{.argmax_in_head = true}},
+      {"graph+pdl+fused wo-in-attn", CudaOptions{.fused_wo = true}},
+      {"graph+pdl+fused head-generic", CudaOptions{.wide_head = false}},
+      {"graph+pdl+fused no-speculate", CudaOptions{.speculate = false}},
+      {"graph+pdl+fused head-fp32", CudaOptions{.head_int8 = false}},
+      {"graph+pdl+fused headpf8 fp32-head",
+       CudaOptions{.head_int8 = false, .head_prefetch_layers = 8}},
+      {"graph+pdl+fused headpf2", CudaOptions{.head_prefetch_layers = 2}},
+      {"graph+pdl+fused headpf4", CudaOptions{.head_prefetch_layers = 4}},
+      {"graph+pdl+fused headpf8", CudaOptions{.head_prefetch_layers = 8}},
+      {"graph+pdl+fused embed-fused", CudaOptions{.fused_embed = true}},
+      {"graph+pdl+fused argmax-sep", CudaOptions{.fused_argmax = false}},
+      {"graph+pdl+fused head528", CudaOptions{.head_blocks = 0}},
+      {"graph+pdl+fused old-host",
+       CudaOptions{.device_token = false, .fused_argmax = false, .head_blocks = 0}},
+      {"graph+pdl+fused+l2pf", CudaOptions{.l2_prefetch = true}},
+      {"graph+fused", CudaOptions{.pdl = false}},
+      {"graph+pdl+unfused", CudaOptions{.fused_norm = false}},
+      {"plain+fused", CudaOptions{.use_graph = false, .pdl = false}},
   };
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);

@@ -40,7 +40,6 @@ void out(std::string_view s) {
 }
 
 int chat_main(const ChatArgs& a) {
-  check_backend_flags(a.backend);
   validate(a.sampling);
 
   const std::string path = resolve_model_path(a.model);

@@ -30,7 +30,6 @@ struct RunArgs {
 int run_main(const RunArgs& a) {
   if (a.n_predict < 0)
     fail("-n ", a.n_predict, " is invalid: give the number of tokens to generate (>= 0)");
-  check_backend_flags(a.backend);
 
   validate(a.sampling);  // before loading anything: a bad flag is reported at once
   const std::string path = resolve_model_path(a.model);

@@ -19,13 +19,7 @@ __global__ void __launch_bounds__(kThreads)
   pdl_trigger();
   float v = 0.f;
   int i = INT_MAX;
-  for (int k = blockIdx.x * kThreads + threadIdx.x; k < n; k += gridDim.x * kThreads) {
-    const float xv = x[k];
-    if (!isnan(xv) && amax_beats(xv, k, v, i)) {
-      v = xv;
-      i = k;
-    }
-  }
+  amax_scan(x, blockIdx.x * kThreads + threadIdx.x, n, gridDim.x * kThreads, v, i);
   __shared__ float sv[kThreads / 32];
   __shared__ int si[kThreads / 32];
   block_argmax<kThreads>(v, i, sv, si);
@@ -40,28 +34,9 @@ __global__ void __launch_bounds__(kThreads)
                          int* next_params, int* host_out) {
   pdl_wait();
   pdl_trigger();
-  float v = 0.f;
-  int i = INT_MAX;
-  for (int k = threadIdx.x; k < n_parts; k += kThreads) {
-    if (amax_beats(part_v[k], part_i[k], v, i)) {
-      v = part_v[k];
-      i = part_i[k];
-    }
-  }
   __shared__ float sv[kThreads / 32];
   __shared__ int si[kThreads / 32];
-  block_argmax<kThreads>(v, i, sv, si);
-  if (threadIdx.x == 0) {
-    const int id = i == INT_MAX ? 0 : i;
-    *out = id;
-    // Last kernel of the step: every earlier kernel has completed (pdl_wait above), so the
-    // position slot they read may advance now.
-    if (next_params != nullptr) {
-      next_params[0] = id;
-      next_params[1] += 1;
-    }
-    if (host_out != nullptr) *reinterpret_cast<volatile int*>(host_out) = id;
-  }
+  argmax_stage2<kThreads>(part_v, part_i, n_parts, out, next_params, host_out, sv, si);
 }
 
 }  // namespace

@@ -16,6 +16,16 @@ __device__ __forceinline__ bool amax_beats(float av, int ai, float bv, int bi) {
   return av > bv || (av == bv && ai < bi);
 }
 
+// This thread's best non-NaN candidate among x[k], k = first, first + stride, ... < n (kept in
+// (v, i) when none beats it).
+__device__ __forceinline__ void amax_scan(const float* x, int first, int n, int stride, float& v,
+                                          int& i) {
+  for (int k = first; k < n; k += stride) {
+    const float xv = x[k];
+    if (!isnan(xv) && amax_beats(xv, k, v, i)) v = xv, i = k;
+  }
+}
+
 // Block-wide best of every thread's candidate (v, i) in the amax_beats order: warp shuffles, then
 // the warps' winners through the caller's shared scratch sv/si (NT/32 entries each). Every thread
 // of the NT-thread block calls it; the block's best lands in thread 0 only, which alone reads the
@@ -42,10 +52,38 @@ __device__ __forceinline__ void block_argmax(float& v, int& i, float* sv, int* s
   }
 }
 
+// Argmax stage 2 over n partials (written by earlier kernels or by other blocks of this grid:
+// read from L2) in a fixed order, by one NT-thread block; thread 0 stores the id (0 when every
+// partial is empty) into *out and, when given, hands it to the next decode step: the id into
+// next_params[0], the position slot next_params[1] advanced, and the id into pinned host memory.
+// Called by the step's last kernel only, so every kernel that read the position has completed.
+template <int NT>
+__device__ __forceinline__ void argmax_stage2(const float* part_v, const int* part_i, int n,
+                                              int* out, int* next_params, int* host_out, float* sv,
+                                              int* si) {
+  float v = 0.f;
+  int i = INT_MAX;
+  for (int k = threadIdx.x; k < n; k += NT) {
+    const float pv = __ldcg(part_v + k);
+    const int pi = __ldcg(part_i + k);
+    if (amax_beats(pv, pi, v, i)) v = pv, i = pi;
+  }
+  block_argmax<NT>(v, i, sv, si);
+  if (threadIdx.x == 0) {
+    const int id = i == INT_MAX ? 0 : i;
+    *out = id;
+    if (next_params != nullptr) {
+      next_params[0] = id;
+      next_params[1] += 1;
+    }
+    if (host_out != nullptr) *reinterpret_cast<volatile int*>(host_out) = id;
+  }
+}
+
 // Argmax stage 2 inside the lm_head kernel (saves the launch of a separate kernel): each block
-// takes a ticket after publishing its partial; the last one reduces all partials in a fixed order
-// (deterministic) and resets the counter for the next launch. sv/si: the block's shared scratch
-// of NT/32 entries. Every thread of the block calls it, after the block's partial is written.
+// takes a ticket after publishing its partial; the last one runs argmax_stage2 over all partials
+// and resets the counter for the next launch. sv/si: the block's shared scratch of NT/32 entries.
+// Every thread of the block calls it, after the block's partial is written.
 template <int NT>
 __device__ __forceinline__ void argmax_last_block(const ArgmaxFinal& fin, const float* part_v,
                                                   const int* part_i, float* sv, int* si) {
@@ -57,26 +95,8 @@ __device__ __forceinline__ void argmax_last_block(const ArgmaxFinal& fin, const 
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  float v = 0.f;
-  int i = INT_MAX;
-  for (int k = threadIdx.x; k < (int)gridDim.x; k += NT) {
-    const float pv = __ldcg(part_v + k);  // L2: written by other blocks
-    const int pi = __ldcg(part_i + k);
-    if (amax_beats(pv, pi, v, i)) v = pv, i = pi;
-  }
-  block_argmax<NT>(v, i, sv, si);
-  if (threadIdx.x == 0) {
-    const int id = i == INT_MAX ? 0 : i;
-    *fin.out = id;
-    // The lm_head is the step's last kernel: every earlier kernel has completed, so the position
-    // slot they read may advance.
-    if (fin.next_params != nullptr) {
-      fin.next_params[0] = id;
-      fin.next_params[1] += 1;
-    }
-    if (fin.host_out != nullptr) *reinterpret_cast<volatile int*>(fin.host_out) = id;
-    *fin.count = 0;
-  }
+  argmax_stage2<NT>(part_v, part_i, (int)gridDim.x, fin.out, fin.next_params, fin.host_out, sv, si);
+  if (threadIdx.x == 0) *fin.count = 0;
 }
 
 }  // namespace smolrt::cuda

@@ -26,28 +26,6 @@ constexpr int wo_pre(int hd) {
   return hd >= 128 ? 0 : 3;
 }
 
-// One element of Wo (generic path; split layout for the quant types, see dev_mat.h).
-__device__ __forceinline__ float wo_elem(const DevMat& w, int r, int c) {
-  const size_t rc = (size_t)r * w.cols + c;
-  switch (w.type) {
-    case GgmlType::F32:
-      return static_cast<const float*>(w.q)[rc];
-    case GgmlType::F16:
-      return half_bits_to_float(static_cast<const uint16_t*>(w.q)[rc]);
-    case GgmlType::Q4_0: {
-      const size_t blk = rc / 32;
-      const int j = c & 31;
-      const uint8_t b = static_cast<const uint8_t*>(w.q)[blk * 16 + (j & 15)];
-      return (float)((int)(j < 16 ? b & 15 : b >> 4) - 8) * half_bits_to_float(w.d[blk]);
-    }
-    default: {  // Q8_0
-      const size_t blk = rc / 32;
-      const int8_t v = static_cast<const int8_t*>(w.q)[blk * 32 + (c & 31)];
-      return (float)v * half_bits_to_float(w.d[blk]);
-    }
-  }
-}
-
 // Fast path: load Wo item i = r*NBH + b (row r, block b of head h) into registers.
 template <int WK, int NBH>
 __device__ __forceinline__ void wo_load(uint4 (&wq)[WK == kWoQ8 ? 2 : 1], float& wd,
@@ -65,29 +43,11 @@ __device__ __forceinline__ void wo_load(uint4 (&wq)[WK == kWoQ8 ? 2 : 1], float&
 template <int WK>
 __device__ __forceinline__ float wo_dot(const uint4 (&wq)[WK == kWoQ8 ? 2 : 1], float wd,
                                         const float (&xo)[32]) {
-  float t = 0.f;
   if constexpr (WK == kWoQ4) {
-    const uint32_t ww[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = ww[i] & 0x0F0F0F0Fu, hi = (ww[i] >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = 4 * i + e;
-        t += (byte_plus_2p23(lo, e) - kQ4Bias) * xo[j] +
-             (byte_plus_2p23(hi, e) - kQ4Bias) * xo[j + 16];
-      }
-    }
+    return wd * q4_block_dot(wq[0], xo);
   } else {
-    const uint32_t ww[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t u = ww[i] ^ 0x80808080u;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) t += (byte_plus_2p23(u, e) - kQ8Bias) * xo[4 * i + e];
-    }
+    return wd * q8_block_dot(wq[0], wq[1], xo);
   }
-  return wd * t;
 }
 
 template <int HD, int WK>
@@ -281,7 +241,7 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (WK == kWoGeneric) {
     for (int r = tid; r < wo.rows; r += kThreads) {
       float s = 0.f;
-      for (int c = 0; c < HD; ++c) s += wo_elem(wo, r, h * HD + c) * so[c];
+      for (int c = 0; c < HD; ++c) s += dequant_at(wo, r, h * HD + c) * so[c];
       dst[r] = s;
     }
   } else if constexpr (WK >= kWoQ4) {

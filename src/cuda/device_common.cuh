@@ -57,6 +57,59 @@ __device__ __forceinline__ float byte_plus_2p23(uint32_t v, int e) {
 constexpr float kQ4Bias = 8388616.f;  // 2^23 + 8: nibble n -> n - 8 (Q4_0)
 constexpr float kQ8Bias = 8388736.f;  // 2^23 + 128: byte of (int8 ^ 0x80) -> the int8 (Q8_0)
 
+// One quant block's dot product with x[0..31], before the block scale, in the one order every
+// decode kernel uses. Q4_0: 16 bytes, low nibbles are elements 0-15, high nibbles 16-31. Q8_0: 32
+// int8 (w0, w1); int8 ^ 0x80 is the int8 + 128 as an unsigned byte. x indexes fold to registers
+// once the caller's loops are unrolled.
+__device__ __forceinline__ float q4_block_dot(const uint4& w, const float* x) {
+  const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
+  float t = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = ww[i] & 0x0F0F0F0Fu, hi = (ww[i] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = 4 * i + e;
+      t += (byte_plus_2p23(lo, e) - kQ4Bias) * x[j] + (byte_plus_2p23(hi, e) - kQ4Bias) * x[j + 16];
+    }
+  }
+  return t;
+}
+__device__ __forceinline__ float q8_block_dot(const uint4& w0, const uint4& w1, const float* x) {
+  const uint32_t ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  float t = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t u = ww[i] ^ 0x80808080u;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) t += (byte_plus_2p23(u, e) - kQ8Bias) * x[4 * i + e];
+  }
+  return t;
+}
+
+// RoPE: frequency base^(-2i/rope_dim) of rotation pair i; the angle at position p is p times it
+// (the expression every RoPE kernel and the CPU twin use).
+__device__ __forceinline__ float rope_inv_freq(int i, int rope_dim, float base) {
+  return powf(base, -(float)(2 * i) / (float)rope_dim);
+}
+
+// fp16 pair as the 32-bit register an mma operand takes.
+__device__ __forceinline__ uint32_t half2_bits(__half2 v) {
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
+  return half2_bits(__floats2half2_rn(a, b));
+}
+
+// D = A*B + D, m16n8k16, fp16 operands, fp32 accumulators (sm_80+).
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }

@@ -3,9 +3,9 @@
 // Fragment-order trick: a dot product does not care in which order k is summed, so each thread
 // of a warp's lane quad (t4 = lane & 3) feeds the mma its own 8 contiguous weight bytes of a
 // 64-column chunk (block t4/2, bytes 8*(t4&1)..+7), and the activations are stored in shared
-// memory permuted to match (frag_pos below). Then per k16 step a thread needs one register of
-// nibbles per weight row and one 8-byte shared load per 8 tokens, and the weight loads are plain
-// coalesced 8-byte reads of the split layout with no shared-memory round trip.
+// memory permuted to match (gemm_frag_pos, gemm_q4.h). Then per k16 step a thread needs one
+// register of nibbles per weight row and one 8-byte shared load per 8 tokens, and the weight loads
+// are plain coalesced 8-byte reads of the split layout with no shared-memory round trip.
 //
 // Dequantization is exact in fp16: (0x6400 | q) is 1024 + q, minus 1032 gives q - 8 exactly, and
 // one multiply by the fp16 scale rounds once: the same fp16 value as rounding (q-8)*d.
@@ -44,31 +44,12 @@ struct Params {
   int mw;       // warps side by side along the rows (16-row tiles per block)
 };
 
-// Shared-memory position of column r (0..63) of a chunk in fragment order (gemm_frag_pos): step
-// s = 2*wi + hi (nibble word wi of the thread's 8 bytes, low/high nibbles), thread t = 2*b + h
-// (block b, half h), element e of the B fragment registers {k, k+2 | k+1, k+3}.
-__device__ __forceinline__ int frag_pos(int r) {
-  return gemm_frag_pos(r);
-}
-
-__device__ __forceinline__ uint32_t h2_bits(__half2 v) {
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 // Two nibbles (bits 0-3 and 16-19 of `bits`) -> fp16 pair (q - 8) * d.
 __device__ __forceinline__ uint32_t dq2(uint32_t bits, __half2 d2) {
   const uint32_t h = (bits & 0x000F000Fu) | 0x64006400u;
   const __half2 v = *reinterpret_cast<const __half2*>(&h);
   const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408));
-  return h2_bits(__hmul2(__hsub2(v, k1032), d2));
-}
-
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  return half2_bits(__hmul2(__hsub2(v, k1032), d2));
 }
 
 // One weight row as a thread reads it (row `ok` false: reads nothing, weights are zero).
@@ -139,7 +120,7 @@ __device__ __forceinline__ float rope_freq(const GemmOut& o, int c) {
   const int cc = is_q ? c : (c - o.q_dim) % o.kv_dim;
   if (!is_q && c >= o.q_dim + o.kv_dim) return -1.f;
   const int i = (cc % o.head_dim) / 2;
-  return 2 * i < o.rope_dim ? powf(o.rope_base, -(float)(2 * i) / (float)o.rope_dim) : -1.f;
+  return 2 * i < o.rope_dim ? rope_inv_freq(i, o.rope_dim, o.rope_base) : -1.f;
 }
 
 // Output columns (c, c+1) of token t; c even; v1 ignored when c + 1 >= n. freq: rope_freq(c).
@@ -164,7 +145,7 @@ __device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, 
     const float h = v0 / (1.f + expf(-v0)) * v1;
     const int j = c / 2;
     if (o.yh) {
-      o.yh[(size_t)t * o.ldyh + (j & ~63) + frag_pos(j & 63)] =
+      o.yh[(size_t)t * o.ldyh + (j & ~63) + gemm_frag_pos(j & 63)] =
           __half_as_ushort(__float2half_rn(h));
     } else {
       o.y[(size_t)t * o.ldy + j] = h;
@@ -236,12 +217,11 @@ __device__ __forceinline__ void epilogue(const Params& p, const float* rs, bool 
 // conversion. fp16 input (h): [reduction buffer if kred | fp16 tile]. The fp16 row pitch (kc + 16
 // halves = 8 mod 32 words) puts the 8 token rows of a B-fragment load in distinct bank octets.
 struct Layout {
-  int kc, pitch, raw, nw, xs, rs, bytes;
+  int kc, pitch, nw, xs, rs, bytes;  // byte offsets; the raw tile is at 0
   __host__ __device__ Layout(int bn, int kc_, int nw_warps, int nt, bool h, bool kred) {
     kc = kc_;
     pitch = kc + 16;
     const int red = kred ? nw_warps * nt * 4 * 32 * 4 : 0;
-    raw = 0;
     nw = h ? red : bn * kc * 4 > red ? bn * kc * 4 : red;
     xs = h ? red : nw + kc * 4;
     rs = xs + bn * pitch * 2;
@@ -275,7 +255,7 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
   const int t0 = blockIdx.y * BN;
   const int c0 = blockIdx.z * p.cps, c1 = min(p.nchunks, c0 + p.cps);
   const Layout L(BN, (c1 - c0) * kChunk, NW, NT, H, KW > 1);
-  float* raw = reinterpret_cast<float*>(smem + L.raw);
+  float* raw = reinterpret_cast<float*>(smem);
   float* nws = reinterpret_cast<float*>(smem + L.nw);
   __half* xs = reinterpret_cast<__half*>(smem + L.xs);
   float* rs = reinterpret_cast<float*>(smem + L.rs);
@@ -358,7 +338,7 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    const int fp = frag_pos(4 * sub);
+    const int fp = gemm_frag_pos(4 * sub);
     for (int r = tid >> 4; r < BN; r += NTH >> 4) {  // warp-uniform: a warp covers 2 whole rows
       float ss = 0.f;
       const float* src = raw + r * L.kc + 4 * sub;
@@ -372,8 +352,8 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
           v.x *= w.x, v.y *= w.y, v.z *= w.z, v.w *= w.w;
         }
         uint2 u;  // elements k, k+2 | k+1, k+3 (the B register order)
-        u.x = h2_bits(__floats2half2_rn(v.x, v.z));
-        u.y = h2_bits(__floats2half2_rn(v.y, v.w));
+        u.x = pack_half2(v.x, v.z);
+        u.y = pack_half2(v.y, v.w);
         *reinterpret_cast<uint2*>(dst + m * kChunk) = u;
       }
       if (norm) {
@@ -452,7 +432,8 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, acc[j]);
+    for (int j = 0; j < NT; ++j)  // have_res: NT = KW = 1, the residual of tile j = 0
+      epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, acc[j], have_res ? res : nullptr);
   }
 }
 
@@ -664,10 +645,10 @@ __global__ void act_f16_kernel(const float* x, int ldx, int t, int k, const floa
       }
     }
     uint2 u;  // fragment order: k, k+2 | k+1, k+3
-    u.x = h2_bits(__floats2half2_rn(v.x, v.z));
-    u.y = h2_bits(__floats2half2_rn(v.y, v.w));
+    u.x = pack_half2(v.x, v.z);
+    u.y = pack_half2(v.y, v.w);
     const int c = 4 * q;
-    *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + (c & ~63) + frag_pos(c & 63)) = u;
+    *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + (c & ~63) + gemm_frag_pos(c & 63)) = u;
   }
 }
 
@@ -697,7 +678,6 @@ void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_
   p.k = a.w0.cols;
   p.nb = p.k / 32;
   p.nchunks = (p.k + kChunk - 1) / kChunk;
-  p.cps = p.nchunks;
   switch (ep) {
     case GemmEpilogue::Store:
       p.n = a.w0.rows;

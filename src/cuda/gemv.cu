@@ -273,25 +273,8 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
 #pragma unroll
     for (int k = 0; k < NX / 32; ++k) {
       if (lane + 32 * k < nb) {
-        const uint32_t wwa[4] = {w.a[k].x, w.a[k].y, w.a[k].z, w.a[k].w};
-        const uint32_t wwb[4] = {w.b[k].x, w.b[k].y, w.b[k].z, w.b[k].w};
-        float ta = 0.f, tb = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          // low / high nibbles of the 4 bytes, each in its own byte (no I2F: byte_plus_2p23)
-          const uint32_t la = wwa[i] & 0x0F0F0F0Fu, ha = (wwa[i] >> 4) & 0x0F0F0F0Fu;
-          const uint32_t lb = wwb[i] & 0x0F0F0F0Fu, hb = (wwb[i] >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int j = 4 * i + e;
-            const float x_lo = xr[k * 32 + j];
-            const float x_hi = xr[k * 32 + j + 16];
-            ta +=
-                (byte_plus_2p23(la, e) - kQ4Bias) * x_lo + (byte_plus_2p23(ha, e) - kQ4Bias) * x_hi;
-            tb +=
-                (byte_plus_2p23(lb, e) - kQ4Bias) * x_lo + (byte_plus_2p23(hb, e) - kQ4Bias) * x_hi;
-          }
-        }
+        const float ta = q4_block_dot(w.a[k], xr + k * 32);
+        const float tb = q4_block_dot(w.b[k], xr + k * 32);
         sa += w.ka[k] * ta;
         sb += w.kb[k] * tb;
       }
@@ -301,21 +284,8 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
 #pragma unroll
     for (int k = 0; k < NX / 32; ++k) {
       if (lane + 32 * k < nb) {
-        const uint4 a0 = w.a[2 * k], a1 = w.a[2 * k + 1], b0 = w.b[2 * k], b1 = w.b[2 * k + 1];
-        const uint32_t wwa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-        const uint32_t wwb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-        float ta = 0.f, tb = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          // int8 ^ 0x80 = int8 + 128 as an unsigned byte (no I2F: byte_plus_2p23)
-          const uint32_t ua = wwa[i] ^ 0x80808080u, ub = wwb[i] ^ 0x80808080u;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float xv = xr[k * 32 + 4 * i + e];
-            ta += (byte_plus_2p23(ua, e) - kQ8Bias) * xv;
-            tb += (byte_plus_2p23(ub, e) - kQ8Bias) * xv;
-          }
-        }
+        const float ta = q8_block_dot(w.a[2 * k], w.a[2 * k + 1], xr + k * 32);
+        const float tb = q8_block_dot(w.b[2 * k], w.b[2 * k + 1], xr + k * 32);
         sa += w.ka[k] * ta;
         sb += w.kb[k] * tb;
       }
@@ -387,7 +357,7 @@ __device__ __forceinline__ PreEpi pre_epi(const GemvParams& p, const ItemRows<E>
   } else if constexpr (E == Epi::Qkv) {
     const int i = (ir.ra % p.head_dim) / 2;
     if (p.rope && ir.seg < 2 && 2 * i < p.rope_dim) {
-      const float theta = (float)pos * powf(p.rope_base, -(float)(2 * i) / (float)p.rope_dim);
+      const float theta = (float)pos * rope_inv_freq(i, p.rope_dim, p.rope_base);
       sincosf(theta, &e.b, &e.a);
       e.rot = true;
     }
@@ -492,8 +462,8 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   }
 }
 
-// Grid size: one block per 4 work items, at most max_blocks (default: 4 blocks per SM of a
-// 132-SM Hopper, all resident at once); beyond that warps loop.
+// Grid size: one block per kBlock/32 work items, at most max_blocks (default kMaxBlocks, 4 per SM
+// of a 132-SM Hopper); beyond that warps loop.
 int grid_blocks(int n_items, int max_blocks) {
   const int wpb = kBlock / 32;
   const int cap = max_blocks > 0 ? max_blocks : kMaxBlocks;

@@ -51,16 +51,10 @@ void PrefillWorkspace::reserve(const LlamaConfig& c, int max_tokens, int max_log
   CUDA_CHECK(cudaMemset(hh, 0, sizeof(uint16_t) * nt * ldh_));
   cap_tokens_ = nt;
   cap_logits_ = nl;
+  ++generation_;
 }
 
 // --- forward -------------------------------------------------------------------------------------
-
-bool prefill_supported(const LlamaConfig& c, GgmlType layer_type) {
-  return layer_type == GgmlType::Q4_0 && attention_prefill_supports(c.head_dim) &&
-         c.dim % 32 == 0 && c.q_dim() % 32 == 0 && c.hidden_dim % 32 == 0 && c.q_dim() % 16 == 0 &&
-         c.kv_dim() % 16 == 0 && c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim &&
-         c.head_dim % 2 == 0;
-}
 
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
                      cudaStream_t s) {

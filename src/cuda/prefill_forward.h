@@ -57,6 +57,10 @@ class PrefillWorkspace {
   void reserve(const LlamaConfig& c, int max_tokens, int max_logit_rows);
   int capacity() const { return cap_tokens_; }
   int logit_capacity() const { return cap_logits_; }
+  // Bumped by every reallocation: anything that baked in the buffer addresses (a captured graph)
+  // is stale once it changes. (A new buffer may land at an old address, so comparing pointers
+  // does not tell.)
+  unsigned long generation() const { return generation_; }
 
   float* x = nullptr;    // [cap][dim] residual stream
   float* q = nullptr;    // [cap][q_dim] roped queries
@@ -74,6 +78,7 @@ class PrefillWorkspace {
  private:
   void release();
   int cap_tokens_ = 0, cap_logits_ = 0;
+  unsigned long generation_ = 0;
   int dim_ = 0, q_dim_ = 0, hidden_ = 0, vocab_ = 0, ldh_ = 0;
 };
 
@@ -89,9 +94,5 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
 std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
                                   std::span<const int> tokens, int pos0, int chunk, bool all_logits,
                                   cudaStream_t stream);
-
-// True when prefill_forward handles this model's shapes (Q4_0 layers, supported head_dim, q/kv
-// dims multiples of 16, dims multiples of 32); otherwise the caller uses token-by-token decode.
-bool prefill_supported(const LlamaConfig& c, GgmlType layer_type);
 
 }  // namespace smolrt::cuda

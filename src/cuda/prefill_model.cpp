@@ -2,6 +2,7 @@
 #include "cuda/prefill_model.h"
 
 #include "core/error.h"
+#include "cuda/attention_prefill.h"
 
 namespace smolrt::cuda {
 
@@ -33,13 +34,35 @@ PrefillWeights prefill_view(const LlamaConfig& c, const DeviceWeights& dw, int n
   return pw;
 }
 
+namespace {
+
+bool shape_is(const TensorView& t, GgmlType type, int64_t rows, int64_t cols) {
+  return t.data != nullptr && t.type == type && t.rows == rows && t.cols == cols;
+}
+
+}  // namespace
+
+bool prefill_fits(const LlamaConfig& c, const Weights& w) {
+  if (!attention_prefill_supports(c.head_dim) || c.dim % 32 != 0 || c.q_dim() % 32 != 0 ||
+      c.hidden_dim % 32 != 0 || c.kv_dim() % 16 != 0 || c.rope_dim % 2 != 0 ||
+      c.rope_dim > c.head_dim || (int)w.layers.size() != c.n_layers)
+    return false;
+  const GgmlType q4 = GgmlType::Q4_0;
+  for (const LayerWeights& L : w.layers) {
+    if (!shape_is(L.wq, q4, c.q_dim(), c.dim) || !shape_is(L.wk, q4, c.kv_dim(), c.dim) ||
+        !shape_is(L.wv, q4, c.kv_dim(), c.dim) || !shape_is(L.wo, q4, c.dim, c.q_dim()) ||
+        !shape_is(L.w_gate, q4, c.hidden_dim, c.dim) ||
+        !shape_is(L.w_up, q4, c.hidden_dim, c.dim) || !shape_is(L.w_down, q4, c.dim, c.hidden_dim))
+      return false;
+  }
+  return true;
+}
+
 PrefillModel::PrefillModel(const LlamaConfig& c, const Weights& w, int n_ctx, bool kv_half) {
-  for (const LayerWeights& L : w.layers)
-    if (!prefill_supported(c, L.wq.type) || L.wk.type != L.wq.type || L.wv.type != L.wq.type ||
-        L.wo.type != L.wq.type || L.w_gate.type != L.wq.type || L.w_up.type != L.wq.type ||
-        L.w_down.type != L.wq.type)
-      fail("prefill: model shape/types not supported by the batched prefill kernels (layer type ",
-           type_name(L.wq.type), ", head_dim ", c.head_dim, ")");
+  if (!prefill_fits(c, w))
+    fail("prefill: model shape/types not supported by the batched prefill kernels (layer type ",
+         w.layers.empty() ? "none" : type_name(w.layers[0].wq.type), ", head_dim ", c.head_dim,
+         "); it needs Q4_0 layers and head_dim 8, 16, 32 or 64");
   dw_ = upload_weights(w, c);
   const size_t per = (size_t)n_ctx * c.kv_dim() * (kv_half ? 2 : 4);
   kv_ = DeviceBuffer(per * 2 * c.n_layers, "prefill KV cache");

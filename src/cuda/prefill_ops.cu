@@ -2,7 +2,6 @@
 #include "cuda/prefill_ops.h"
 
 #include <climits>
-#include <cmath>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -19,10 +18,7 @@ __global__ void __launch_bounds__(1024)
   const float* row = logits + (size_t)blockIdx.x * ld;
   float bv = 0.f;
   int bi = INT_MAX;
-  for (int c = threadIdx.x; c < n; c += blockDim.x) {
-    const float v = row[c];
-    if (!isnan(v) && amax_beats(v, c, bv, bi)) bv = v, bi = c;
-  }
+  amax_scan(row, threadIdx.x, n, blockDim.x, bv, bi);
   __shared__ float sv[32];
   __shared__ int si[32];
   block_argmax<1024>(bv, bi, sv, si);

@@ -22,7 +22,7 @@ __global__ void rope_kv_kernel(float* q, const float* k, const float* v, float* 
     float a = is_q ? q[r] : k[r], b = is_q ? q[r + 1] : k[r + 1];
     const int i = (r % head_dim) / 2;
     if (2 * i < rope_dim) {
-      const float theta = (float)pos * powf(base, -(float)(2 * i) / (float)rope_dim);
+      const float theta = (float)pos * rope_inv_freq(i, rope_dim, base);
       float sn, cs;
       sincosf(theta, &sn, &cs);
       const float na = a * cs - b * sn, nb = a * sn + b * cs;

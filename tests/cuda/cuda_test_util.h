@@ -7,13 +7,18 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
 #include "core/cuda_check.h"
+#include "core/env.h"
+#include "cuda/gemv_head.h"
 #include "model/model.h"
 #include "quant/formats.h"
 
@@ -22,7 +27,45 @@
   } else                                   \
     GTEST_SKIP() << "skipped: no CUDA GPU"
 
+// A GPU and the synthetic SmolLM-135M-shaped Q4_0 model named by SMOLRT_SYNTH_MODEL (made by
+// `smolrt synth`), loaded once per test binary into `model`; skips visibly otherwise.
+#define REQUIRE_SYNTH(model)                                                         \
+  REQUIRE_GPU();                                                                     \
+  const Model* synth_model_ = ::smolrt::test::synth_model();                         \
+  if (synth_model_ == nullptr) {                                                     \
+    GTEST_SKIP() << "skipped: SMOLRT_SYNTH_MODEL not set or missing (make one with " \
+                    "`smolrt synth --preset smollm-135m --type q4_0 ...`)";          \
+  }                                                                                  \
+  const Model& model = *synth_model_
+
 namespace smolrt::test {
+
+// The model at SMOLRT_SYNTH_MODEL, loaded on first use (loading maps the file; backends upload
+// it); nullptr when the variable is unset or the file is missing.
+inline const Model* synth_model() {
+  static const std::unique_ptr<Model> m = []() -> std::unique_ptr<Model> {
+    const std::string p = env_string("SMOLRT_SYNTH_MODEL");
+    if (p.empty() || !std::filesystem::exists(p)) return nullptr;
+    return std::make_unique<Model>(load_model(p));
+  }();
+  return m.get();
+}
+
+// The wide lm_head kernel's process-wide switches (gemv_head.h; the CUDA backend sets them before
+// its launches) for one scope, restored after: a kernel test must not run on whatever an earlier
+// backend test left there.
+struct HeadSwitches {
+  bool wide, i8;
+  HeadSwitches(bool wide_head, bool head_int8)
+      : wide(cuda::wide_head_enabled()), i8(cuda::head_int8_enabled()) {
+    cuda::wide_head_enabled() = wide_head;
+    cuda::head_int8_enabled() = head_int8;
+  }
+  ~HeadSwitches() {
+    cuda::wide_head_enabled() = wide;
+    cuda::head_int8_enabled() = i8;
+  }
+};
 
 // Device copy of a host vector; poisons (NaN bytes) when host is empty and n given.
 template <class T>

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "cuda/gemm_q4.h"
@@ -24,22 +25,6 @@
 
 namespace smolrt {
 namespace {
-
-#define REQUIRE_SYNTH(model)                                                                 \
-  REQUIRE_GPU();                                                                             \
-  const char* synth_path_ = std::getenv("SMOLRT_SYNTH_MODEL");                               \
-  if (synth_path_ == nullptr || !std::filesystem::exists(synth_path_)) {                     \
-    GTEST_SKIP() << "skipped: SMOLRT_SYNTH_MODEL not set or missing (make one with `smolrt " \
-                    "synth --preset smollm-135m --type q4_0 ...`)";                          \
-  }                                                                                          \
-  const Model& model = synth_model(synth_path_)
-
-// Loaded once for the whole binary (loading maps the file; the backends upload it).
-const Model& synth_model(const char* path) {
-  static std::unique_ptr<Model> m;
-  if (!m) m = std::make_unique<Model>(load_model(path));
-  return *m;
-}
 
 constexpr int kCtx = 1100;  // longest prompt (1000) + decode steps, well under the model's 8192
 
@@ -84,10 +69,6 @@ double rel_l2(const float* g, const float* r, size_t n) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-int argmax_of(const float* v, size_t n) {
-  return (int)(std::max_element(v, v + n) - v);
-}
-
 // Logits bound (relative L2 per row): the batched GEMMs run on tensor cores with fp16 operands
 // (~6e-4 relative per GEMM, bench/results/prefill_notes.md and test_prefill_forward.cpp measure
 // well under 1e-2 on 2 layers with an fp16 cache); here the cache is fp32 (the decode one) but
@@ -123,7 +104,7 @@ RowStats expect_rows_close(const std::vector<float>& got, const std::vector<floa
       ss += (double)r[i] * r[i];
     }
     EXPECT_TRUE(finite) << what << " position " << p;
-    const int ra = argmax_of(r, V), ga = argmax_of(g, V);
+    const int ra = cpu::argmax(r, V), ga = cpu::argmax(g, V);
     if (ga == ra) {
       ++st.argmax_equal;
     } else {
@@ -225,11 +206,11 @@ TEST(CudaPrefill, DecodeAfterPrefillMatchesDecodeAfterSequential) {
   batched->reset();
   seq->reset();
   std::span<const float> lb = batched->forward_prompt(toks);
-  int tb = argmax_of(lb.data(), V);
+  int tb = cpu::argmax(lb.data(), V);
   std::span<const float> ls = seq->forward_prompt(toks);
   int same = 0;
   for (int i = 0; i < 8; ++i) {
-    const int ts = argmax_of(ls.data(), V);
+    const int ts = cpu::argmax(ls.data(), V);
     if (tb != ts) {
       double ss = 0;
       for (int j = 0; j < V; ++j) ss += (double)ls[j] * ls[j];
@@ -248,33 +229,45 @@ TEST(CudaPrefill, DecodeAfterPrefillMatchesDecodeAfterSequential) {
   }
 }
 
+// Bit-reproducible GEMMs (no split-K atomics) for the scope, so runs can be compared exactly.
+struct NoSplitK {
+  NoSplitK() { cuda::gemm_q4_set_split_k(0); }
+  ~NoSplitK() { cuda::gemm_q4_set_split_k(-1); }
+};
+
 // A prompt shape seen before is captured as a CUDA graph and replayed (CudaPrefill::run_last):
-// same logits as the eager run, and decode continues from the cache the replay wrote.
+// same logits as the eager run, and decode continues from the cache the replay wrote. A graph is
+// never replayed after the workspace it baked in was reallocated, or after the options changed.
 TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
   auto gpu = make(m, true);
-  // Bit-reproducible GEMMs (no split-K atomics), so eager and replayed runs can be compared
-  // exactly.
-  cuda::gemm_q4_set_split_k(0);
+  const NoSplitK bitwise;
+  auto run = [&](int n, uint32_t seed, std::vector<int>* greedy = nullptr) {
+    gpu->reset();
+    std::span<const float> l = gpu->forward_prompt(prompt_of(n, V, seed));
+    std::vector<float> out(l.begin(), l.end());
+    if (greedy != nullptr) {
+      int t = cpu::argmax(l.data(), V);
+      for (int i = 0; i < 4; ++i) {
+        greedy->push_back(t);
+        t = gpu->forward_token_greedy(t, gpu->position());
+      }
+      EXPECT_EQ(gpu->position(), n + 4);
+    }
+    return out;
+  };
+  auto graphs = [&] {
+    const CudaStats st = gpu->stats();
+    return std::pair<int, int>{st.prefill_graph_captures, st.prefill_graph_launches};
+  };
   std::vector<std::vector<float>> logits;
-  std::vector<std::vector<int>> greedy;
+  std::vector<std::vector<int>> greedy(4);
   for (int round = 0; round < 4; ++round) {  // eager, capture + replay, replay, replay
     // Rounds 2 and 3: other ids, same shape (the graph reads the ids staged for this call).
-    const std::vector<int> toks = prompt_of(32, V, round < 2 ? 5u : 6u);
-    gpu->reset();
-    std::span<const float> l = gpu->forward_prompt(toks);
-    logits.emplace_back(l.begin(), l.end());
-    std::vector<int> out;
-    int t = argmax_of(l.data(), V);
-    for (int i = 0; i < 4; ++i) {
-      out.push_back(t);
-      t = gpu->forward_token_greedy(t, gpu->position());
-    }
-    greedy.push_back(out);
-    EXPECT_EQ(gpu->position(), 36);
+    logits.push_back(run(32, round < 2 ? 5u : 6u, &greedy[round]));
   }
-  cuda::gemm_q4_set_split_k(-1);
+  EXPECT_EQ(graphs(), (std::pair<int, int>{1, 3}));
   // Same kernels, same tiles, fixed summation orders: bit-identical.
   EXPECT_EQ(logits[1], logits[0]);
   EXPECT_EQ(logits[3], logits[2]);
@@ -282,6 +275,18 @@ TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
   EXPECT_EQ(greedy[3], greedy[2]);
   // The replayed graph really used the new ids: another prompt, other logits.
   EXPECT_GT(rel_l2(logits[2].data(), logits[0].data(), V), 1e-2);
+
+  // A longer prompt grows (reallocates) the workspace: the old graph is dropped, the shape runs
+  // eagerly once more, then is captured again.
+  run(100, 7u);
+  EXPECT_EQ(run(32, 5u), logits[0]);
+  EXPECT_EQ(graphs(), (std::pair<int, int>{1, 3}));
+  EXPECT_EQ(run(32, 5u), logits[0]);
+  EXPECT_EQ(graphs(), (std::pair<int, int>{2, 4}));
+  // New options drop the graphs too (the shape was seen: captured again at once).
+  gpu->set_options(gpu->options());
+  EXPECT_EQ(run(32, 5u), logits[0]);
+  EXPECT_EQ(graphs(), (std::pair<int, int>{3, 5}));
 }
 
 // --- continuing an existing cache ---------------------------------------------------------------
@@ -328,7 +333,7 @@ TEST(CudaPrefill, SampleAfterPrefillUsesPrefillLogits) {
   auto gpu = make(m, true);
   const std::vector<int> toks = prompt_of(33, V, 21);
   std::span<const float> l = gpu->forward_prompt(toks);
-  const int host_arg = argmax_of(l.data(), V);
+  const int host_arg = cpu::argmax(l.data(), V);
   SamplingParams greedy;
   greedy.temp = 0;
   gpu->reset();
@@ -384,7 +389,7 @@ TEST(CudaPrefill, UnsupportedModelFallsBackToDecodeSteps) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   Model m = load_model(path.string());
   auto gpu = make_cuda_backend_ex(m, BackendOptions{}, CudaOptions{});
-  // Its types/shapes (tiny F32 llama2.c model) are outside what prefill_supported() takes.
+  // Its types/shapes (tiny F32 llama2.c model) are outside what prefill_fits() takes.
   EXPECT_FALSE(gpu->stats().batched_prefill);
   const std::vector<int> toks = {1, 403, 407, 261, 378};
   std::span<const float> l = gpu->forward_prompt(toks);

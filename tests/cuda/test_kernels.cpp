@@ -24,6 +24,7 @@ namespace smolrt {
 namespace {
 
 using test::Dev;
+using test::HeadSwitches;
 using test::RandMat;
 
 const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0};
@@ -149,6 +150,7 @@ TEST(KernelGemv, WideHeadMatchesCpu) {
   for (int si = 0; si < 5; ++si) {
     const Shape sh = shapes[si];
     RandMat m(GgmlType::Q8_0, sh.rows, sh.cols, 400 + si);
+    const HeadSwitches wide_fp32(true, false);
     ASSERT_TRUE(cuda::head_kernel_takes(m.mat)) << sh.rows << "x" << sh.cols;
     std::vector<float> x = test::randn(sh.cols, 401 + si), nw = test::randn(sh.cols, 402 + si);
     Dev<float> dx(x), dnw(nw);
@@ -178,10 +180,11 @@ TEST(KernelGemv, WideHeadMatchesCpu) {
             }
           }
         }
-        cuda::head_int8_enabled() = i8;
         Dev<float> out((size_t)sh.rows);
-        cuda::gemv(m.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(), false, nullptr);
-        cuda::head_int8_enabled() = false;
+        {
+          const HeadSwitches sw(true, i8);
+          cuda::gemv(m.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(), false, nullptr);
+        }
         std::vector<float> got = out.get();
         // factor 2 with the norm: rsqrtf's own rounding carried through the sum (as above)
         for (int r = 0; r < sh.rows; ++r) {
@@ -203,17 +206,19 @@ TEST(KernelGemv, WideHeadMatchesCpu) {
     x[40] = std::numeric_limits<float>::infinity();
     Dev<float> dx(x);
     for (bool i8 : {false, true}) {
-      cuda::head_int8_enabled() = i8;
       Dev<float> out((size_t)8192);
-      cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), false, nullptr);
-      cuda::head_int8_enabled() = false;
+      {
+        const HeadSwitches sw(true, i8);
+        cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), false, nullptr);
+      }
       std::vector<float> got = out.get();
       int finite = 0;
       for (float v : got) finite += std::isfinite(v) ? 1 : 0;
       EXPECT_EQ(finite, 0) << "int8 " << i8;
     }
   }
-  // What it does not take goes through the generic kernel.
+  // What it does not take goes through the generic kernel (the switch on: not a vacuous false).
+  const HeadSwitches wide_on(true, false);
   RandMat q4(GgmlType::Q4_0, 8192, 576, 1), few(GgmlType::Q8_0, 8191, 576, 2),
       wide(GgmlType::Q8_0, 8192, 1056, 3);
   EXPECT_FALSE(cuda::head_kernel_takes(q4.mat));
@@ -423,33 +428,64 @@ TEST(KernelGateUp, SiluMulMatchesCpu) {
 
 // --- attention -------------------------------------------------------------------------------
 
+// One decode-attention case: random q and cache (seeds seed, seed+1, seed+2; positions past
+// n_pos hold NaN, which the kernel must never read), the CPU twin's output, and the device copies
+// with the split scratch and the position slot.
+struct AttnCase {
+  int n_heads, n_kv, head_dim, n_ctx, n_pos, q_dim;
+  std::vector<float> q, kc, vc, ref;  // ref: cpu::attention
+  Dev<float> dq, dk, dv, part;
+  Dev<int> cnt, dpos;
+  AttnCase(int nh, int nkv, int hd, int ctx, int np, uint32_t seed)
+      : n_heads(nh),
+        n_kv(nkv),
+        head_dim(hd),
+        n_ctx(ctx),
+        n_pos(np),
+        q_dim(nh * hd),
+        q(test::randn(q_dim, seed, 2.f)),
+        kc(cache(seed + 1)),
+        vc(cache(seed + 2)),
+        ref(q_dim),
+        dq(q),
+        dk(kc),
+        dv(vc),
+        part((size_t)nh * cuda::attn_splits(ctx) * (hd + 2)),
+        cnt(std::vector<int>(nh, 0)),
+        dpos(std::vector<int>{np - 1}) {
+    std::vector<float> scratch(np);
+    cpu::attention(ref.data(), q.data(), kc.data(), vc.data(), np, nh, nkv, hd, scratch.data());
+  }
+  std::vector<float> cache(uint32_t seed) const {
+    std::vector<float> c = test::randn((size_t)n_ctx * n_kv * head_dim, seed);
+    for (size_t i = (size_t)n_pos * n_kv * head_dim; i < c.size(); ++i) c[i] = NAN;
+    return c;
+  }
+  void run(float* out, cudaStream_t s, const cuda::AttnWo& wo = {}) {
+    cuda::attention_decode(out, dq.p(), dk.p(), dv.p(), dpos.p(), n_ctx, n_heads, n_kv, head_dim,
+                           {part.p(), cnt.p()}, s, wo);
+  }
+  // The split counters reset themselves after every launch.
+  void expect_counters_reset() const {
+    std::vector<int> c = cnt.get();
+    for (int h = 0; h < n_heads; ++h) ASSERT_EQ(c[h], 0);
+  }
+};
+
 void check_attention(int n_heads, int n_kv, int head_dim, int n_ctx, int n_pos) {
   SCOPED_TRACE(testing::Message() << n_heads << "/" << n_kv << "x" << head_dim << " n_pos " << n_pos
                                   << " n_ctx " << n_ctx);
-  const int kv_dim = n_kv * head_dim, q_dim = n_heads * head_dim;
-  std::vector<float> q = test::randn(q_dim, 31, 2.f);
-  std::vector<float> kc = test::randn((size_t)n_ctx * kv_dim, 32);
-  std::vector<float> vc = test::randn((size_t)n_ctx * kv_dim, 33);
-  // Positions past n_pos hold NaN: the kernel must never read them.
-  for (size_t i = (size_t)n_pos * kv_dim; i < kc.size(); ++i) kc[i] = vc[i] = NAN;
-  std::vector<float> ref(q_dim), scratch(n_pos);
-  cpu::attention(ref.data(), q.data(), kc.data(), vc.data(), n_pos, n_heads, n_kv, head_dim,
-                 scratch.data());
-  Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim);
-  Dev<float> part((size_t)n_heads * cuda::attn_splits(n_ctx) * (head_dim + 2));
-  Dev<int> cnt(std::vector<int>(n_heads, 0));
-  Dev<int> dpos(std::vector<int>{n_pos - 1});
+  AttnCase c(n_heads, n_kv, head_dim, n_ctx, n_pos, 31);
+  Dev<float> out((size_t)c.q_dim);
   for (int rep = 0; rep < 2; ++rep) {  // twice: the split counters must reset themselves
     out.poison();
-    cuda::attention_decode(out.p(), dq.p(), dk.p(), dv.p(), dpos.p(), n_ctx, n_heads, n_kv,
-                           head_dim, {part.p(), cnt.p()}, nullptr);
+    c.run(out.p(), nullptr);
     std::vector<float> got = out.get();
     // Outputs are convex combinations of N(0,1) values; softmax of fp32 scores in another order
     // (and expf vs std::exp) moves them by ~1e-6.
-    for (int i = 0; i < q_dim; ++i) ASSERT_NEAR(got[i], ref[i], 2e-5f) << "out " << i;
+    for (int i = 0; i < c.q_dim; ++i) ASSERT_NEAR(got[i], c.ref[i], 2e-5f) << "out " << i;
   }
-  std::vector<int> c = cnt.get();
-  for (int h = 0; h < n_heads; ++h) ASSERT_EQ(c[h], 0);
+  c.expect_counters_reset();
 }
 
 TEST(KernelAttention, SplitContextMatchesCpu) {
@@ -480,15 +516,10 @@ void check_attention_wo(GgmlType t, int n_heads, int n_kv, int head_dim, int row
                         int n_pos) {
   SCOPED_TRACE(testing::Message() << type_name(t) << " " << n_heads << "/" << n_kv << "x"
                                   << head_dim << " rows " << rows << " n_pos " << n_pos);
-  const int kv_dim = n_kv * head_dim, q_dim = n_heads * head_dim;
-  std::vector<float> q = test::randn(q_dim, 41, 2.f);
-  std::vector<float> kc = test::randn((size_t)n_ctx * kv_dim, 42);
-  std::vector<float> vc = test::randn((size_t)n_ctx * kv_dim, 43);
-  for (size_t i = (size_t)n_pos * kv_dim; i < kc.size(); ++i) kc[i] = vc[i] = NAN;
+  AttnCase c(n_heads, n_kv, head_dim, n_ctx, n_pos, 41);
+  const int q_dim = c.q_dim;
+  const std::vector<float>& att = c.ref;
   RandMat wo(t, rows, q_dim, 44 + rows);
-  std::vector<float> att(q_dim), scratch(n_pos);
-  cpu::attention(att.data(), q.data(), kc.data(), vc.data(), n_pos, n_heads, n_kv, head_dim,
-                 scratch.data());
   // parts[h][r] in double, and a bound: the attention outputs carry up to 2e-5 each (see
   // check_attention), so 2e-5 * sum|W| plus the fp32 reordering bound of ref_matvec.
   std::vector<double> ref((size_t)n_heads * rows), tol((size_t)n_heads * rows);
@@ -497,25 +528,20 @@ void check_attention_wo(GgmlType t, int n_heads, int n_kv, int head_dim, int row
     cpu::dequant_row(wo.view, r, row.data());
     for (int h = 0; h < n_heads; ++h) {
       double a = 0, aa = 0, sw = 0;
-      for (int c = h * head_dim; c < (h + 1) * head_dim; ++c) {
-        a += (double)row[c] * att[c];
-        aa += std::fabs((double)row[c] * att[c]);
-        sw += std::fabs((double)row[c]);
+      for (int cc = h * head_dim; cc < (h + 1) * head_dim; ++cc) {
+        a += (double)row[cc] * att[cc];
+        aa += std::fabs((double)row[cc] * att[cc]);
+        sw += std::fabs((double)row[cc]);
       }
       ref[(size_t)h * rows + r] = a;
       tol[(size_t)h * rows + r] = 2e-5 * aa + 2e-5 * sw + 1e-7;
     }
   }
-  Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim), parts((size_t)n_heads * rows);
-  Dev<float> part((size_t)n_heads * cuda::attn_splits(n_ctx) * (head_dim + 2));
-  Dev<int> cnt(std::vector<int>(n_heads, 0));
-  Dev<int> dpos(std::vector<int>{n_pos - 1});
+  Dev<float> out((size_t)q_dim), parts((size_t)n_heads * rows);
   for (int rep = 0; rep < 2; ++rep) {
     out.poison();
     parts.poison();
-    cuda::attention_decode(rep == 0 ? out.p() : nullptr, dq.p(), dk.p(), dv.p(), dpos.p(), n_ctx,
-                           n_heads, n_kv, head_dim, {part.p(), cnt.p()}, nullptr,
-                           {wo.mat, parts.p()});
+    c.run(rep == 0 ? out.p() : nullptr, nullptr, {wo.mat, parts.p()});
     std::vector<float> gp = parts.get();
     for (size_t i = 0; i < gp.size(); ++i) {
       ASSERT_NEAR(gp[i], ref[i], tol[i]) << "head " << i / rows << " row " << i % rows;
@@ -525,8 +551,7 @@ void check_attention_wo(GgmlType t, int n_heads, int n_kv, int head_dim, int row
       for (int i = 0; i < q_dim; ++i) ASSERT_NEAR(go[i], att[i], 2e-5f) << "out " << i;
     }
   }
-  std::vector<int> c = cnt.get();
-  for (int h = 0; h < n_heads; ++h) ASSERT_EQ(c[h], 0);
+  c.expect_counters_reset();
 }
 
 TEST(KernelAttention, FusedWoMatchesCpu) {
@@ -710,6 +735,7 @@ int check_fused_argmax(const cuda::DevMat& m, const std::vector<float>& x, const
 
 TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
   REQUIRE_GPU();
+  const HeadSwitches wide_fp32(true, false);  // odd8 below must take the wide kernel
   const std::vector<float> x = test::randn(576, 91);
   Dev<float> norm(test::randn(576, 92));
   RandMat head(GgmlType::Q8_0, 49152, 576, 90);  // the SmolLM2-135M lm_head shape

@@ -232,7 +232,6 @@ class CudaBackend final : public CudaBackendApi {
     if (batched(tokens)) {
       cuda::PrefillLastOut out = prefill_out();
       out.host_logits = static_cast<float*>(logits_host_.get());
-      out.vocab = cfg_.vocab_size;
       out.host_direct = copt_.host_direct_logits;
       prefill_->run_last(tokens, pos_, copt_.prefill_chunk, out, stream_, copt_.use_graph);
       pos_ += (int)tokens.size();
@@ -329,6 +328,7 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // no graph in flight while it is destroyed
     copt_ = o;
     drop_graph();
+    if (prefill_) prefill_->drop_graphs();  // they baked in the old options' launches
   }
   const CudaOptions& options() const override { return copt_; }
   CudaStats stats() const override {
@@ -338,11 +338,15 @@ class CudaBackend final : public CudaBackendApi {
     st.scratch_bytes = scratch_.size();
     st.kernels_per_step = kernels_per_step_;
     st.batched_prefill = prefill_ != nullptr;
+    if (prefill_) {
+      st.prefill_graph_captures = prefill_->graph_captures();
+      st.prefill_graph_launches = prefill_->graph_launches();
+    }
     return st;
   }
 
  private:
-  cuda::PrefillLastOut prefill_out() const { return {s_.logits, nullptr, 0}; }
+  cuda::PrefillLastOut prefill_out() const { return {s_.logits, nullptr}; }
 
   // True when these tokens go through the batched prefill; then also checks every id and that
   // they fit the context, before anything runs (so a bad prompt leaves the cache untouched).

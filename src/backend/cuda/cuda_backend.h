@@ -98,6 +98,8 @@ struct CudaStats {
   int kernels_per_step = 0;  // kernel nodes in the captured decode graph (0 before capture)
   // The model runs the batched prefill (cuda_prefill.h); false: prompts go token by token.
   bool batched_prefill = false;
+  int prefill_graph_captures = 0;  // prompt shapes captured as CUDA graphs so far
+  int prefill_graph_launches = 0;  // launches of captured prompt graphs (capture's own included)
 };
 
 class CudaBackendApi : public Backend {

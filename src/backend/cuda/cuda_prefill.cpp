@@ -13,35 +13,11 @@
 #include "cuda/prefill_model.h"
 
 namespace smolrt::cuda {
-namespace {
-
-bool shape_is(const TensorView& t, GgmlType type, int64_t rows, int64_t cols) {
-  return t.data != nullptr && t.type == type && t.rows == rows && t.cols == cols;
-}
-
-// True when every layer tensor has the type and shape the prefill kernels take (the embedding and
-// lm_head run on the decode kernels, so any type the decode backend took is fine).
-bool model_fits(const Model& m) {
-  const LlamaConfig& c = m.config;
-  const Weights& w = m.weights;
-  if (!prefill_supported(c, GgmlType::Q4_0)) return false;
-  if ((int)w.layers.size() != c.n_layers) return false;
-  const GgmlType q4 = GgmlType::Q4_0;
-  for (const LayerWeights& L : w.layers) {
-    if (!shape_is(L.wq, q4, c.q_dim(), c.dim) || !shape_is(L.wk, q4, c.kv_dim(), c.dim) ||
-        !shape_is(L.wv, q4, c.kv_dim(), c.dim) || !shape_is(L.wo, q4, c.dim, c.q_dim()) ||
-        !shape_is(L.w_gate, q4, c.hidden_dim, c.dim) ||
-        !shape_is(L.w_up, q4, c.hidden_dim, c.dim) || !shape_is(L.w_down, q4, c.dim, c.hidden_dim))
-      return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWeights& dw, float* kv,
                                                  int n_ctx) {
-  if (!model_fits(m) || dw.layers.size() != m.weights.layers.size()) return nullptr;
+  if (!prefill_fits(m.config, m.weights) || dw.layers.size() != m.weights.layers.size())
+    return nullptr;
   const LlamaConfig& c = m.config;
   std::unique_ptr<CudaPrefill> p(new CudaPrefill());
   p->dw_ = &dw;
@@ -98,7 +74,7 @@ void CudaPrefill::head_last(int i, const PrefillLastOut& out, cudaStream_t s) {
   if (out.host_logits != nullptr && out.host_direct) return head_row(i, out.host_logits, s);
   head_row(i, out.logits, s);
   if (out.host_logits != nullptr) {
-    CUDA_CHECK(cudaMemcpyAsync(out.host_logits, out.logits, sizeof(float) * out.vocab,
+    CUDA_CHECK(cudaMemcpyAsync(out.host_logits, out.logits, sizeof(float) * pw_.cfg.vocab_size,
                                cudaMemcpyDeviceToHost, s));
   }
 }
@@ -111,7 +87,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
   ws_.reserve(pw_.cfg, cs, 1);
   const int* h = stage_tokens(tokens, s);
   if (graph && n <= cs) {
-    const std::pair<const void*, const void*> key{ws_.x, h};
+    const std::pair<unsigned long, const void*> key{ws_.generation(), h};
     if (key != graphs_key_) {  // a graph would read or write freed buffers
       drop_graphs();
       seen_.clear();
@@ -121,6 +97,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
     for (Graph& g : graphs_)
       if (g.n == n && g.pos0 == pos0 && g.host_logits == out.host_logits) {
         g.last_use = uses_;
+        ++launches_;
         CUDA_CHECK(cudaGraphLaunch(g.exec, s));
         return;
       }
@@ -149,6 +126,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
         graphs_.erase(lru);
       }
       graphs_.push_back(g);
+      ++captures_, ++launches_;
       CUDA_CHECK(cudaGraphLaunch(g.exec, s));
       return;
     }

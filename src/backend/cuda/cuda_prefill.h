@@ -30,7 +30,6 @@ struct PrefillLastOut {
   // Pinned host [vocab], or nullptr: the logits are also copied here, in stream order after the
   // lm_head (inside the captured graph when one is replayed: one launch, no separate copy call).
   float* host_logits = nullptr;
-  int vocab = 0;  // floats copied to host_logits
   // With host_logits: the lm_head kernel stores its rows straight into the pinned buffer (mapped
   // into the device's address space) instead of out.logits + a copy; out.logits is not written.
   bool host_direct = false;
@@ -61,6 +60,13 @@ class CudaPrefill {
   static constexpr int kAllLogitsChunk = 128;
   static constexpr int kGraphs = 4;
 
+  // Destroys the captured prompt graphs (they bake in the options of the launches they recorded:
+  // the caller calls this when those change).
+  void drop_graphs();
+  // Prompt graphs captured and launched (capture's own launch included) so far.
+  int graph_captures() const { return captures_; }
+  int graph_launches() const { return launches_; }
+
   ~CudaPrefill();
   CudaPrefill(const CudaPrefill&) = delete;
   CudaPrefill& operator=(const CudaPrefill&) = delete;
@@ -81,8 +87,8 @@ class CudaPrefill {
   PrefillWorkspace ws_;    // chunk activations, grown on demand, reused
   PinnedBuffer tok_host_;  // staging for token ids
 
-  // Captured one-chunk prefills. A graph bakes in the workspace and staging pointers: any
-  // reallocation of either drops them all (graphs_key_).
+  // Captured one-chunk prefills. A graph bakes in the workspace and staging buffers: any
+  // reallocation of either drops them all (graphs_key_: workspace generation, staging address).
   struct Graph {
     int n = 0, pos0 = 0;
     float* host_logits = nullptr;  // baked into the graph's copy node
@@ -91,9 +97,9 @@ class CudaPrefill {
   };
   std::vector<Graph> graphs_;
   std::vector<std::pair<int, int>> seen_;  // recent eager (n, pos0) shapes
-  std::pair<const void*, const void*> graphs_key_{nullptr, nullptr};
+  std::pair<unsigned long, const void*> graphs_key_{0, nullptr};
   long uses_ = 0;
-  void drop_graphs();
+  int captures_ = 0, launches_ = 0;
   // The launches of a one-chunk prompt (H2D ids, embedding, layers, lm_head, the copy to
   // out.host_logits).
   void one_chunk(const int* host_ids, int n, int pos0, const PrefillLastOut& out, cudaStream_t s);
