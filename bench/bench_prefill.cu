@@ -148,7 +148,7 @@ int main(int argc, char** argv) try {
       };
       CUDA_CHECK(cudaMemset(ws.x, 0x3c, sizeof(float) * (size_t)T * 576));
       // Large chunks run the GEMMs on fp16 inputs as prefill_forward does (act_to_f16 timed apart).
-      const bool h = T >= gemm_f16_min_tokens();
+      const bool h = T >= kGemmF16MinTokens;
       double t_cvt = 0;
       if (h) {
         t_cvt = rep([&] { act_to_f16(ws.x, 576, T, 576, L.attn_norm, 1e-5f, ws.xh, ws.ldh(), s); });
@@ -168,8 +168,8 @@ int main(int argc, char** argv) try {
       const double t_wo = rep([&] { gemm_q4(b, GemmEpilogue::Accumulate, orr, s); });
       GemmQ4Args g = a;
       g.w0 = L.w_gate, g.w1 = L.w_up, g.norm_w = h ? nullptr : L.ffn_norm;
-      // fp16 output from down_f16_min_tokens() on: the down GEMM's input, as in prefill_forward
-      const bool down_f16 = h || T >= down_f16_min_tokens();
+      // fp16 output from kDownF16MinTokens on: the down GEMM's input, as in prefill_forward
+      const bool down_f16 = h || T >= kDownF16MinTokens;
       GemmOut og;
       og.y = ws.ffh, og.ldy = 1536;
       if (down_f16) og.yh = ws.hh, og.ldyh = ws.ldh();

@@ -40,11 +40,23 @@ step synth 60 "$DIR/smolrt" synth --preset smollm-135m --type q4_0 \
 if [ -f "$SYNTH" ]; then export SMOLRT_SYNTH_MODEL=$SYNTH; fi
 
 step cuda_tests 240 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
-# The whole model with the fp32 lm_head path (the default is the int8-x one, gemv_head.h): the
-# synth model's Q8_0 head (stories260K's F32 head never takes the wide kernel), through a backend
-# that reads the environment.
-step fp32_head 60 env SMOLRT_CUDA_HEAD_I8=0 "$DIR/smolrt_cuda_tests" \
-  --gtest_filter='CudaBackendSynth.LogitsMatchCpu*'
+# Every weight format end to end: the synth model requantized (smolrt quantize) to each type the
+# binary offers, GPU logits vs the CPU backend (CudaBackendSynth.LogitsMatchCpu*, bound 5e-4) and
+# `smolrt bench` decode on it. FORMATS overrides the list.
+for f in ${FORMATS:-q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q4_k_m q5_k_m f16 bf16}; do
+  FM=/tmp/synth-$f.gguf
+  if "$DIR/smolrt" quantize -q "$SYNTH" "$FM" --type "$f" > /dev/null 2>&1 \
+     || "$DIR/smolrt" synth --preset smollm-135m --type "$f" \
+          --tokenizer "$DIR/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$FM" > /dev/null 2>&1; then
+    step "fmt_$f" 120 env SMOLRT_SYNTH_MODEL="$FM" "$DIR/smolrt_cuda_tests" \
+      --gtest_filter='CudaBackendSynth.LogitsMatchCpu*'
+    step "fmtbench_$f" 90 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$FM\" --backend cuda \
+      --prompt-lengths 32 --gen-length 128 --iterations 3 --json | tee -a \"$OUT/bench.jsonl\""
+    rm -f "$FM"
+  else
+    SUMMARY+=("$(printf '%-14s not offered by this binary' "fmt_$f")")
+  fi
+done
 # Without a visible GPU, asking for cuda must be a clear Error.
 step no_gpu_error 60 env CUDA_VISIBLE_DEVICES= "$DIR/smolrt_cuda_tests" \
   --gtest_filter='CudaBackendErrors.NoGpuIsAnError:KernelArgmax.*'
@@ -55,7 +67,7 @@ if command -v compute-sanitizer > /dev/null; then
     --gtest_filter='Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
   step racecheck 160 compute-sanitizer --tool racecheck --error-exitcode 9 \
     --log-file "$OUT/racecheck.log" "$DIR/smolrt_cuda_tests" \
-    --gtest_filter='KernelAttention.SplitContext*:KernelAttention.FusedWo*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*:KernelGemv.WideHead*'
+    --gtest_filter='KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*:KernelGemv.WideHead*:KernelQkv.*'
   if [ -f "$SYNTH" ]; then
     step memcheck_pf 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
       --log-file /tmp/memcheck_prefill.log "$DIR/smolrt_cuda_tests" \

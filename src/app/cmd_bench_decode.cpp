@@ -1,6 +1,7 @@
 // `smolrt bench-decode` (hidden): batch-1 CUDA decode speed of one model under each CUDA-backend
-// switch (graph/PDL/fused norm), with load + upload time, the device's measured copy bandwidth and
-// kernels per decode step. One JSON line per configuration (--json), a table on stdout.
+// switch that remains (graph, PDL, speculation), with load + upload time, the device's measured
+// copy bandwidth and kernels per decode step. One JSON line per configuration (--json), a table on
+// stdout.
 #if defined(SMOLRT_HAVE_CUDA)
 #include <algorithm>
 #include <chrono>
@@ -54,28 +55,12 @@ int run(const Opts& o) {
     CudaOptions opt;  // each names only what differs from the defaults
   };
   const Cfg cfgs[] = {
-      {"graph+pdl+fused (default)", CudaOptions{}},
-      {"graph+pdl+fused host-copy", CudaOptions{.device_token = false}},
-      {"graph+pdl+fused argmax-in-head", CudaOptions{.argmax_in_head = true}},
-      {"graph+pdl+fused wo-in-attn", CudaOptions{.fused_wo = true}},
-      {"graph+pdl+fused head-generic", CudaOptions{.wide_head = false}},
-      {"graph+pdl+fused no-speculate", CudaOptions{.speculate = false}},
-      {"graph+pdl+fused head-fp32", CudaOptions{.head_int8 = false}},
-      {"graph+pdl+fused headpf8 fp32-head",
-       CudaOptions{.head_int8 = false, .head_prefetch_layers = 8}},
-      {"graph+pdl+fused headpf2", CudaOptions{.head_prefetch_layers = 2}},
-      {"graph+pdl+fused headpf4", CudaOptions{.head_prefetch_layers = 4}},
-      {"graph+pdl+fused headpf8", CudaOptions{.head_prefetch_layers = 8}},
-      {"graph+pdl+fused embed-fused", CudaOptions{.fused_embed = true}},
-      {"graph+pdl+fused argmax-sep", CudaOptions{.fused_argmax = false}},
-      {"graph+pdl+fused head528", CudaOptions{.head_blocks = 0}},
-      {"graph+pdl+fused old-host",
-       CudaOptions{.device_token = false, .fused_argmax = false, .head_blocks = 0}},
-      {"graph+pdl+fused+l2pf", CudaOptions{.l2_prefetch = true}},
-      {"graph+fused", CudaOptions{.pdl = false}},
-      {"graph+pdl+unfused", CudaOptions{.fused_norm = false}},
-      {"plain+fused", CudaOptions{.use_graph = false, .pdl = false}},
+      {"graph+pdl (default)", CudaOptions{}},
+      {"graph+pdl no-speculate", CudaOptions{.speculate = false}},
+      {"graph", CudaOptions{.pdl = false}},
+      {"plain", CudaOptions{.use_graph = false, .pdl = false}},
   };
+
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
   std::printf("%-27s %10s %10s %10s %12s %9s %8s\n", "config", "tok/s", "min", "max", "us/token",

@@ -1,6 +1,5 @@
 // Device pieces of the GPU argmax (argmax.cu, prefill_ops.cu) and of the argmax fused into the
-// lm_head matvecs (gemv.cu, gemv_head.cu): the candidate order, the block reduction and stage 2
-// done by the grid's last block.
+// lm_head matvecs (gemv.cu, gemv_head.cu): the candidate order, the block reduction and stage 2.
 #pragma once
 
 #include <climits>
@@ -78,25 +77,6 @@ __device__ __forceinline__ void argmax_stage2(const float* part_v, const int* pa
     }
     if (host_out != nullptr) *reinterpret_cast<volatile int*>(host_out) = id;
   }
-}
-
-// Argmax stage 2 inside the lm_head kernel (saves the launch of a separate kernel): each block
-// takes a ticket after publishing its partial; the last one runs argmax_stage2 over all partials
-// and resets the counter for the next launch. sv/si: the block's shared scratch of NT/32 entries.
-// Every thread of the block calls it, after the block's partial is written.
-template <int NT>
-__device__ __forceinline__ void argmax_last_block(const ArgmaxFinal& fin, const float* part_v,
-                                                  const int* part_i, float* sv, int* si) {
-  __shared__ int is_last;
-  if (threadIdx.x == 0) {
-    __threadfence();  // our partial is visible before our ticket
-    is_last = atomicAdd(fin.count, 1) == (int)gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  argmax_stage2<NT>(part_v, part_i, (int)gridDim.x, fin.out, fin.next_params, fin.host_out, sv, si);
-  if (threadIdx.x == 0) *fin.count = 0;
 }
 
 }  // namespace smolrt::cuda

@@ -16,45 +16,11 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kTpp = kThreads / kAttnSub;  // threads per scored position
 
-// Fused Wo variants (template WK): none, generic (any type, weights read after the math),
-// Q4_0 / Q8_0 register-preloaded (head_dim % 32 == 0).
-enum WoKind { kWoNone = 0, kWoGeneric = 1, kWoQ4 = 2, kWoQ8 = 3 };
-// Fast path: Wo items (row, 32-column block of the head) per thread held in registers from
-// before the PDL wait; items beyond wo_pre(HD)*kThreads are loaded after the math. head_dim 128
-// preloads none: its attention registers are already at the 128 cap (it would spill).
-constexpr int wo_pre(int hd) {
-  return hd >= 128 ? 0 : 3;
-}
-
-// Fast path: load Wo item i = r*NBH + b (row r, block b of head h) into registers.
-template <int WK, int NBH>
-__device__ __forceinline__ void wo_load(uint4 (&wq)[WK == kWoQ8 ? 2 : 1], float& wd,
-                                        const DevMat& w, int h, int i) {
-  constexpr int NV = WK == kWoQ8 ? 2 : 1;
-  const int nb = w.cols / 32;
-  const size_t blk = (size_t)(i / NBH) * nb + h * NBH + i % NBH;
-  const uint4* q4 = static_cast<const uint4*>(w.q) + blk * NV;
-#pragma unroll
-  for (int v = 0; v < NV; ++v) wq[v] = __ldg(q4 + v);
-  wd = half_bits_to_float(__ldg(w.d + blk));
-}
-
-// Fast path: one block's dot product with the 32 head outputs xo (same order as gemv's).
-template <int WK>
-__device__ __forceinline__ float wo_dot(const uint4 (&wq)[WK == kWoQ8 ? 2 : 1], float wd,
-                                        const float (&xo)[32]) {
-  if constexpr (WK == kWoQ4) {
-    return wd * q4_block_dot(wq[0], xo);
-  } else {
-    return wd * q8_block_dot(wq[0], wq[1], xo);
-  }
-}
-
-template <int HD, int WK>
+template <int HD>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
                             const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
-                            float* partials, int* counters, const DevMat wo, float* wo_parts) {
+                            float* partials, int* counters) {
   constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
   constexpr int G = kThreads / HD;                    // pass-2 position groups
   constexpr int PPT = kAttnSub / G > 0 ? kAttnSub / G : 1;
@@ -124,22 +90,6 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
   load_kv(start, cur);
-
-  // Fused Wo, fast path: this thread's Wo items (row, block b of the head; b = tid % NBH is fixed
-  // because kThreads is a multiple of NBH) go into registers now, before the wait.
-  constexpr int NBH = HD / 32 > 0 ? HD / 32 : 1;
-  constexpr int WNV = WK == kWoQ8 ? 2 : 1;
-  const int wo_items = wo.rows * NBH;
-  constexpr int PRE = wo_pre(HD);
-  uint4 wq[PRE > 0 ? PRE : 1][WNV];
-  float wd[PRE > 0 ? PRE : 1];
-  if constexpr (WK >= kWoQ4) {
-#pragma unroll
-    for (int k = 0; k < PRE; ++k) {
-      const int i = tid + kThreads * k;
-      if (i < wo_items) wo_load<WK, NBH>(wq[k], wd[k], wo, h, i);
-    }
-  }
 
   pdl_wait();
   pdl_trigger();
@@ -230,133 +180,41 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (tid == 0) counters[h] = 0;  // ready for the next launch
   }
-  if (out != nullptr && tid < HD) out[h * HD + tid] = o;
-  if constexpr (WK == kWoNone) return;
-
-  // Fused Wo: parts[h][r] = Wo[r, h*HD : h*HD+HD] . o (the consumer adds the heads in order).
-  __shared__ __align__(16) float so[HD];
-  if (tid < HD) so[tid] = o;
-  __syncthreads();
-  float* dst = wo_parts + (size_t)h * wo.rows;
-  if constexpr (WK == kWoGeneric) {
-    for (int r = tid; r < wo.rows; r += kThreads) {
-      float s = 0.f;
-      for (int c = 0; c < HD; ++c) s += dequant_at(wo, r, h * HD + c) * so[c];
-      dst[r] = s;
-    }
-  } else if constexpr (WK >= kWoQ4) {
-    const int b = tid % NBH;
-    float xo[32];
-#pragma unroll
-    for (int j = 0; j < 32; j += 4) {
-      const float4 f = *reinterpret_cast<const float4*>(so + b * 32 + j);
-      xo[j] = f.x;
-      xo[j + 1] = f.y;
-      xo[j + 2] = f.z;
-      xo[j + 3] = f.w;
-    }
-    // The NBH blocks of a row sit in NBH adjacent lanes: a fixed-order xor reduction, then the
-    // lane of block 0 writes. Trip counts are block-uniform, so every lane reaches the shuffles.
-    auto finish = [&](int i, float s) {
-#pragma unroll
-      for (int m = 1; m < NBH; m <<= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
-      if (i < wo_items && b == 0) dst[i / NBH] = s;
-    };
-    const int n_iter = (wo_items + kThreads - 1) / kThreads;
-#pragma unroll
-    for (int k = 0; k < PRE; ++k) {
-      if (k < n_iter) {
-        const int i = tid + kThreads * k;
-        finish(i, i < wo_items ? wo_dot<WK>(wq[k], wd[k], xo) : 0.f);
-      }
-    }
-    for (int k = PRE; k < n_iter; ++k) {
-      const int i = tid + kThreads * k;
-      float s = 0.f;
-      if (i < wo_items) {
-        uint4 q1[WNV];
-        float d1;
-        wo_load<WK, NBH>(q1, d1, wo, h, i);
-        s = wo_dot<WK>(q1, d1, xo);
-      }
-      finish(i, s);
-    }
-  }
-}
-
-template <int HD, int WK>
-void launch_wk(float* out, const float* q, const float* k, const float* v, const int* pos,
-               int n_ctx, int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnWo& wo,
-               cudaStream_t s) {
-  const int splits = attn_splits(n_ctx);
-  launch_kernel(attention_decode_kernel<HD, WK>, dim3(n_heads, splits), dim3(kThreads), 0, s, out,
-                q, k, v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters, wo.wo,
-                wo.parts);
+  if (tid < HD) out[h * HD + tid] = o;
 }
 
 template <int HD>
 void launch_hd(float* out, const float* q, const float* k, const float* v, const int* pos,
-               int n_ctx, int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnWo& wo,
-               cudaStream_t s) {
-  if (wo.wo.q == nullptr) {
-    return launch_wk<HD, kWoNone>(out, q, k, v, pos, n_ctx, n_heads, n_kv_heads, sc, wo, s);
-  }
-  if constexpr (HD % 32 == 0) {
-    if (wo.wo.type == GgmlType::Q4_0) {
-      return launch_wk<HD, kWoQ4>(out, q, k, v, pos, n_ctx, n_heads, n_kv_heads, sc, wo, s);
-    }
-    if (wo.wo.type == GgmlType::Q8_0) {
-      return launch_wk<HD, kWoQ8>(out, q, k, v, pos, n_ctx, n_heads, n_kv_heads, sc, wo, s);
-    }
-  }
-  launch_wk<HD, kWoGeneric>(out, q, k, v, pos, n_ctx, n_heads, n_kv_heads, sc, wo, s);
+               int n_ctx, int n_heads, int n_kv_heads, const AttnScratch& sc, cudaStream_t s) {
+  const int splits = attn_splits(n_ctx);
+  launch_kernel(attention_decode_kernel<HD>, dim3(n_heads, splits), dim3(kThreads), 0, s, out, q, k,
+                v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters);
 }
 
 }  // namespace
 
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
-                      const AttnScratch& scratch, cudaStream_t s, const AttnWo& wo) {
-  if ((!out && !wo.wo.q) || !q || !k_cache || !v_cache || !pos || !scratch.partials ||
-      !scratch.counters) {
+                      const AttnScratch& scratch, cudaStream_t s) {
+  if (!out || !q || !k_cache || !v_cache || !pos || !scratch.partials || !scratch.counters) {
     fail("attention_decode: null pointer");
   }
   if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || n_ctx <= 0) {
     fail("attention_decode: n_heads ", n_heads, " / n_kv_heads ", n_kv_heads, " / n_ctx ", n_ctx);
   }
-  if (wo.wo.q != nullptr) {
-    const GgmlType t = wo.wo.type;
-    if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q4_0 && t != GgmlType::Q8_0) {
-      fail("attention_decode: no fused Wo for type ", type_name(t),
-           "; supported: f32, f16, q4_0, q8_0 (or run Wo as a separate matvec)");
-    }
-    const bool quant = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
-    if (wo.parts == nullptr || wo.wo.rows <= 0 || wo.wo.cols != n_heads * head_dim ||
-        (quant && (wo.wo.cols % 32 != 0 || wo.wo.d == nullptr))) {
-      fail("attention_decode: fused Wo is ", wo.wo.rows, "x", wo.wo.cols, " ", type_name(t),
-           "; need cols = n_heads*head_dim = ", n_heads * head_dim,
-           " (a multiple of 32 for quant types, with scales) and a parts buffer");
-    }
-  }
   switch (head_dim) {
     case 4:
-      return launch_hd<4>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, wo,
-                          s);
+      return launch_hd<4>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
     case 8:
-      return launch_hd<8>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, wo,
-                          s);
+      return launch_hd<8>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
     case 16:
-      return launch_hd<16>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, wo,
-                           s);
+      return launch_hd<16>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
     case 32:
-      return launch_hd<32>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, wo,
-                           s);
+      return launch_hd<32>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
     case 64:
-      return launch_hd<64>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, wo,
-                           s);
+      return launch_hd<64>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
     case 128:
-      return launch_hd<128>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, wo,
-                            s);
+      return launch_hd<128>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
     default:
       fail("attention_decode: head_dim ", head_dim,
            " is not supported by the CUDA kernel (4, 8, 16, 32, 64 or 128)");

@@ -28,25 +28,11 @@ struct AttnScratch {
   int* counters = nullptr;
 };
 
-// Optional output projection fused into the attention kernel (saves the separate Wo matvec: one
-// launch per layer). The block that finishes head h (the only block of h, or the split combiner)
-// multiplies the head's output by Wo's column slice [h*head_dim, (h+1)*head_dim) and writes
-//   parts[h][r] = sum_c Wo[r][h*head_dim + c] * out_h[c],   r < wo.rows,
-// with no atomics; the consumers fold x + parts[0] + parts[1] + ... in head order (gemv.h,
-// ResidualParts), so results stay deterministic. Any Wo type; Q4_0/Q8_0 with head_dim % 32 == 0
-// load their weights into registers before the PDL wait (their DRAM latency hides under the
-// attention math), other cases read them after.
-struct AttnWo {
-  DevMat wo;               // rows = dim, cols = n_heads * head_dim; wo.q == nullptr: no fusion
-  float* parts = nullptr;  // [n_heads][wo.rows]
-};
-
 // q: [n_heads*head_dim] (already rotated); k_cache, v_cache: [n_ctx][n_kv_heads*head_dim] for
 // this layer; pos: device pointer, attends to positions [0, *pos]; out: [n_heads*head_dim].
 // head_dim in {4, 8, 16, 32, 64, 128}; n_heads a multiple of n_kv_heads; *pos < n_ctx.
-// wo (optional): the fused output projection above; out may then be nullptr (not written).
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
-                      const AttnScratch& scratch, cudaStream_t s, const AttnWo& wo = {});
+                      const AttnScratch& scratch, cudaStream_t s);
 
 }  // namespace smolrt::cuda

@@ -13,7 +13,6 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
-#include "core/env.h"
 #include "cuda/attention_prefill.h"
 #include "cuda/launch.cuh"
 
@@ -287,12 +286,6 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   }
 }
 
-// SMOLRT_ATTN_KSPLIT=1 pins one key group (experiments); unset: two once there are 2+ key tiles.
-int env_ksplit() {
-  static const int v = env_int("SMOLRT_ATTN_KSPLIT", 0, 0, 2, "a key-group count (0 = auto)");
-  return v;
-}
-
 template <int HD, class KV, int KS, int KT = kKT>
 void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s) {
   constexpr int bytes = KS * 4 * KT * (HD + 8) * 2;  // KS x 2 stages x (K, V) fp16 tiles
@@ -311,7 +304,7 @@ void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s) {
 template <int HD>
 void launch_tc(const AttentionPrefillArgs& a, cudaStream_t s) {
   static_assert(HD % 16 == 0 && (HD / 8) % 2 == 0, "head_dim must be a multiple of 16");
-  const bool split = env_ksplit() != 1 && a.start + a.n_tokens > kKT;
+  const bool split = a.start + a.n_tokens > kKT;  // two key groups once there are 2+ key tiles
   // Every key in one 32-key tile (short prompts from the start): half the tile loads and math of
   // a 64-key tile, most of it zero-filled and masked.
   if constexpr ((32 * HD / 8) % (kWarps * 32) == 0) {

@@ -19,15 +19,15 @@ __global__ void embed_kernel(const DevMat m, const int* token, float* out) {
 }  // namespace
 
 void check_embedding(const char* who, const DevMat& emb) {
-  if (emb.type != GgmlType::F32 && emb.type != GgmlType::F16 && emb.type != GgmlType::Q4_0 &&
-      emb.type != GgmlType::Q8_0) {
+  const DevLayout l = dev_layout(emb.type);
+  if (l.qk == 0) {
     fail(who, ": no CUDA embedding kernel for type ", type_name(emb.type),
-         "; supported: f32, f16, q4_0, q8_0");
+         "; supported: ", kDeviceFormats);
   }
   if (emb.q == nullptr || emb.cols <= 0 || emb.rows <= 0) fail(who, ": null or empty matrix");
-  if (emb.type != GgmlType::F32 && emb.type != GgmlType::F16 &&
-      (emb.d == nullptr || emb.cols % 32 != 0)) {
-    fail(who, ": quantized matrix without scales or cols=", emb.cols, " not a multiple of 32");
+  if (l.block && (emb.d == nullptr || emb.cols % l.qk != 0)) {
+    fail(who, ": ", type_name(emb.type), " matrix without its meta bytes or cols=", emb.cols,
+         " not a multiple of ", l.qk);
   }
 }
 

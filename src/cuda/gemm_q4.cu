@@ -539,7 +539,7 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
 // would re-read it from L2 once per tile: row tiles are grouped (mw) until the blocks' total
 // staging traffic is at most the staging budget. The token tile shrinks when a row would not fit
 // in shared memory.
-// fp16 input: the same shapes below gemm_f16_min_tokens() (copied, not converted); from there on
+// fp16 input: the same shapes below kGemmF16MinTokens (copied, not converted); from there on
 // 4 row tiles side by side, 64 tokens per block, so each weight chunk feeds 8 mma per
 // dequantization.
 // Residual GEMMs also split K across blocks (at most kMaxKw warps along K, more blocks to fill the
@@ -548,14 +548,6 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
 // summed by one block in a fixed order and results are bit-identical from run to run.
 constexpr int kMaxKw = 12;
 
-// Tuning knobs, read once (bench/bench_prefill sweeps them): SMOLRT_GEMM_NT forces the fp32
-// path's token tile (1, 2 or 4 n-tiles of 8 tokens), SMOLRT_GEMM_STAGE_KB sets the staging
-// budget, SMOLRT_GEMM_F16_MIN the batch size from which prefill_forward takes the fp16 path.
-int forced_nt() {
-  static const int v =
-      env_int("SMOLRT_GEMM_NT", 0, 0, 4, "an 8-token tile count (1, 2, 4; 0 = auto)");
-  return v;
-}
 // Residual GEMMs may split K across blocks and add atomically (the default; SMOLRT_GEMM_SPLITK=0
 // turns it off): the order of the adds, and so the last bits of the residual stream, then vary
 // from run to run.
@@ -564,16 +556,11 @@ bool split_k() {
   static const bool env = env_flag("SMOLRT_GEMM_SPLITK", true);
   return g_split_k < 0 ? env : g_split_k != 0;
 }
-// Warps per block at most (fp32/small-batch shapes); SMOLRT_GEMM_WARPS sweeps it.
-int max_warps() {
-  static const int v = env_int("SMOLRT_GEMM_WARPS", 16, 1, 16, "a warp count per block (1-16)");
-  return v;
-}
-double stage_budget() {
-  static const double v =
-      env_int("SMOLRT_GEMM_STAGE_KB", 4096, 64, 1 << 20, "a staging budget in KiB") * 1024.0;
-  return v;
-}
+// Warps per block at most (fp32/small-batch shapes): 16 measured best (H200, 32-token prefill:
+// 8 warps 0.708 ms, 12 warps 0.647, 4 warps 0.775, 16 warps 0.645).
+constexpr int kMaxWarps = 16;
+// Staging budget of the small-batch tiles (bytes of fp16 activations in flight per wave).
+constexpr double kStageBudget = 4096.0 * 1024.0;
 
 template <GemmEpilogue E, bool H>
 void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
@@ -582,15 +569,14 @@ void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
   // H200, whole 30-layer prefill at 32 tokens 0.640 ms vs 0.651 with 16-token and 0.707 with
   // 32-token tiles), 32-token tiles beyond.
   int nt = t <= 32 ? 1 : 4;
-  if (forced_nt() == 1 || forced_nt() == 2 || forced_nt() == 4) nt = forced_nt();
   const int gy = (t + 8 * nt - 1) / (8 * nt);
   const double tile_bytes = 8.0 * nt * p.k * (H ? 2 : 4);  // a block's staging, all K splits
   int mw = 1;
-  while (mw < 8 && mw * 2 <= mtiles && (mtiles + mw - 1) / mw * gy * tile_bytes > stage_budget())
+  while (mw < 8 && mw * 2 <= mtiles && (mtiles + mw - 1) / mw * gy * tile_bytes > kStageBudget)
     mw *= 2;
   const int z = split ? (p.nchunks + kMaxKw - 1) / kMaxKw : 1;
   const int cps = (p.nchunks + z - 1) / z;
-  const int kw = std::max(1, std::min({cps, split ? kMaxKw : max_warps(), max_warps() / mw}));
+  const int kw = std::max(1, std::min({cps, split ? kMaxKw : kMaxWarps, kMaxWarps / mw}));
   auto fits = [&](int n) {
     return Layout(8 * n, cps * kChunk, mw * kw, n, H, kw > 1).bytes <= kMaxSmem;
   };
@@ -603,7 +589,7 @@ template <GemmEpilogue E>
 void dispatch(const Params& p, int mtiles, cudaStream_t s) {
   const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && split_k();
   const int t = p.a.t;
-  if (p.a.xh && t >= gemm_f16_min_tokens()) {
+  if (p.a.xh && t >= kGemmF16MinTokens) {
     int z = 1;
     const int blocks = (mtiles + 3) / 4 * ((t + 63) / 64);
     if (split) z = std::min(p.nchunks, std::max(1, (sm_count() + blocks - 1) / blocks));
@@ -656,18 +642,6 @@ __global__ void act_f16_kernel(const float* x, int ldx, int t, int k, const floa
 
 void gemm_q4_set_split_k(int on) {
   g_split_k = on < 0 ? -1 : on != 0;
-}
-
-int gemm_f16_min_tokens() {
-  static const int v =
-      env_int("SMOLRT_GEMM_F16_MIN", kGemmF16MinTokens, 1, 1 << 20, "a token count");
-  return v;
-}
-
-int down_f16_min_tokens() {
-  static const int v =
-      env_int("SMOLRT_DOWN_F16_MIN", kDownF16MinTokens, 1, 1 << 20, "a token count");
-  return v;
 }
 
 void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream) {

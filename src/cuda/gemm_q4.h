@@ -81,13 +81,11 @@ void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, floa
 
 // Batches of at least this many tokens should use the fp16 path (act_to_f16 + xh): measured
 // crossover (H200, whole prefill: fp32 path faster up to 256 tokens, 1.44 vs 1.65 ms at 256;
-// equal at 512); gemm_f16_min_tokens() is it, or the SMOLRT_GEMM_F16_MIN override (read once).
+// equal at 512).
 constexpr int kGemmF16MinTokens = 512;
-int gemm_f16_min_tokens();
 // The prefill's down GEMM reads silu(gate)*up as fp16 from this many tokens on (below: fp32 input,
-// converted in the GEMM's staging); kDownF16MinTokens or the SMOLRT_DOWN_F16_MIN override.
+// converted in the GEMM's staging).
 constexpr int kDownF16MinTokens = 33;
-int down_f16_min_tokens();
 
 // Checks shapes and types (throws smolrt::Error naming the bad field), launches (PDL on a
 // non-default stream), checks the launch.

@@ -14,7 +14,6 @@ namespace {
 constexpr int kHT = 256;       // threads per block
 constexpr int kHW = kHT / 32;  // warps per block
 constexpr int kHeadRows = 4;   // rows per warp group: kHeadRows*cols/16 quant vectors
-constexpr int kXPad = 20;      // floats per 16-column chunk of x in shared memory (16 + 4)
 constexpr int kSms = 132;      // Hopper H100/H200 SXM
 
 // Blocks per SM the register budget allows (launch bounds below): all resident at once.
@@ -28,19 +27,18 @@ constexpr int min_blocks(int u) {
 // kernel test bounds the logits with exactly that).
 constexpr float kLoDiv = 254.f;
 
-// Shared memory ahead of the per-vector partial dots: fp32 x, chunk k of 16 columns at k*kXPad
-// floats (the float4 reads of 8 lanes with consecutive k then hit distinct banks); I8: [hi bytes:
-// cols][lo bytes: cols][block scales: cols / 32 floats]. A multiple of 4 bytes either way.
-__host__ __device__ constexpr size_t head_x_bytes(int cols, bool i8) {
-  return i8 ? 2 * (size_t)cols + sizeof(float) * (cols / 32)
-            : sizeof(float) * (size_t)(cols / 16) * kXPad;
+// Shared memory ahead of the per-vector partial dots: [hi bytes: cols][lo bytes: cols][block
+// scales: cols / 32 floats], a multiple of 4 bytes.
+__host__ __device__ constexpr size_t head_x_bytes(int cols) {
+  return 2 * (size_t)cols + sizeof(float) * (cols / 32);
 }
 
 // U = 16-byte quant vectors per lane per group (U*32 >= kHeadRows*cols/16). Two groups' worth of
 // registers: the next group loads while this one is reduced.
-// I8: the dot products run on DP4A against the two-level int8 x (4 MACs per instruction, no
-// dequantization: ~3x fewer instructions than the fp32 path, which was issue-bound).
-template <int U, bool I8>
+// The dot products run on DP4A against the two-level int8 x (4 MACs per instruction, no
+// dequantization: ~3x fewer instructions than an fp32 path, which was issue-bound and measured
+// slower in the whole step: 2,583 vs 2,600 tok/s on H200).
+template <int U>
 __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cols = a.w.cols, rows = a.w.rows;
@@ -79,9 +77,8 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
 
   // x (RMS-normalized when norm_w is set) into shared memory (head_x_bytes), then the partials.
   extern __shared__ float4 head_smem[];
-  float* xs = reinterpret_cast<float*>(head_smem);  // [urow * kXPad]
   float* red = reinterpret_cast<float*>(reinterpret_cast<char*>(head_smem) +
-                                        head_x_bytes(cols, I8));  // [kHW][ug] partial dots
+                                        head_x_bytes(cols));  // [kHW][ug] partial dots
   uint32_t* xhi = reinterpret_cast<uint32_t*>(head_smem);
   uint32_t* xlo = xhi + cols / 4;
   float* xsc = reinterpret_cast<float*>(xlo + cols / 4);
@@ -105,7 +102,7 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
       v.z = v.z * sc * nw.z;
       v.w = v.w * sc * nw.w;
     }
-    if constexpr (I8) {
+    {
       // The 8 threads of a 32-column block (consecutive c4, one warp) share its max |x|.
       float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
       am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
@@ -129,8 +126,6 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
         xlo[c4] = lo;
         if ((c4 & 7) == 0) xsc[c4 >> 3] = sc;
       }
-    } else {
-      if (c4 < n4) *reinterpret_cast<float4*>(xs + (c4 >> 2) * kXPad + (c4 & 3) * 4) = v;
     }
   }
   __syncthreads();
@@ -148,7 +143,7 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
     for (int j = 0; j < U; ++j) {
       const int u = lane + 32 * j;
       cj[j] = u < ug ? u % urow : 0;
-      sj[j] = I8 ? xsc[cj[j] >> 1] : 0.f;
+      sj[j] = xsc[cj[j] >> 1];
     }
   }
   auto chunk_of = [&](int j, int u) {  // 16-column chunk c: x words 4c..4c+3, x block c / 2
@@ -158,7 +153,7 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
       return u % urow;
     }
   };
-  auto scale_of = [&](int j, int c) {  // I8: the x block scale of chunk c
+  auto scale_of = [&](int j, int c) {  // the x block scale of chunk c
     if constexpr (kRegs) {
       return sj[j];
     } else {
@@ -175,7 +170,7 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       const int u = lane + 32 * j;
-      if (I8 && u < ug) {
+      if (u < ug) {
         const int c = chunk_of(j, u);
         const uint4 h = reinterpret_cast<const uint4*>(xhi)[c];
         const uint4 l = reinterpret_cast<const uint4*>(xlo)[c];
@@ -188,20 +183,6 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
                    __dp4a((int)w0[j].z, (int)l.z,
                           __dp4a((int)w0[j].y, (int)l.y, __dp4a((int)w0[j].x, (int)l.x, 0))));
         myred[u] = d0[j] * scale_of(j, c) * ((float)ih + (float)il * (1.f / kLoDiv));
-      } else if (u < ug) {
-        const float4* xk = reinterpret_cast<const float4*>(xs + chunk_of(j, u) * kXPad);
-        const uint32_t ww[4] = {w0[j].x ^ 0x80808080u, w0[j].y ^ 0x80808080u, w0[j].z ^ 0x80808080u,
-                                w0[j].w ^ 0x80808080u};
-        float t = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float4 xv = xk[i];
-          t += (byte_plus_2p23(ww[i], 0) - kQ8Bias) * xv.x +
-               (byte_plus_2p23(ww[i], 1) - kQ8Bias) * xv.y +
-               (byte_plus_2p23(ww[i], 2) - kQ8Bias) * xv.z +
-               (byte_plus_2p23(ww[i], 3) - kQ8Bias) * xv.w;
-        }
-        myred[u] = d0[j] * t;
       }
     }
     __syncwarp();
@@ -245,39 +226,17 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
     a.part_v[blockIdx.x] = best_v;
     a.part_i[blockIdx.x] = best_i;
   }
-  if (a.fin.count != nullptr) argmax_last_block<kHT>(a.fin, a.part_v, a.part_i, sv, si);
 }
 
 int u_for(int cols) {
   return cols <= 640 ? 5 : 8;
 }
 
-template <bool I8>
-void launch_head(const HeadArgs& a, int grid, cudaStream_t s) {
-  const int cols = a.w.cols;
-  const size_t smem = head_x_bytes(cols, I8) + sizeof(float) * kHW * kHeadRows * (cols / 16);
-  if (u_for(cols) == 5) {
-    launch_kernel(head_q8_kernel<5, I8>, dim3(grid), dim3(kHT), smem, s, a);
-  } else {
-    launch_kernel(head_q8_kernel<8, I8>, dim3(grid), dim3(kHT), smem, s, a);
-  }
-}
-
 }  // namespace
 
-bool& wide_head_enabled() {
-  static bool on = true;
-  return on;
-}
-
-bool& head_int8_enabled() {
-  static bool on = false;
-  return on;
-}
-
 bool head_kernel_takes(const DevMat& w) {
-  return wide_head_enabled() && w.type == GgmlType::Q8_0 && w.cols % 32 == 0 &&
-         w.cols <= kHeadMaxCols && w.rows >= kHeadMinRows && w.d != nullptr;
+  return w.type == GgmlType::Q8_0 && w.cols % 32 == 0 && w.cols <= kHeadMaxCols &&
+         w.rows >= kHeadMinRows && w.d != nullptr;
 }
 
 int head_grid(const DevMat& w, int max_blocks) {
@@ -290,10 +249,12 @@ int head_grid(const DevMat& w, int max_blocks) {
 
 int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s) {
   const int grid = head_grid(a.w, max_blocks);
-  if (head_int8_enabled()) {
-    launch_head<true>(a, grid, s);
+  const int cols = a.w.cols;
+  const size_t smem = head_x_bytes(cols) + sizeof(float) * kHW * kHeadRows * (cols / 16);
+  if (u_for(cols) == 5) {
+    launch_kernel(head_q8_kernel<5>, dim3(grid), dim3(kHT), smem, s, a);
   } else {
-    launch_head<false>(a, grid, s);
+    launch_kernel(head_q8_kernel<8>, dim3(grid), dim3(kHT), smem, s, a);
   }
   return grid;
 }

@@ -23,15 +23,8 @@ constexpr int kHeadMinRows = 8192;
 // matrices here, so the logits of the two are bit-identical.
 bool head_kernel_takes(const DevMat& w);
 
-// Process-wide switch (default on; the CUDA backend sets it from CudaOptions::wide_head): off
-// sends every matrix through the generic kernel.
-bool& wide_head_enabled();
-
-// Process-wide switch (CudaOptions::head_int8 sets it; the backend's default is on): the wide
-// kernel's dot products run on DP4A against x quantized per 32-column block to two int8 levels (x =
-// s * (hi + lo / 254)), each element within max|x| / 64516 of its block; off: exact fp32
-// dequantization.
-bool& head_int8_enabled();
+// The wide kernel's dot products run on DP4A against x quantized per 32-column block to two int8
+// levels (x = s * (hi + lo / 254)), each element within max|x| / 64516 of its block.
 
 // Its grid for max_blocks (0 = the default: all blocks resident at once) = the number of argmax
 // partials it writes.
@@ -45,7 +38,6 @@ struct HeadArgs {
   float* out;     // [w.rows]
   float* part_v;  // argmax partials [grid] (nullptr: no argmax)
   int* part_i;
-  ArgmaxFinal fin;  // fin.count != nullptr: the last block also does argmax stage 2
 };
 
 // Launches the kernel; returns its grid size.

@@ -74,10 +74,10 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   if (w.token_embd.q) embed_batch(w.token_embd, ws.tokens, n, ws.x, dim, s);
   // Large chunks: GEMM inputs go through act_to_f16 once (fp16, fragment order, norm applied) and
   // the GEMMs stage them as they are; small ones fuse the norm and the conversion into the GEMM.
-  const bool h = n >= gemm_f16_min_tokens();
-  // The down GEMM reads silu(gate)*up as fp16 from down_f16_min_tokens() on (no conversion, half
+  const bool h = n >= kGemmF16MinTokens;
+  // The down GEMM reads silu(gate)*up as fp16 from kDownF16MinTokens on (no conversion, half
   // the staging bytes). H200, `smolrt bench`: pp128 124,202 vs 112,631 tok/s.
-  const bool down_f16 = h || n >= down_f16_min_tokens();
+  const bool down_f16 = h || n >= kDownF16MinTokens;
   const int ldh = ws.ldh();
   auto input = [&](GemmQ4Args& a, float* x, int k, const float* norm_w) {
     if (!h) {
@@ -112,7 +112,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     GemmOut r;
     r.y = ws.x, r.ldy = dim;
     gemm_q4(b, GemmEpilogue::Accumulate, r, s);
-    // 4. norm + gate/up + silu; from down_f16_min_tokens() on written as fp16 in fragment order,
+    // 4. norm + gate/up + silu; from kDownF16MinTokens on written as fp16 in fragment order,
     //    the down GEMM's input as is
     GemmQ4Args g;
     g.t = n, g.eps = c.norm_eps, g.w0 = L.w_gate, g.w1 = L.w_up;

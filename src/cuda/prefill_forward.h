@@ -67,7 +67,7 @@ class PrefillWorkspace {
   float* att = nullptr;  // [cap][q_dim] attention output
   float* ffh = nullptr;  // [cap][hidden_dim] silu(gate)*up
   // fp16 GEMM inputs in fragment order (gemm_q4.h), pad columns zero: xh for chunks of at least
-  // gemm_f16_min_tokens(), hh (the down GEMM's input) from 33 tokens on:
+  // kGemmF16MinTokens, hh (the down GEMM's input) from 33 tokens on:
   uint16_t* xh = nullptr;  // [cap][ldh()] normalized x or attention output
   uint16_t* hh = nullptr;  // [cap][ldh()] silu(gate)*up
   int ldh() const { return ldh_; }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,6 @@
 #include "backend/cuda/device_weights.h"
 #include "core/cuda_check.h"
 #include "core/env.h"
-#include "cuda/gemv_head.h"
 #include "model/model.h"
 #include "quant/formats.h"
 
@@ -51,22 +51,6 @@ inline const Model* synth_model() {
   return m.get();
 }
 
-// The wide lm_head kernel's process-wide switches (gemv_head.h; the CUDA backend sets them before
-// its launches) for one scope, restored after: a kernel test must not run on whatever an earlier
-// backend test left there.
-struct HeadSwitches {
-  bool wide, i8;
-  HeadSwitches(bool wide_head, bool head_int8)
-      : wide(cuda::wide_head_enabled()), i8(cuda::head_int8_enabled()) {
-    cuda::wide_head_enabled() = wide_head;
-    cuda::head_int8_enabled() = head_int8;
-  }
-  ~HeadSwitches() {
-    cuda::wide_head_enabled() = wide;
-    cuda::head_int8_enabled() = i8;
-  }
-};
-
 // Device copy of a host vector; poisons (NaN bytes) when host is empty and n given.
 template <class T>
 struct Dev {
@@ -93,37 +77,63 @@ struct RandMat {
   cuda::DeviceBuffer dev;
   cuda::DevMat mat;
 
+  // Float formats: N(0, 1/cols) weights. Block formats: random quant bytes (every bit pattern
+  // of the quants, high bits and sub-block scales occurs) with fp16 scales drawn so weights have
+  // magnitudes like a trained layer's (never zero blocks), minima negative as the quantizers make
+  // them.
   RandMat(GgmlType t, int rows, int cols, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.f, 1.f);
     std::uniform_real_distribution<float> scale(0.002f, 0.05f);
-    const int nb = cols / 32;
-    size_t nbytes = 0;
-    if (t == GgmlType::F32) nbytes = (size_t)rows * cols * 4;
-    if (t == GgmlType::F16) nbytes = (size_t)rows * cols * 2;
-    if (t == GgmlType::Q4_0) nbytes = (size_t)rows * nb * sizeof(BlockQ4_0);
-    if (t == GgmlType::Q8_0) nbytes = (size_t)rows * nb * sizeof(BlockQ8_0);
+    const TypeInfo& ti = *type_info(t);
+    const size_t nbytes = (size_t)rows * (cols / ti.block_size) * ti.block_bytes;
+    const size_t nblk = (size_t)rows * (cols / ti.block_size);
     bytes.resize(nbytes);
     const float w_scale = 1.f / std::sqrt((float)cols);
+    auto put = [&](size_t blk, int off, float v) {
+      const uint16_t h = f32_to_fp16(v);
+      std::memcpy(bytes.data() + blk * ti.block_bytes + off, &h, 2);
+    };
     if (t == GgmlType::F32) {
       float* f = reinterpret_cast<float*>(bytes.data());
       for (size_t i = 0; i < (size_t)rows * cols; ++i) f[i] = nd(rng) * w_scale;
-    } else if (t == GgmlType::F16) {
+    } else if (t == GgmlType::F16 || t == GgmlType::BF16) {
       uint16_t* h = reinterpret_cast<uint16_t*>(bytes.data());
-      for (size_t i = 0; i < (size_t)rows * cols; ++i) h[i] = f32_to_fp16(nd(rng) * w_scale);
-    } else if (t == GgmlType::Q4_0) {
-      std::uniform_int_distribution<int> nib(0, 255);
-      BlockQ4_0* b = reinterpret_cast<BlockQ4_0*>(bytes.data());
-      for (size_t i = 0; i < (size_t)rows * nb; ++i) {
-        b[i].d = f32_to_fp16(scale(rng));
-        for (int j = 0; j < 16; ++j) b[i].qs[j] = (uint8_t)nib(rng);
+      for (size_t i = 0; i < (size_t)rows * cols; ++i) {
+        const float v = nd(rng) * w_scale;
+        h[i] = t == GgmlType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
       }
     } else {
-      std::uniform_int_distribution<int> q(-127, 127);
-      BlockQ8_0* b = reinterpret_cast<BlockQ8_0*>(bytes.data());
-      for (size_t i = 0; i < (size_t)rows * nb; ++i) {
-        b[i].d = f32_to_fp16(scale(rng) / 8.f);
-        for (int j = 0; j < 32; ++j) b[i].qs[j] = (int8_t)q(rng);
+      std::uniform_int_distribution<int> byte(0, 255);
+      for (uint8_t& b : bytes) b = (uint8_t)byte(rng);
+      for (size_t b = 0; b < nblk; ++b) {
+        const float s = scale(rng);
+        switch (t) {
+          case GgmlType::Q4_0:
+            put(b, 0, s);
+            break;
+          case GgmlType::Q8_0:
+            put(b, 0, s / 8.f);
+            break;
+          case GgmlType::Q5_0:
+            put(b, 0, s / 2.f);
+            break;
+          case GgmlType::Q4_1:
+            put(b, 0, s), put(b, 2, -8.f * s);
+            break;
+          case GgmlType::Q5_1:
+            put(b, 0, s / 2.f), put(b, 2, -8.f * s);
+            break;
+          case GgmlType::Q4_K:  // w = d*sc*q - dmin*m, sc and m 6-bit
+          case GgmlType::Q5_K:
+            put(b, 0, s / 32.f), put(b, 2, s / 8.f);
+            break;
+          case GgmlType::Q6_K:
+            put(b, 208, s / 64.f);
+            break;  // int8 sub-block scales
+          default:
+            throw std::runtime_error("RandMat: no generator for this type");
+        }
       }
     }
     view.name = "test.weight";

@@ -27,16 +27,15 @@ namespace {
 
 // Device scratch of one session, carved from one allocation (sizes from the config and n_ctx).
 struct Scratch {
-  // [2] token, pos: written by an H2D copy before a step, or (device_token) by the previous
-  // step's argmax stage 2 (id, pos + 1)
+  // [2] token, pos: written by an H2D copy before a step, or by the previous step's argmax stage 2
+  // (id, pos + 1)
   int* params;
   float* x;          // [dim] residual stream
-  float* xb;         // [dim] normalized x (unfused / debug path)
+  float* xb;         // [dim] normalized x (debug path)
   float* q;          // [q_dim]
   float* k;          // [kv_dim] (debug path: raw K before RoPE)
   float* v;          // [kv_dim] (debug path)
   float* att;        // [q_dim] attention output
-  float* wo_part;    // [n_heads][dim] fused-Wo partials (AttnWo)
   float* hb;         // [hidden_dim] silu(gate)*up
   float* logits;     // [vocab]
   float* kv;         // [n_layers][2][n_ctx][kv_dim] fp32
@@ -45,7 +44,6 @@ struct Scratch {
   float* amax_v;     // [max(kArgmaxBlocks, kGemvMaxBlocks)] argmax partials
   int* amax_i;       // [max(kArgmaxBlocks, kGemvMaxBlocks)]
   int* amax_out;     // [1]
-  int* amax_count;   // [1] ticket counter of the in-head argmax stage 2 (0 between steps)
   int* sample_hist;  // [n_ctx] penalty window for the GPU sampler
   int* sample_out;   // [1] sampled id (-1: candidate set too large, sample on the host)
 };
@@ -58,7 +56,6 @@ void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
   s.k = c.take<float>(cfg.kv_dim());
   s.v = c.take<float>(cfg.kv_dim());
   s.att = c.take<float>(cfg.q_dim());
-  s.wo_part = c.take<float>((size_t)cfg.n_heads * cfg.dim);
   s.hb = c.take<float>(cfg.hidden_dim);
   s.logits = c.take<float>(cfg.vocab_size);
   s.kv = c.take<float>((size_t)cfg.n_layers * 2 * n_ctx * cfg.kv_dim());
@@ -70,7 +67,6 @@ void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
   s.amax_v = c.take<float>(parts);
   s.amax_i = c.take<int>(parts);
   s.amax_out = c.take<int>(1);
-  s.amax_count = c.take<int>(1);
   s.sample_hist = c.take<int>(n_ctx);
   s.sample_out = c.take<int>(1);
 }
@@ -105,7 +101,6 @@ class CudaBackend final : public CudaBackendApi {
     // the attention split counters must start at zero.
     CUDA_CHECK(cudaMemset(scratch_.get(), 0xff, scratch_.size()));
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
-    CUDA_CHECK(cudaMemset(s_.amax_count, 0, sizeof(int)));
     prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
@@ -172,12 +167,6 @@ class CudaBackend final : public CudaBackendApi {
       step(token, pos, 0);
       CUDA_CHECK(cudaEventRecord(step_done_[0], stream_));
     }
-    if (!copt_.device_token) {
-      int* out = static_cast<int*>(params_host_.get()) + 2;
-      CUDA_CHECK(cudaMemcpyAsync(out, s_.amax_out, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      return *out;
-    }
     // Speculation: the next greedy step reads its token and position from the device slots this
     // step's argmax fills, so it is launched now, before the host has the id: the host's wake-up
     // and launch latency overlap the GPU. Its id goes to the other host slot (parity). If the
@@ -232,7 +221,6 @@ class CudaBackend final : public CudaBackendApi {
     if (batched(tokens)) {
       cuda::PrefillLastOut out = prefill_out();
       out.host_logits = static_cast<float*>(logits_host_.get());
-      out.host_direct = copt_.host_direct_logits;
       prefill_->run_last(tokens, pos_, copt_.prefill_chunk, out, stream_, copt_.use_graph);
       pos_ += (int)tokens.size();
       CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -367,30 +355,6 @@ class CudaBackend final : public CudaBackendApi {
     return true;
   }
 
-  // The device bytes from a.q to the end of b (b uploaded at or after a, as upload_weights does).
-  static cuda::L2Prefetch span_of(const cuda::DevMat& a, const cuda::DevMat& b) {
-    cuda::L2Prefetch p;
-    const char* s = static_cast<const char*>(a.q);
-    const char* e = static_cast<const char*>(b.q) + cuda::dev_mat_bytes(b);
-    if (e > s) {
-      p.ptr = s;
-      p.bytes = (size_t)(e - s) & ~size_t{15};  // stay inside the allocation
-    }
-    return p;
-  }
-
-  // Slice i of n (16-byte aligned, inside the allocation) of the lm_head's device image.
-  cuda::L2Prefetch head_slice(int i, int n) const {
-    const cuda::L2Prefetch all = span_of(w_.output, w_.output);
-    const size_t chunk = ((all.bytes + n - 1) / n + 15) & ~size_t{15};
-    const size_t off = (size_t)i * chunk;
-    cuda::L2Prefetch p;
-    if (all.ptr == nullptr || off >= all.bytes) return p;
-    p.ptr = static_cast<const char*>(all.ptr) + off;
-    p.bytes = std::min(chunk, all.bytes - off);
-    return p;
-  }
-
   float* kcache(int l) const { return s_.kv + (size_t)(2 * l) * n_ctx_ * cfg_.kv_dim(); }
   float* vcache(int l) const { return s_.kv + (size_t)(2 * l + 1) * n_ctx_ * cfg_.kv_dim(); }
 
@@ -421,8 +385,7 @@ class CudaBackend final : public CudaBackendApi {
     discard_spec();
     check_token(token);
     check_pos(pos);
-    const bool on_device =
-        copt_.device_token && slots_known_ && token == slot_token_ && pos == slot_pos_;
+    const bool on_device = slots_known_ && token == slot_token_ && pos == slot_pos_;
     slots_known_ = false;
     if (!on_device) {
       int* hp = static_cast<int*>(params_host_.get());
@@ -436,11 +399,7 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   // The kernel files' process-wide switches, from this backend's options (before launching).
-  void set_kernel_switches() const {
-    cuda::pdl_enabled() = copt_.pdl;
-    cuda::wide_head_enabled() = copt_.wide_head;
-    cuda::head_int8_enabled() = copt_.head_int8;
-  }
+  void set_kernel_switches() const { cuda::pdl_enabled() = copt_.pdl; }
 
   // Enqueues one decode step reading token/pos from the device slots; par selects the host slot
   // its argmax stores the id in (params_host_[3 + par]) and the graph that does so.
@@ -486,25 +445,30 @@ class CudaBackend final : public CudaBackendApi {
     acts_.push_back(std::move(a));
   }
 
-  // Every kernel of one decode step, in stream order. debug: unfused kernels + readbacks.
+  // Every kernel of one decode step, in stream order. debug: separate RMSNorm kernels, raw
+  // Q/K/V and the separate RoPE kernel, with readbacks of every named activation.
   void enqueue_step(bool debug, unsigned mask = kAllParts) {
     if (debug) mask = kAllParts;
     cudaStream_t st = stream_;
     const float eps = cfg_.norm_eps;
-    const bool fused = copt_.fused_norm && !debug;
     const int* pos = s_.params + 1;
-    // Fused embedding (opt-in): layer 0's QKV kernel stages the token's embedding row itself (and
-    // writes it to x), one launch fewer.
-    const bool fuse_embed = fused && copt_.fused_embed;
-    if ((mask & kEmbed) && !fuse_embed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
+    if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
     if (debug) record("embed", s_.x, cfg_.dim);
-    const bool pf = copt_.l2_prefetch && !debug;
-    const bool fused_wo = fused && copt_.fused_wo;
+    // The matvec input: x with its RMSNorm weight (the kernels normalize their staged copy), or
+    // in debug x normalized by the separate kernel into xb and recorded.
+    auto norm_in = [&](const float* nw, const std::string& name, const float*& x, const float*& n) {
+      if (!debug) {
+        x = s_.x;
+        n = nw;
+        return;
+      }
+      cuda::rmsnorm(s_.xb, s_.x, nw, cfg_.dim, eps, st);
+      record(name, s_.xb, cfg_.dim);
+      x = s_.xb;
+      n = nullptr;
+    };
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const cuda::DevLayer& L = w_.layers[l];
-      // While layer l runs, each kernel pulls the same matrices of the next layer (of layer 0 for
-      // the next token, after the last) into L2, so they are read from L2, not HBM.
-      const cuda::DevLayer& N = w_.layers[(l + 1) % cfg_.n_layers];
       const std::string blk = "blk." + std::to_string(l) + ".";
       cuda::QkvArgs qa;
       qa.wq = L.wq;
@@ -516,21 +480,7 @@ class CudaBackend final : public CudaBackendApi {
       qa.rope_base = cfg_.rope_base;
       qa.pos = pos;
       qa.q_out = s_.q;
-      if (pf) qa.pf = span_of(N.wq, N.wv);
-      if (l == 0 && fuse_embed) {
-        qa.embed = w_.token_embd;
-        qa.token = s_.params;
-        qa.x_out = s_.x;
-      }
-      if (fused) {
-        qa.x = s_.x;
-        qa.norm_w = L.attn_norm;
-      } else {
-        if (mask & kQkv) cuda::rmsnorm(s_.xb, s_.x, L.attn_norm, cfg_.dim, eps, st);
-        if (debug) record(blk + "attn_norm", s_.xb, cfg_.dim);
-        qa.x = s_.xb;
-        qa.norm_w = nullptr;
-      }
+      norm_in(L.attn_norm, blk + "attn_norm", qa.x, qa.norm_w);
       if (debug) {
         qa.rope = false;
         qa.k_out = s_.k;
@@ -544,83 +494,32 @@ class CudaBackend final : public CudaBackendApi {
         qa.v_out = vcache(l);
         if (mask & kQkv) cuda::gemv_qkv(qa, st);
       }
-      // Fused Wo: attention writes per-head partials; gate_up and down fold them into x.
-      cuda::AttnWo awo;
-      cuda::ResidualParts res;
-      if (fused_wo) {
-        awo.wo = L.wo;
-        awo.parts = s_.wo_part;
-        res.p = s_.wo_part;
-        res.n = cfg_.n_heads;
-      }
       if (mask & kAttn)
-        cuda::attention_decode(fused_wo ? nullptr : s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_,
-                               cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim,
-                               {s_.attn_part, s_.attn_count}, st, awo);
-      if ((mask & kWo) && !fused_wo) {
-        cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st,
-                   pf ? span_of(N.wo, N.wo) : cuda::L2Prefetch{});
-      }
+        cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
+                               cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st);
+      if (mask & kWo) cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st);
       if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
-      // The last head_prefetch_layers layers pull the lm_head into L2 (2 slices per layer, in
-      // their gate_up and down kernels), so the step's largest matrix is read from L2.
-      cuda::L2Prefetch pf_gu = pf ? span_of(N.w_gate, N.w_up) : cuda::L2Prefetch{};
-      cuda::L2Prefetch pf_dn = pf ? span_of(N.w_down, N.w_down) : cuda::L2Prefetch{};
-      const int hk = std::min(copt_.head_prefetch_layers, cfg_.n_layers);
-      if (!debug && l >= cfg_.n_layers - hk) {
-        const int slice = 2 * (l - (cfg_.n_layers - hk));
-        pf_gu = head_slice(slice, 2 * hk);
-        pf_dn = head_slice(slice + 1, 2 * hk);
+      if (mask & kGateUp) {
+        const float *x = nullptr, *n = nullptr;
+        norm_in(L.ffn_norm, blk + "ffn_norm", x, n);
+        cuda::gemv_gate_up(L.w_gate, L.w_up, x, n, eps, s_.hb, st);
       }
-      if (!(mask & kGateUp)) {
-      } else if (fused) {
-        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.x, L.ffn_norm, eps, s_.hb, st, pf_gu, res);
-      } else {
-        cuda::rmsnorm(s_.xb, s_.x, L.ffn_norm, cfg_.dim, eps, st);
-        if (debug) record(blk + "ffn_norm", s_.xb, cfg_.dim);
-        cuda::gemv_gate_up(L.w_gate, L.w_up, s_.xb, nullptr, eps, s_.hb, st, pf_gu);
-      }
-      if (mask & kDown) {
-        cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st, pf_dn, res);
-      }
+      if (mask & kDown) cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st);
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
-    const bool fa = copt_.fused_argmax;
-    const bool in_head = fa && copt_.argmax_in_head;
-    // Hand-off to the next step (device_token): token/pos slots and the pinned id. Not in the
-    // profiling graphs, which replay one position.
-    int* np = copt_.device_token && advance_ ? s_.params : nullptr;
-    int* ho = copt_.device_token && advance_ ? id_dev_ + par_ : nullptr;
-    const float* head_x = s_.x;
-    const float* head_norm = w_.output_norm;
-    if ((mask & kHead) && !fused) {
-      cuda::rmsnorm(s_.xb, s_.x, w_.output_norm, cfg_.dim, eps, st);
-      if (debug) record("output_norm", s_.xb, cfg_.dim);
-      head_x = s_.xb;
-      head_norm = nullptr;
-    }
-    if (!(mask & kHead)) {
-    } else if (fa) {
-      cuda::ArgmaxFinal fin;
-      fin.count = s_.amax_count;
-      fin.out = s_.amax_out;
-      fin.next_params = np;
-      fin.host_out = ho;
-      cuda::gemv_argmax(w_.output, head_x, head_norm, eps, s_.logits, s_.amax_v, s_.amax_i, st,
-                        copt_.head_blocks, in_head ? &fin : nullptr);
-    } else {
-      cuda::gemv(w_.output, head_x, head_norm, eps, s_.logits, false, st);
+    // Hand-off to the next step: token/pos slots and the pinned id. Not in the profiling graphs,
+    // which replay one position.
+    int* np = advance_ ? s_.params : nullptr;
+    int* ho = advance_ ? id_dev_ + par_ : nullptr;
+    if (mask & kHead) {
+      const float *x = nullptr, *n = nullptr;
+      norm_in(w_.output_norm, "output_norm", x, n);
+      cuda::gemv_argmax(w_.output, x, n, eps, s_.logits, s_.amax_v, s_.amax_i, st);
     }
     if (debug) record("logits", s_.logits, cfg_.vocab_size);
-    if (!(mask & kArgmax) || (in_head && (mask & kHead))) {
-      // done in the lm_head kernel (profiling an argmax-only graph with in_head times the
-      // separate stage-2 kernel instead)
-    } else if (fa) {
-      cuda::argmax_final(s_.amax_v, s_.amax_i,
-                         cuda::gemv_argmax_parts(w_.output, copt_.head_blocks), s_.amax_out, st, np,
-                         ho);
-    } else {
-      cuda::argmax(s_.logits, cfg_.vocab_size, s_.amax_v, s_.amax_i, s_.amax_out, st, np, ho);
+    if (mask & kArgmax) {
+      cuda::argmax_final(s_.amax_v, s_.amax_i, cuda::gemv_argmax_parts(w_.output), s_.amax_out, st,
+                         np, ho);
     }
   }
 
@@ -656,10 +555,7 @@ class CudaBackend final : public CudaBackendApi {
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
-    const bool wo_in_attn = copt_.fused_wo && copt_.fused_norm;
     for (const auto& [name, bits] : parts) {
-      if (wo_in_attn && bits == kWo) continue;  // no kernel of its own: timed with attention
-      if (copt_.fused_embed && copt_.fused_norm && bits == kEmbed) continue;  // in layer 0's QKV
       cudaGraph_t g = nullptr;
       cudaGraphExec_t ex = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -736,25 +632,11 @@ class CudaBackend final : public CudaBackendApi {
 CudaOptions cuda_options_from_env() {
   CudaOptions o;
   o.use_graph = env_flag("SMOLRT_CUDA_GRAPH", true);
-  o.fused_norm = env_flag("SMOLRT_CUDA_FUSED_NORM", true);
   o.pdl = env_flag("SMOLRT_CUDA_PDL", true);
   o.batched_prefill = env_flag("SMOLRT_CUDA_PREFILL", true);
   o.prefill_chunk =
       env_int("SMOLRT_PREFILL_CHUNK", o.prefill_chunk, 1, 1 << 20, "a token count per chunk");
-  o.l2_prefetch = env_flag("SMOLRT_CUDA_L2_PREFETCH", false);
-  o.device_token = env_flag("SMOLRT_CUDA_DEVICE_TOKEN", true);
-  o.fused_argmax = env_flag("SMOLRT_CUDA_FUSED_ARGMAX", true);
-  o.argmax_in_head = env_flag("SMOLRT_CUDA_ARGMAX_IN_HEAD", false);
-  o.fused_wo = env_flag("SMOLRT_CUDA_FUSED_WO", false);
-  o.wide_head = env_flag("SMOLRT_CUDA_WIDE_HEAD", true);
-  o.head_int8 = env_flag("SMOLRT_CUDA_HEAD_I8", true);
-  o.host_direct_logits = env_flag("SMOLRT_CUDA_HOST_LOGITS", true);
   o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
-  o.fused_embed = env_flag("SMOLRT_CUDA_FUSED_EMBED", false);
-  o.head_prefetch_layers = env_int("SMOLRT_CUDA_HEAD_PREFETCH", o.head_prefetch_layers, 0, 64,
-                                   "a layer count (0 = off)");
-  o.head_blocks = env_int("SMOLRT_CUDA_HEAD_BLOCKS", o.head_blocks, 0, cuda::kGemvMaxBlocks,
-                          "an lm_head grid cap (0 = the matvec default)");
   return o;
 }
 

@@ -71,12 +71,7 @@ void CudaPrefill::one_chunk(const int* host_ids, int n, int pos0, const PrefillL
 }
 
 void CudaPrefill::head_last(int i, const PrefillLastOut& out, cudaStream_t s) {
-  if (out.host_logits != nullptr && out.host_direct) return head_row(i, out.host_logits, s);
-  head_row(i, out.logits, s);
-  if (out.host_logits != nullptr) {
-    CUDA_CHECK(cudaMemcpyAsync(out.host_logits, out.logits, sizeof(float) * pw_.cfg.vocab_size,
-                               cudaMemcpyDeviceToHost, s));
-  }
+  head_row(i, out.host_logits != nullptr ? out.host_logits : out.logits, s);
 }
 
 void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size,

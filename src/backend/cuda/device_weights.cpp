@@ -1,33 +1,30 @@
 #include "backend/cuda/device_weights.h"
 
 #include <chrono>
+#include <climits>
 #include <cstring>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "cuda/gemv.h"
+#include "cuda/qformat.h"
 
 namespace smolrt::cuda {
 namespace {
 
-bool is_quant(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
-}
-
 void check_matrix(const TensorView& t, const char* role) {
-  const GgmlType ty = t.type;
-  if (ty != GgmlType::F32 && ty != GgmlType::F16 && ty != GgmlType::Q4_0 && ty != GgmlType::Q8_0) {
-    fail("tensor '", t.name, "' (", role, ") has type ", type_name(ty),
-         ", which has no CUDA kernel (supported: f32, f16, q4_0, q8_0); requantize with "
-         "`smolrt quantize --type q4_0` or use --backend cpu");
+  const DevLayout l = dev_layout(t.type);
+  if (l.qk == 0) {
+    fail("tensor '", t.name, "' (", role, ") has type ", type_name(t.type),
+         ", which has no CUDA kernel (supported: ", kDeviceFormats,
+         "); requantize with `smolrt quantize --type q4_k_m` (or q8_0) or use --backend cpu");
   }
-  if (t.cols > kGemvMaxCols) {
-    fail("tensor '", t.name, "' has ", t.cols, " columns; the CUDA decode matvec supports up to ",
-         kGemvMaxCols, "; use --backend cpu");
+  if (t.cols % l.qk != 0) {
+    fail("tensor '", t.name, "' is ", type_name(t.type), " with ", t.cols,
+         " columns, not a multiple of its block size ", l.qk, " (a malformed file)");
   }
-  if (is_quant(ty) && t.cols % 32 != 0) {
-    fail("tensor '", t.name, "' is ", type_name(ty), " with ", t.cols,
-         " columns, not a multiple of 32");
+  if (t.rows > INT32_MAX || t.cols > INT32_MAX) {
+    fail("tensor '", t.name, "' has ", t.rows, " x ", t.cols,
+         " elements; the CUDA kernels index rows and columns with 32-bit integers");
   }
 }
 
@@ -41,9 +38,9 @@ void check_norm(const TensorView& t) {
 }  // namespace
 
 size_t device_bytes(const TensorView& t) {
-  if (!is_quant(t.type)) return t.nbytes;
-  const size_t nb = (size_t)t.rows * (t.cols / 32);
-  return nb * split_qbytes(t.type) + nb * 2;
+  const DevLayout l = dev_layout(t.type);
+  if (!l.block) return t.nbytes;
+  return (size_t)(t.rows * t.cols / l.qk) * (l.pay + l.meta);
 }
 
 DevMat stage_matrix(const TensorView& t, uint8_t* dst, const uint8_t* dev) {
@@ -52,21 +49,23 @@ DevMat stage_matrix(const TensorView& t, uint8_t* dst, const uint8_t* dev) {
   m.rows = (int)t.rows;
   m.cols = (int)t.cols;
   m.q = dev;
-  if (!is_quant(t.type)) {
+  const DevLayout l = dev_layout(t.type);
+  if (!l.block) {
     std::memcpy(dst, t.data, t.nbytes);
     return m;
   }
-  const size_t nb = (size_t)t.rows * (t.cols / 32);
-  const int qb = split_qbytes(t.type);
-  uint8_t* q = dst;
-  uint16_t* d = reinterpret_cast<uint16_t*>(dst + nb * qb);
-  m.d = reinterpret_cast<const uint16_t*>(dev + nb * qb);
+  const size_t nb = (size_t)(t.rows * t.cols / l.qk);
+  m.d = reinterpret_cast<const uint16_t*>(dev + nb * l.pay);
   const uint8_t* src = static_cast<const uint8_t*>(t.data);
-  const size_t src_block = 2 + qb;  // fp16 d then the quants, as in BlockQ4_0 / BlockQ8_0
-  for (size_t b = 0; b < nb; ++b) {
-    std::memcpy(&d[b], src + b * src_block, 2);
-    std::memcpy(q + b * qb, src + b * src_block + 2, qb);
-  }
+  const size_t src_block = type_info(t.type)->block_bytes;
+  dispatch_format(t.type, [&](auto tag) {
+    using F = QFormat<decltype(tag)::value>;
+    if constexpr (F::kLayout.block) {
+      for (size_t b = 0; b < nb; ++b) {
+        F::repack(src + b * src_block, dst + b * l.pay, dst + nb * l.pay + b * l.meta);
+      }
+    }
+  });
   return m;
 }
 

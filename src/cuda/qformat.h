@@ -1,0 +1,491 @@
+// The weight formats as the CUDA kernels see them: ONE description per format, everything a kernel
+// family needs of it. Adding a format = one QFormat specialization here (plus its block struct and
+// reference dequantizer in quant/formats.h, its CPU quantizer, and its tests); the kernel families
+// (gemv.cu's decode matvec with its fused epilogues, embed) are templates over QFormat and pick it
+// up through the one dispatch table, for_each_format() / dispatch_format() below.
+//
+// Device image (dev_mat.h DevMat), lossless, made at upload by repack():
+//   block formats: per block, kPay payload bytes (a multiple of 16, so every payload is 16-byte
+//   aligned and read with 16-byte loads) in DevMat::q, and kMeta bytes of scales/minima/high bits
+//   (a multiple of 2) in DevMat::d, both [rows][blocks per row]. Formats whose GGUF block is
+//   already 16-byte sized with 16-byte aligned quants (Q4_K, Q5_K) keep it whole as the payload.
+//   float formats (F32, F16, BF16): the GGUF bytes, row-major, DevMat::d unused.
+//
+// Kernels work in "units" of 32 consecutive columns (a 32-weight block, or one 32-weight sub-block
+// of a 256-weight K-quant super-block): load(m, row, u) fetches unit u of a row into registers
+// (its Raw), dot(raw, x) multiplies it with x[0..31] including every scale, at(m, r, c) decodes
+// one weight (embedding rows). Dequantized values equal the reference dequantizer's (formats.h)
+// up to the order of fp32 operations (the kernels factor the scale out of the sum).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "quant/formats.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#define SMOLRT_DEV __device__ __forceinline__
+#endif
+
+namespace smolrt::cuda {
+
+struct DevMat;  // dev_mat.h
+
+// Device layout of a format (see above). qk: weights per block (1 for float formats).
+struct DevLayout {
+  int qk = 1;
+  int pay = 0;   // payload bytes per block (block formats), bytes per element (float formats)
+  int meta = 0;  // meta bytes per block
+  bool block = false;
+};
+
+template <GgmlType T>
+struct QFormat;
+
+#if defined(__CUDACC__)
+// --- device helpers shared by the format descriptions --------------------------------------------
+
+// 2^23 + byte e of v, as a float: PRMT puts the byte under the exponent of 2^23, so subtracting
+// a bias gives small integers EXACTLY (bit-identical to a cast). This replaces I2F, a
+// quarter-rate conversion on Hopper (16/clk/SM) that bounded the dequantizing matvecs; PRMT and
+// FADD run at full rate. e must fold to a constant (unrolled loops).
+SMOLRT_DEV float byte_plus_2p23(uint32_t v, int e) {
+  return __int_as_float((int)__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)e));
+}
+constexpr float k2p23 = 8388608.f;
+
+// sum_e (byte e of w[i] - bias) * x[4i + e] over the 4 words of w, in one fixed order.
+SMOLRT_DEV float bytes_dot16(const uint32_t (&w)[4], const float* x, float bias) {
+  float t = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) t += (byte_plus_2p23(w[i], e) - bias) * x[4 * i + e];
+  }
+  return t;
+}
+
+SMOLRT_DEV float x_sum32(const float* x) {
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) s += x[j];
+  return s;
+}
+
+// Bits 0..3 of v to bit 4 of bytes 0..3 (the 5th bit of four weights).
+SMOLRT_DEV uint32_t spread4_bit4(uint32_t v) {
+  return ((v & 0xFu) * 0x00204081u & 0x01010101u) << 4;
+}
+
+SMOLRT_DEV float h2f(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+SMOLRT_DEV uint4 ldg16(const void* p) {
+  return __ldg(static_cast<const uint4*>(p));
+}
+
+SMOLRT_DEV void words(const uint4& v, uint32_t (&w)[4]) {
+  w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+}
+
+// Q4_0-style nibble block (16 bytes: low nibbles = weights 0..15, high = 16..31) plus optional 5th
+// bits (qh bit j for weight j), dotted with x[0..31] after subtracting `bias` from each value.
+SMOLRT_DEV float nib_dot32(const uint4& q, uint32_t qh, bool has_qh, const float* x, float bias) {
+  uint32_t w[4];
+  words(q, w);
+  uint32_t lo[4], hi[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo[i] = w[i] & 0x0F0F0F0Fu;
+    hi[i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+    if (has_qh) {
+      lo[i] |= spread4_bit4(qh >> (4 * i));
+      hi[i] |= spread4_bit4(qh >> (16 + 4 * i));
+    }
+  }
+  return bytes_dot16(lo, x, bias) + bytes_dot16(hi, x + 16, bias);
+}
+#endif
+
+// --- float formats
+// --------------------------------------------------------------------------------
+
+template <>
+struct QFormat<GgmlType::F32> {
+  static constexpr DevLayout kLayout{1, 4, 0, false};
+#if defined(__CUDACC__)
+  static SMOLRT_DEV float elem(const void* p, size_t i) {
+    return __ldg(static_cast<const float*>(p) + i);
+  }
+#endif
+};
+
+template <>
+struct QFormat<GgmlType::F16> {
+  static constexpr DevLayout kLayout{1, 2, 0, false};
+#if defined(__CUDACC__)
+  static SMOLRT_DEV float elem(const void* p, size_t i) {
+    return h2f(__ldg(static_cast<const uint16_t*>(p) + i));
+  }
+#endif
+};
+
+template <>
+struct QFormat<GgmlType::BF16> {
+  static constexpr DevLayout kLayout{1, 2, 0, false};
+#if defined(__CUDACC__)
+  static SMOLRT_DEV float elem(const void* p, size_t i) {
+    return __uint_as_float((uint32_t)__ldg(static_cast<const uint16_t*>(p) + i) << 16);
+  }
+#endif
+};
+
+// --- 32-weight block formats
+// -----------------------------------------------------------------------
+
+// Q4_0: payload qs (16 B), meta d.
+template <>
+struct QFormat<GgmlType::Q4_0> {
+  static constexpr DevLayout kLayout{32, 16, 2, true};
+  static void repack(const uint8_t* src, uint8_t* pay, uint8_t* meta) {
+    const auto& b = *reinterpret_cast<const BlockQ4_0*>(src);
+    std::memcpy(pay, b.qs, 16);
+    std::memcpy(meta, &b.d, 2);
+  }
+#if defined(__CUDACC__)
+  struct Raw {
+    uint4 q;
+    float d;
+  };
+  static SMOLRT_DEV Raw load(const void* q, const uint16_t* d, size_t blk, int) {
+    return {ldg16(static_cast<const uint8_t*>(q) + blk * 16), h2f(__ldg(d + blk))};
+  }
+  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+    return r.d * nib_dot32(r.q, 0, false, x, k2p23 + 8.f);
+  }
+  static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t blk, int j) {
+    const uint8_t b = static_cast<const uint8_t*>(q)[blk * 16 + (j & 15)];
+    return (float)((int)(j < 16 ? (b & 15) : (b >> 4)) - 8) * h2f(d[blk]);
+  }
+#endif
+};
+
+// Q4_1: payload qs, meta {d, m}.
+template <>
+struct QFormat<GgmlType::Q4_1> {
+  static constexpr DevLayout kLayout{32, 16, 4, true};
+  static void repack(const uint8_t* src, uint8_t* pay, uint8_t* meta) {
+    const auto& b = *reinterpret_cast<const BlockQ4_1*>(src);
+    std::memcpy(pay, b.qs, 16);
+    std::memcpy(meta, &b.d, 2);
+    std::memcpy(meta + 2, &b.m, 2);
+  }
+#if defined(__CUDACC__)
+  struct Raw {
+    uint4 q;
+    float d, m;
+  };
+  static SMOLRT_DEV Raw load(const void* q, const uint16_t* d, size_t blk, int) {
+    const uint32_t dm = __ldg(reinterpret_cast<const uint32_t*>(d) + blk);
+    return {ldg16(static_cast<const uint8_t*>(q) + blk * 16), h2f((uint16_t)dm),
+            h2f((uint16_t)(dm >> 16))};
+  }
+  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+    return r.d * nib_dot32(r.q, 0, false, x, k2p23) + r.m * x_sum32(x);
+  }
+  static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t blk, int j) {
+    const uint8_t b = static_cast<const uint8_t*>(q)[blk * 16 + (j & 15)];
+    return (float)(j < 16 ? (b & 15) : (b >> 4)) * h2f(d[2 * blk]) + h2f(d[2 * blk + 1]);
+  }
+#endif
+};
+
+// Q5_0 / Q5_1: payload qs, meta {qh (2 halves), d, m or 0}: 8 bytes, one aligned load.
+template <GgmlType T, class B, bool kMin>
+struct QFormatQ5 {
+  static constexpr DevLayout kLayout{32, 16, 8, true};
+  static void repack(const uint8_t* src, uint8_t* pay, uint8_t* meta) {
+    const auto& b = *reinterpret_cast<const B*>(src);
+    std::memcpy(pay, b.qs, 16);
+    std::memcpy(meta, b.qh, 4);
+    std::memcpy(meta + 4, &b.d, 2);
+    uint16_t m = 0;
+    if constexpr (kMin) m = b.m;
+    std::memcpy(meta + 6, &m, 2);
+  }
+#if defined(__CUDACC__)
+  struct Raw {
+    uint4 q;
+    uint32_t qh;
+    float d, m;
+  };
+  static SMOLRT_DEV Raw load(const void* q, const uint16_t* d, size_t blk, int) {
+    const uint2 mt = __ldg(reinterpret_cast<const uint2*>(d) + blk);
+    return {ldg16(static_cast<const uint8_t*>(q) + blk * 16), mt.x, h2f((uint16_t)mt.y),
+            h2f((uint16_t)(mt.y >> 16))};
+  }
+  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+    if constexpr (kMin) {
+      return r.d * nib_dot32(r.q, r.qh, true, x, k2p23) + r.m * x_sum32(x);
+    } else {
+      return r.d * nib_dot32(r.q, r.qh, true, x, k2p23 + 16.f);
+    }
+  }
+  static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t blk, int j) {
+    const uint8_t b = static_cast<const uint8_t*>(q)[blk * 16 + (j & 15)];
+    const uint32_t qh = (uint32_t)d[4 * blk] | ((uint32_t)d[4 * blk + 1] << 16);
+    const int v = (j < 16 ? (b & 15) : (b >> 4)) | (int)(((qh >> j) & 1u) << 4);
+    if constexpr (kMin) return (float)v * h2f(d[4 * blk + 2]) + h2f(d[4 * blk + 3]);
+    return (float)(v - 16) * h2f(d[4 * blk + 2]);
+  }
+#endif
+};
+template <>
+struct QFormat<GgmlType::Q5_0> : QFormatQ5<GgmlType::Q5_0, BlockQ5_0, false> {};
+template <>
+struct QFormat<GgmlType::Q5_1> : QFormatQ5<GgmlType::Q5_1, BlockQ5_1, true> {};
+
+// Q8_0: payload qs (32 B), meta d.
+template <>
+struct QFormat<GgmlType::Q8_0> {
+  static constexpr DevLayout kLayout{32, 32, 2, true};
+  static void repack(const uint8_t* src, uint8_t* pay, uint8_t* meta) {
+    const auto& b = *reinterpret_cast<const BlockQ8_0*>(src);
+    std::memcpy(pay, b.qs, 32);
+    std::memcpy(meta, &b.d, 2);
+  }
+#if defined(__CUDACC__)
+  struct Raw {
+    uint4 q0, q1;
+    float d;
+  };
+  static SMOLRT_DEV Raw load(const void* q, const uint16_t* d, size_t blk, int) {
+    const uint8_t* p = static_cast<const uint8_t*>(q) + blk * 32;
+    return {ldg16(p), ldg16(p + 16), h2f(__ldg(d + blk))};
+  }
+  // int8 ^ 0x80 is the int8 + 128 as an unsigned byte.
+  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+    uint32_t a[4], b[4];
+    words(r.q0, a);
+    words(r.q1, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] ^= 0x80808080u, b[i] ^= 0x80808080u;
+    return r.d * (bytes_dot16(a, x, k2p23 + 128.f) + bytes_dot16(b, x + 16, k2p23 + 128.f));
+  }
+  static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t blk, int j) {
+    return (float)static_cast<const int8_t*>(q)[blk * 32 + j] * h2f(d[blk]);
+  }
+#endif
+};
+
+// --- 256-weight K-quant super-blocks (unit u: super-block u/8, sub-block j = u%8)
+// -------------------
+
+#if defined(__CUDACC__)
+// Scale and min of sub-block j from the 16-byte head {d, dmin, scales[12]} (formats.h
+// k_scale_min, with the bytes taken out of registers by shifts: no local-memory array).
+SMOLRT_DEV void k_scale_min_regs(const uint4& h, int j, float& sc, float& m) {
+  const int sh = 8 * (j & 3);
+  const uint32_t a = (h.y >> sh) & 0xFFu, b = (h.z >> sh) & 0xFFu, c = (h.w >> sh) & 0xFFu;
+  if (j < 4) {
+    sc = (float)(a & 63u);
+    m = (float)(b & 63u);
+  } else {
+    sc = (float)((c & 15u) | ((a >> 6) << 4));
+    m = (float)((c >> 4) | ((b >> 6) << 4));
+  }
+}
+#endif
+
+// Q4_K / Q5_K: the GGUF block as payload (144 / 176 bytes, quants 16-byte aligned), no meta.
+template <GgmlType T, bool kQh>
+struct QFormatQK {
+  static constexpr int kBytes = kQh ? 176 : 144;
+  static constexpr DevLayout kLayout{256, kBytes, 0, true};
+  static void repack(const uint8_t* src, uint8_t* pay, uint8_t*) { std::memcpy(pay, src, kBytes); }
+#if defined(__CUDACC__)
+  struct Raw {
+    uint4 h;       // d, dmin, scales
+    uint4 q0, q1;  // 32 bytes of qs holding this sub-block's nibbles
+    uint4 h0, h1;  // Q5_K: the 32 qh bytes
+    int j;
+  };
+  static SMOLRT_DEV Raw load(const void* q, const uint16_t*, size_t sblk, int j) {
+    const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * kBytes;
+    const uint8_t* qs = p + (kQh ? 48 : 16) + 32 * (j >> 1);
+    Raw r;
+    r.h = ldg16(p);
+    r.q0 = ldg16(qs);
+    r.q1 = ldg16(qs + 16);
+    if constexpr (kQh) {
+      r.h0 = ldg16(p + 16);
+      r.h1 = ldg16(p + 32);
+    }
+    r.j = j;
+    return r;
+  }
+  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+    const int sh = 4 * (r.j & 1);
+    uint32_t a[4], b[4], qa[4], qb[4];
+    words(r.q0, qa);
+    words(r.q1, qb);
+    uint32_t ha[4] = {0, 0, 0, 0}, hb[4] = {0, 0, 0, 0};
+    if constexpr (kQh) words(r.h0, ha), words(r.h1, hb);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      a[i] = (qa[i] >> sh) & 0x0F0F0F0Fu;
+      b[i] = (qb[i] >> sh) & 0x0F0F0F0Fu;
+      if constexpr (kQh) {
+        a[i] |= ((ha[i] >> r.j) & 0x01010101u) << 4;
+        b[i] |= ((hb[i] >> r.j) & 0x01010101u) << 4;
+      }
+    }
+    float sc, m;
+    k_scale_min_regs(r.h, r.j, sc, m);
+    const float d = h2f((uint16_t)r.h.x), dmin = h2f((uint16_t)(r.h.x >> 16));
+    const float qx = bytes_dot16(a, x, k2p23) + bytes_dot16(b, x + 16, k2p23);
+    return d * sc * qx - dmin * m * x_sum32(x);
+  }
+  static SMOLRT_DEV float at(const void* q, const uint16_t*, size_t sblk, int c) {
+    const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * kBytes;
+    const int j = c / 32, l = c % 32;
+    int sc, m;
+    k_scale_min(j, p + 4, sc, m);
+    const uint16_t* dd = reinterpret_cast<const uint16_t*>(p);
+    int v = (p[(kQh ? 48 : 16) + 32 * (j / 2) + l] >> (4 * (j & 1))) & 15;
+    if constexpr (kQh) v += ((p[16 + l] >> j) & 1) << 4;
+    return h2f(dd[0]) * (float)sc * (float)v - h2f(dd[1]) * (float)m;
+  }
+#endif
+};
+template <>
+struct QFormat<GgmlType::Q4_K> : QFormatQK<GgmlType::Q4_K, false> {};
+template <>
+struct QFormat<GgmlType::Q5_K> : QFormatQK<GgmlType::Q5_K, true> {};
+
+// Q6_K: payload {ql 128, qh 64, scales 16} = 208 bytes, meta d. Sub-block j: half h = j/4,
+// quarter t = j%4 of it (formats.h): ql bytes 64h + 32(t&1) .. +32, nibble t>>1; qh bytes 32h ..
+// +32, bit pair 2t; scales 8h + 2t (weights 0..15) and 8h + 2t + 1 (16..31).
+template <>
+struct QFormat<GgmlType::Q6_K> {
+  static constexpr DevLayout kLayout{256, 208, 2, true};
+  static void repack(const uint8_t* src, uint8_t* pay, uint8_t* meta) {
+    const auto& b = *reinterpret_cast<const BlockQ6_K*>(src);
+    std::memcpy(pay, b.ql, 128);
+    std::memcpy(pay + 128, b.qh, 64);
+    std::memcpy(pay + 192, b.scales, 16);
+    std::memcpy(meta, &b.d, 2);
+  }
+#if defined(__CUDACC__)
+  struct Raw {
+    uint4 l0, l1, h0, h1;
+    uint32_t sc;  // the two int8 scales
+    float d;
+    int j;
+  };
+  static SMOLRT_DEV Raw load(const void* q, const uint16_t* d, size_t sblk, int j) {
+    const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * 208;
+    const int h = j >> 2, t = j & 3;
+    Raw r;
+    r.l0 = ldg16(p + 64 * h + 32 * (t & 1));
+    r.l1 = ldg16(p + 64 * h + 32 * (t & 1) + 16);
+    r.h0 = ldg16(p + 128 + 32 * h);
+    r.h1 = ldg16(p + 128 + 32 * h + 16);
+    r.sc = __ldg(reinterpret_cast<const uint16_t*>(p + 192 + 8 * h + 2 * t));
+    r.d = h2f(__ldg(d + sblk));
+    r.j = j;
+    return r;
+  }
+  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+    const int t = r.j & 3, ls = 4 * (t >> 1), hs = 2 * t;
+    uint32_t la[4], lb[4], ha[4], hb[4], a[4], b[4];
+    words(r.l0, la);
+    words(r.l1, lb);
+    words(r.h0, ha);
+    words(r.h1, hb);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      a[i] = ((la[i] >> ls) & 0x0F0F0F0Fu) | (((ha[i] >> hs) & 0x03030303u) << 4);
+      b[i] = ((lb[i] >> ls) & 0x0F0F0F0Fu) | (((hb[i] >> hs) & 0x03030303u) << 4);
+    }
+    // Weights 0..15 are words 0..3 of a; 16..31 words 0..3 of b.
+    const float s0 = (float)(int8_t)(r.sc & 0xFFu), s1 = (float)(int8_t)(r.sc >> 8);
+    return r.d * (s0 * bytes_dot16(a, x, k2p23 + 32.f) + s1 * bytes_dot16(b, x + 16, k2p23 + 32.f));
+  }
+  static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t sblk, int c) {
+    const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * 208;
+    const int h = c / 128, l = c % 32, t = (c % 128) / 32;
+    const int lo = (p[64 * h + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 15;
+    const int hi = (p[128 + 32 * h + l] >> (2 * t)) & 3;
+    const int sc = (int8_t)p[192 + 8 * h + 2 * t + l / 16];
+    return h2f(d[sblk]) * (float)sc * (float)((lo | (hi << 4)) - 32);
+  }
+#endif
+};
+
+// --- the one dispatch table
+// -----------------------------------------------------------------------
+
+// Calls f(std::integral_constant-like tag) for the format t; returns false for a type with no
+// device description. F is a generic lambda taking `auto tag` with tag.value the GgmlType.
+template <GgmlType T>
+struct FormatTag {
+  static constexpr GgmlType value = T;
+};
+
+template <class F>
+SMOLRT_HD bool dispatch_format(GgmlType t, F&& f) {
+  switch (t) {
+    case GgmlType::F32:
+      f(FormatTag<GgmlType::F32>{});
+      return true;
+    case GgmlType::F16:
+      f(FormatTag<GgmlType::F16>{});
+      return true;
+    case GgmlType::BF16:
+      f(FormatTag<GgmlType::BF16>{});
+      return true;
+    case GgmlType::Q4_0:
+      f(FormatTag<GgmlType::Q4_0>{});
+      return true;
+    case GgmlType::Q4_1:
+      f(FormatTag<GgmlType::Q4_1>{});
+      return true;
+    case GgmlType::Q5_0:
+      f(FormatTag<GgmlType::Q5_0>{});
+      return true;
+    case GgmlType::Q5_1:
+      f(FormatTag<GgmlType::Q5_1>{});
+      return true;
+    case GgmlType::Q8_0:
+      f(FormatTag<GgmlType::Q8_0>{});
+      return true;
+    case GgmlType::Q4_K:
+      f(FormatTag<GgmlType::Q4_K>{});
+      return true;
+    case GgmlType::Q5_K:
+      f(FormatTag<GgmlType::Q5_K>{});
+      return true;
+    case GgmlType::Q6_K:
+      f(FormatTag<GgmlType::Q6_K>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The device layout of t; layout.qk == 0 for a type with no device description.
+SMOLRT_HD DevLayout dev_layout(GgmlType t) {
+  DevLayout l{0, 0, 0, false};
+  dispatch_format(t, [&](auto tag) { l = QFormat<decltype(tag)::value>::kLayout; });
+  return l;
+}
+
+// The formats the CUDA kernels take, for messages.
+constexpr const char* kDeviceFormats =
+    "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k";
+
+}  // namespace smolrt::cuda
