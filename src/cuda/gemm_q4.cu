@@ -25,47 +25,37 @@
 namespace smolrt::cuda {
 namespace {
 
-constexpr int kChunk = 64;  // weight columns per chunk: two Q4_0 blocks, 8 bytes per thread
+constexpr int kChunk = 64;  // weight columns per chunk: two 32-column units, 16 weights per thread
 // Chunks of weights per warp held in registers per round: fp16 input (a warp walks every chunk)
 // 4; fp32 input (about one chunk per warp) 2, which keeps the registers low enough for two
-// 288-thread blocks per SM.
-template <bool H>
-constexpr int kRing = H ? 4 : 2;
+// 288-thread blocks per SM. Formats whose 16 raw weights take more than 4 registers (Q4_0 takes 3)
+// hold half as many, so the ring stays within the same register budget.
+template <GgmlType T, bool H>
+constexpr int kRing = sizeof(typename QFormat<T>::Raw16) <= 16 ? (H ? 4 : 2) : (H ? 2 : 1);
 constexpr int kMaxSmem = 227 * 1024;
 
 struct Params {
   GemmQ4Args a;
   GemmOut o;
   int k;        // columns of the weights (= used activation columns)
-  int nb;       // Q4_0 blocks per row
-  int nchunks;  // 64-column chunks per row (the last may hold one block)
+  int nu;       // 32-column units per row
+  int nchunks;  // 64-column chunks per row (the last may hold one unit)
+  int mt0;      // first m-tile of this launch (QkvRope with mixed types: one launch per matrix)
   int cps;      // chunks per K split (gridDim.z splits)
   int n;        // epilogue width: rows (Store/Accumulate), 2*rows (SiluPair), q+k+v rows (QkvRope)
   int mw;       // warps side by side along the rows (16-row tiles per block)
 };
 
-// Two nibbles (bits 0-3 and 16-19 of `bits`) -> fp16 pair (q - 8) * d.
-__device__ __forceinline__ uint32_t dq2(uint32_t bits, __half2 d2) {
-  const uint32_t h = (bits & 0x000F000Fu) | 0x64006400u;
-  const __half2 v = *reinterpret_cast<const __half2*>(&h);
-  const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408));
-  return half2_bits(__hmul2(__hsub2(v, k1032), d2));
-}
-
 // One weight row as a thread reads it (row `ok` false: reads nothing, weights are zero).
 struct RowSrc {
-  const uint8_t* q;
+  const void* q;
   const uint16_t* d;
+  size_t row;
   bool ok;
 };
 
-__device__ __forceinline__ RowSrc row_src(const DevMat& m, int row, int nb) {
-  RowSrc s;
-  s.ok = row < m.rows;
-  const int r = s.ok ? row : 0;
-  s.q = static_cast<const uint8_t*>(m.q) + (size_t)r * nb * 16;
-  s.d = m.d + (size_t)r * nb;
-  return s;
+__device__ __forceinline__ RowSrc row_src(const DevMat& m, int row) {
+  return {m.q, m.d, (size_t)(row < m.rows ? row : 0), row < m.rows};
 }
 
 // Weight rows of m-tile mt for fragment rows g (A) and g + 8 (B). Store/Accumulate/QkvRope: rows
@@ -74,42 +64,64 @@ __device__ __forceinline__ RowSrc row_src(const DevMat& m, int row, int nb) {
 template <GemmEpilogue E>
 __device__ __forceinline__ void tile_rows(const Params& p, int mt, int g, RowSrc& A, RowSrc& B) {
   if constexpr (E == GemmEpilogue::SiluPair) {
-    A = row_src(p.a.w0, mt * 8 + g, p.nb);
-    B = row_src(p.a.w1, mt * 8 + g, p.nb);
+    A = row_src(p.a.w0, mt * 8 + g);
+    B = row_src(p.a.w1, mt * 8 + g);
   } else if constexpr (E == GemmEpilogue::QkvRope) {
     const int r0 = mt * 16, nq = p.a.w0.rows, nk = p.a.w1.rows;
     const DevMat& m = r0 < nq ? p.a.w0 : r0 < nq + nk ? p.a.w1 : p.a.w2;
     const int base = r0 < nq ? r0 : r0 < nq + nk ? r0 - nq : r0 - nq - nk;
-    A = row_src(m, base + 2 * g, p.nb);
-    B = row_src(m, base + 2 * g + 1, p.nb);
+    A = row_src(m, base + 2 * g);
+    B = row_src(m, base + 2 * g + 1);
   } else {
-    A = row_src(p.a.w0, mt * 16 + 2 * g, p.nb);
-    B = row_src(p.a.w0, mt * 16 + 2 * g + 1, p.nb);
+    A = row_src(p.a.w0, mt * 16 + 2 * g);
+    B = row_src(p.a.w0, mt * 16 + 2 * g + 1);
   }
 }
 
+// This thread's 16 weights of chunk c for rows A and B, raw (qformat.h load16): unit 2c + t4/2,
+// columns 8(t4&1)+k and 16+8(t4&1)+k. Past the row's end: zero bytes, which decode to 0.
+template <GgmlType T>
 struct WFrag {
-  uint2 a, b;  // 8 nibble bytes of rows A and B
-  uint32_t d;  // fp16 scales: A low, B high
+  typename QFormat<T>::Raw16 a, b;
 };
 
-__device__ __forceinline__ WFrag fetch(const RowSrc& A, const RowSrc& B, int c, int nb, int t4) {
-  WFrag f;
-  f.a = f.b = make_uint2(0u, 0u);
-  f.d = 0;
-  const int blk = 2 * c + (t4 >> 1);
-  if (blk < nb) {
-    const size_t off = (size_t)c * 32 + t4 * 8;
-    if (A.ok) {
-      f.a = __ldg(reinterpret_cast<const uint2*>(A.q + off));
-      f.d = __ldg(A.d + blk);
-    }
-    if (B.ok) {
-      f.b = __ldg(reinterpret_cast<const uint2*>(B.q + off));
-      f.d |= (uint32_t)__ldg(B.d + blk) << 16;
-    }
+template <GgmlType T>
+__device__ __forceinline__ WFrag<T> fetch(const RowSrc& A, const RowSrc& B, int c, int nu,
+                                          int t4) {
+  using F = QFormat<T>;
+  constexpr int upb = F::kLayout.block ? F::kLayout.qk / 32 : 1;
+  WFrag<T> f;
+  memset(&f, 0, sizeof f);
+  const int u = 2 * c + (t4 >> 1);
+  if (u < nu) {
+    const int nbr = nu / upb;  // blocks per row
+    const int blk = u / upb, j = u % upb, h = t4 & 1;
+    if (A.ok) f.a = F::load16(A.q, A.d, A.row * nbr + blk, j, h);
+    if (B.ok) f.b = F::load16(B.q, B.d, B.row * nbr + blk, j, h);
   }
   return f;
+}
+
+// The 8 fp16 pairs (mma A-operand registers) of 16 raw weights: pair 2s+q holds the weights of
+// columns k = 4(s/2)+q and k+2 of half s&1 (qformat.h's w16 order), the order the staged
+// activations follow (gemm_frag_pos).
+template <GgmlType T>
+__device__ __forceinline__ void frag_pairs(const typename QFormat<T>::Raw16& r, uint32_t (&h2)[8]) {
+  using F = QFormat<T>;
+  if constexpr (requires { F::pairs16(r, h2); }) {
+    F::pairs16(r, h2);
+  } else {
+    float w[2][8];
+    F::w16(r, w);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int k = 4 * (s >> 1) + q;
+        h2[2 * s + q] = pack_half2(w[s & 1][k], w[s & 1][k + 2]);
+      }
+    }
+  }
 }
 
 // ---- epilogues ------------------------------------------------------------------------------
@@ -244,14 +256,14 @@ constexpr int gemm_min_blocks() {
   return 0;
 }
 
-template <GemmEpilogue E, int NT, bool H>
+template <GgmlType T, GemmEpilogue E, int NT, bool H>
 __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kernel(const Params p) {
   constexpr int BN = 8 * NT;
   const int NTH = blockDim.x, NW = NTH / 32, MW = p.mw, KW = NW / MW;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int mw = warp % MW, kw = warp / MW;
-  const int mt = blockIdx.x * MW + mw;  // this warp's m-tile (16 weight rows)
+  const int mt = p.mt0 + blockIdx.x * MW + mw;  // this warp's m-tile (16 weight rows)
   const int t0 = blockIdx.y * BN;
   const int c0 = blockIdx.z * p.cps, c1 = min(p.nchunks, c0 + p.cps);
   const Layout L(BN, (c1 - c0) * kChunk, NW, NT, H, KW > 1);
@@ -265,11 +277,12 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
   RowSrc A, B;
   tile_rows<E>(p, mt, g, A, B);
   const int my = c1 - c0 > kw ? (c1 - c0 - kw + KW - 1) / KW : 0;  // chunks c0+kw, +KW, ...
-  const int rounds = (my + kRing<H> - 1) / kRing<H>;
-  WFrag cur[kRing<H>], nxt[kRing<H>];
+  constexpr int R = kRing<T, H>;
+  const int rounds = (my + R - 1) / R;
+  WFrag<T> cur[R], nxt[R];
 #pragma unroll
-  for (int r = 0; r < kRing<H>; ++r)
-    cur[r] = r < my ? fetch(A, B, c0 + kw + KW * r, p.nb, t4) : WFrag{};
+  for (int r = 0; r < R; ++r)
+    if (r < my) cur[r] = fetch<T>(A, B, c0 + kw + KW * r, p.nu, t4);
 
   pdl_wait();  // x (and the residual y) come from the previous kernel
   pdl_trigger();
@@ -301,8 +314,8 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
     const bool by_round = KW == 1;
 #pragma unroll
     for (int gi = 0; gi < 3; ++gi) {
-      const int ca = by_round ? c0 + kRing<H> * gi : gi == 0 ? c0 : c1;
-      const int cb = !by_round || gi == 2 ? c1 : min(c1, ca + kRing<H>);
+      const int ca = by_round ? c0 + R * gi : gi == 0 ? c0 : c1;
+      const int cb = !by_round || gi == 2 ? c1 : min(c1, ca + R);
       const int per = (cb - ca) * (kChunk / 8);  // 16-byte pieces per token row
       for (int i = tid; i < BN * per; i += NTH) {
         const int r = i / per, col = (ca - c0) * kChunk + (i % per) * 8, tok = t0 + r;
@@ -382,25 +395,22 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
     }
     if (round + 1 < rounds) {
 #pragma unroll
-      for (int r = 0; r < kRing<H>; ++r) {
-        const int i = (round + 1) * kRing<H> + r;
-        nxt[r] = i < my ? fetch(A, B, c0 + kw + KW * i, p.nb, t4) : WFrag{};
+      for (int r = 0; r < R; ++r) {
+        const int i = (round + 1) * R + r;
+        if (i < my) nxt[r] = fetch<T>(A, B, c0 + kw + KW * i, p.nu, t4);
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRing<H>; ++r) {
-      const int i = round * kRing<H> + r;
+    for (int r = 0; r < R; ++r) {
+      const int i = round * R + r;
       if (i >= my) break;
-      const WFrag& f = cur[r];
-      const __half2 da = __half2half2(__ushort_as_half((unsigned short)(f.d & 0xffffu)));
-      const __half2 db = __half2half2(__ushort_as_half((unsigned short)(f.d >> 16)));
+      uint32_t ha[8], hb[8];
+      frag_pairs<T>(cur[r].a, ha);
+      frag_pairs<T>(cur[r].b, hb);
       const __half* xc = xb + (kw + KW * i) * kChunk;
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        const uint32_t wa = s < 2 ? f.a.x : f.a.y, wb = s < 2 ? f.b.x : f.b.y;
-        const int sh = (s & 1) * 4;
-        const uint32_t af[4] = {dq2(wa >> sh, da), dq2(wb >> sh, db), dq2(wa >> (sh + 8), da),
-                                dq2(wb >> (sh + 8), db)};
+        const uint32_t af[4] = {ha[2 * s], hb[2 * s], ha[2 * s + 1], hb[2 * s + 1]};
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           const uint2 bv = *reinterpret_cast<const uint2*>(xc + 8 * j * L.pitch + s * 16);
@@ -410,7 +420,7 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
     }
     if (round + 1 < rounds) {
 #pragma unroll
-      for (int r = 0; r < kRing<H>; ++r) cur[r] = nxt[r];
+      for (int r = 0; r < R; ++r) cur[r] = nxt[r];
     }
   }
 
@@ -444,8 +454,9 @@ bool aligned16(const void* p) {
 }
 
 void check_mat(const DevMat& m, const char* name, int k) {
-  if (m.type != GgmlType::Q4_0 || !m.q || !m.d)
-    fail("gemm_q4: ", name, " must be a Q4_0 matrix in the split layout, got ", type_name(m.type));
+  if (!gemm_takes(m.type) || !m.q || (dev_layout(m.type).block && !m.d))
+    fail("gemm_q4: ", name, " has type ", type_name(m.type),
+         ", which the prefill GEMM does not take (block formats, f16, bf16)");
   if (m.rows <= 0 || m.cols != k)
     fail("gemm_q4: ", name, " is ", m.rows, " x ", m.cols, ", expected ", k, " columns");
   if (!aligned16(m.q)) fail("gemm_q4: ", name, " quants must be 16-byte aligned");
@@ -454,6 +465,9 @@ void check_mat(const DevMat& m, const char* name, int k) {
 void check_args(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o) {
   const int k = a.w0.cols;
   if (k <= 0 || k % 32 != 0) fail("gemm_q4: k=", k, " must be a positive multiple of 32");
+  if (ep == GemmEpilogue::SiluPair && a.w1.type != a.w0.type)
+    fail("gemm_q4: SiluPair gate (", type_name(a.w0.type), ") and up (", type_name(a.w1.type),
+         ") must share one type");
   check_mat(a.w0, "w0", k);
   if (ep == GemmEpilogue::SiluPair || ep == GemmEpilogue::QkvRope) check_mat(a.w1, "w1", k);
   if (ep == GemmEpilogue::QkvRope) check_mat(a.w2, "w2", k);
@@ -511,7 +525,7 @@ int sm_count() {
 }
 
 // mw x kw warps per block (<= 16), z K splits across blocks.
-template <GemmEpilogue E, int NT, bool H>
+template <GgmlType T, GemmEpilogue E, int NT, bool H>
 void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
   constexpr int BN = 8 * NT;
   const int nw = mw * kw;
@@ -523,7 +537,7 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
   if (smem > kMaxSmem)
     fail("gemm_q4: k=", p.k, " needs ", smem, " bytes of shared memory for ", BN,
          " tokens per block (limit ", kMaxSmem, ")");
-  auto kern = gemm_q4_kernel<E, NT, H>;
+  auto kern = gemm_q4_kernel<T, E, NT, H>;
   static bool configured = false;  // per instantiation, once
   if (!configured) {
     configure_prefill_kernel(kern, kMaxSmem);
@@ -562,7 +576,7 @@ constexpr int kMaxWarps = 16;
 // Staging budget of the small-batch tiles (bytes of fp16 activations in flight per wave).
 constexpr double kStageBudget = 4096.0 * 1024.0;
 
-template <GemmEpilogue E, bool H>
+template <GgmlType T, GemmEpilogue E, bool H>
 void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
   const int t = p.a.t;
   // One 8-token tile per block up to 32 tokens (more blocks, less staging per SM: measured on an
@@ -580,13 +594,13 @@ void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
   auto fits = [&](int n) {
     return Layout(8 * n, cps * kChunk, mw * kw, n, H, kw > 1).bytes <= kMaxSmem;
   };
-  if (nt == 1 || !fits(2)) return launch<E, 1, H>(p, mtiles, mw, kw, z, s);
-  if (nt == 2 || !fits(4)) return launch<E, 2, H>(p, mtiles, mw, kw, z, s);
-  return launch<E, 4, H>(p, mtiles, mw, kw, z, s);
+  if (nt == 1 || !fits(2)) return launch<T, E, 1, H>(p, mtiles, mw, kw, z, s);
+  if (nt == 2 || !fits(4)) return launch<T, E, 2, H>(p, mtiles, mw, kw, z, s);
+  return launch<T, E, 4, H>(p, mtiles, mw, kw, z, s);
 }
 
-template <GemmEpilogue E>
-void dispatch(const Params& p, int mtiles, cudaStream_t s) {
+template <GgmlType T, GemmEpilogue E>
+void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
   const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && split_k();
   const int t = p.a.t;
   if (p.a.xh && t >= kGemmF16MinTokens) {
@@ -597,10 +611,19 @@ void dispatch(const Params& p, int mtiles, cudaStream_t s) {
       if (!split) fail("gemm_q4: k=", p.k, " is too large for the fp16 path; use fp32 input");
       ++z;
     }
-    return launch<E, 8, true>(p, mtiles, 4, 1, z, s);
+    return launch<T, E, 8, true>(p, mtiles, 4, 1, z, s);
   }
-  if (p.a.xh) return dispatch_small<E, true>(p, mtiles, split, s);
-  return dispatch_small<E, false>(p, mtiles, split, s);
+  if (p.a.xh) return dispatch_small<T, E, true>(p, mtiles, split, s);
+  return dispatch_small<T, E, false>(p, mtiles, split, s);
+}
+
+// The one dispatch place from the weight type to the kernel template (qformat.h's table).
+template <GemmEpilogue E>
+void dispatch(const Params& p, GgmlType type, int mtiles, cudaStream_t s) {
+  dispatch_format(type, [&](auto tag) {
+    constexpr GgmlType T = decltype(tag)::value;
+    if constexpr (T != GgmlType::F32) dispatch_t<T, E>(p, mtiles, s);
+  });
 }
 
 __global__ void act_f16_kernel(const float* x, int ldx, int t, int k, const float* nw, float eps,
@@ -650,21 +673,34 @@ void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_
   p.a = a;
   p.o = o;
   p.k = a.w0.cols;
-  p.nb = p.k / 32;
+  p.nu = p.k / 32;
   p.nchunks = (p.k + kChunk - 1) / kChunk;
+  p.mt0 = 0;
+  const GgmlType t = a.w0.type;
   switch (ep) {
     case GemmEpilogue::Store:
       p.n = a.w0.rows;
-      return dispatch<GemmEpilogue::Store>(p, (p.n + 15) / 16, stream);
+      return dispatch<GemmEpilogue::Store>(p, t, (p.n + 15) / 16, stream);
     case GemmEpilogue::Accumulate:
       p.n = a.w0.rows;
-      return dispatch<GemmEpilogue::Accumulate>(p, (p.n + 15) / 16, stream);
+      return dispatch<GemmEpilogue::Accumulate>(p, t, (p.n + 15) / 16, stream);
     case GemmEpilogue::SiluPair:
       p.n = 2 * a.w0.rows;
-      return dispatch<GemmEpilogue::SiluPair>(p, (a.w0.rows + 7) / 8, stream);
-    case GemmEpilogue::QkvRope:
+      return dispatch<GemmEpilogue::SiluPair>(p, t, (a.w0.rows + 7) / 8, stream);
+    case GemmEpilogue::QkvRope: {
       p.n = a.w0.rows + a.w1.rows + a.w2.rows;
-      return dispatch<GemmEpilogue::QkvRope>(p, p.n / 16, stream);
+      if (a.w1.type == t && a.w2.type == t)
+        return dispatch<GemmEpilogue::QkvRope>(p, t, p.n / 16, stream);
+      // Mixed types (a K-quant mixture's attn_v): one launch per matrix over its own m-tiles.
+      const DevMat* ms[3] = {&a.w0, &a.w1, &a.w2};
+      int mt = 0;
+      for (const DevMat* m : ms) {
+        p.mt0 = mt;
+        dispatch<GemmEpilogue::QkvRope>(p, m->type, m->rows / 16, stream);
+        mt += m->rows / 16;
+      }
+      return;
+    }
   }
 }
 

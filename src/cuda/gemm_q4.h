@@ -1,12 +1,15 @@
-// Multi-token GEMM over Q4_0 weights for the batched prefill, on tensor cores:
+// Multi-token GEMM over quantized weights for the batched prefill, on tensor cores:
 //   y[t][n] = sum_k W[n][k] * x'[t][k]   for every token t of a chunk, one pass over W.
+// Generic over the weight format (cuda/qformat.h: each format's load16 / w16 or pairs16); the
+// name stays from its first format, Q4_0.
 //
-// Weights are the decode backend's own device image (cuda/dev_mat.h, "split" Q4_0 layout: 16-byte
-// aligned nibble blocks + fp16 scales), so the prefill needs no second copy of the model.
+// Weights are the decode backend's own device image (cuda/dev_mat.h, the split layout), so the
+// prefill needs no second copy of the model.
 //
 // How (gemm_q4.cu): each warp owns 16 weight rows and streams their 64-column chunks straight
 // from global memory into registers (the first ones before the PDL wait), dequantizes them in
-// registers into mma.sync m16n8k16 A fragments (fp16, exact: (q-8)*d rounded once), and multiplies
+// registers into mma.sync m16n8k16 A fragments (fp16: Q4_0 exact, (q-8)*d rounded once; the
+// others rounded once from the fp32 reference value, a relative 2^-11 per weight), and multiplies
 // them with the chunk's activations, which the block staged once in shared memory as fp16 in
 // fragment order (one 8-byte load per B fragment, no conflicts). Accumulation in fp32. Warps of a
 // block split K and add their partial tiles in a fixed order (deterministic); residual GEMMs with
@@ -32,8 +35,14 @@ namespace smolrt::cuda {
 
 enum class GemmEpilogue { Store, Accumulate, SiluPair, QkvRope };
 
+// Whether the GEMM takes matrices of type t (every format of qformat.h but F32).
+inline bool gemm_takes(GgmlType t) {
+  return t != GgmlType::F32 && dev_layout(t).qk != 0;
+}
+
 struct GemmQ4Args {
-  // Q4_0 matrices in the split layout, all with the same column count k (a multiple of 32).
+  // Matrices of any type gemm_takes() in their device layout, all with the same column count k (a
+  // multiple of 32). QkvRope's three may differ in type (one launch each); SiluPair's two may not.
   // Store / Accumulate: w0. SiluPair: w0 = gate, w1 = up (same rows). QkvRope: w0 = Wq, w1 = Wk,
   // w2 = Wv (Wq and Wk rows multiples of 16).
   DevMat w0, w1, w2;

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "cuda/attention_prefill.h"
+#include "cuda/gemm_q4.h"
 
 namespace smolrt::cuda {
 
@@ -36,8 +37,9 @@ PrefillWeights prefill_view(const LlamaConfig& c, const DeviceWeights& dw, int n
 
 namespace {
 
-bool shape_is(const TensorView& t, GgmlType type, int64_t rows, int64_t cols) {
-  return t.data != nullptr && t.type == type && t.rows == rows && t.cols == cols;
+// A matrix the prefill GEMM takes (gemm_q4.h: any format but F32) of this shape.
+bool shape_is(const TensorView& t, int64_t rows, int64_t cols) {
+  return t.data != nullptr && gemm_takes(t.type) && t.rows == rows && t.cols == cols;
 }
 
 }  // namespace
@@ -47,12 +49,11 @@ bool prefill_fits(const LlamaConfig& c, const Weights& w) {
       c.hidden_dim % 32 != 0 || c.kv_dim() % 16 != 0 || c.rope_dim % 2 != 0 ||
       c.rope_dim > c.head_dim || (int)w.layers.size() != c.n_layers)
     return false;
-  const GgmlType q4 = GgmlType::Q4_0;
   for (const LayerWeights& L : w.layers) {
-    if (!shape_is(L.wq, q4, c.q_dim(), c.dim) || !shape_is(L.wk, q4, c.kv_dim(), c.dim) ||
-        !shape_is(L.wv, q4, c.kv_dim(), c.dim) || !shape_is(L.wo, q4, c.dim, c.q_dim()) ||
-        !shape_is(L.w_gate, q4, c.hidden_dim, c.dim) ||
-        !shape_is(L.w_up, q4, c.hidden_dim, c.dim) || !shape_is(L.w_down, q4, c.dim, c.hidden_dim))
+    if (!shape_is(L.wq, c.q_dim(), c.dim) || !shape_is(L.wk, c.kv_dim(), c.dim) ||
+        !shape_is(L.wv, c.kv_dim(), c.dim) || !shape_is(L.wo, c.dim, c.q_dim()) ||
+        !shape_is(L.w_gate, c.hidden_dim, c.dim) || !shape_is(L.w_up, c.hidden_dim, c.dim) ||
+        !shape_is(L.w_down, c.dim, c.hidden_dim) || L.w_gate.type != L.w_up.type)
       return false;
   }
   return true;
@@ -62,7 +63,7 @@ PrefillModel::PrefillModel(const LlamaConfig& c, const Weights& w, int n_ctx, bo
   if (!prefill_fits(c, w))
     fail("prefill: model shape/types not supported by the batched prefill kernels (layer type ",
          w.layers.empty() ? "none" : type_name(w.layers[0].wq.type), ", head_dim ", c.head_dim,
-         "); it needs Q4_0 layers and head_dim 8, 16, 32 or 64");
+         "); it needs layers the GEMM takes (not f32) and head_dim 8, 16, 32 or 64");
   dw_ = upload_weights(w, c);
   const size_t per = (size_t)n_ctx * c.kv_dim() * (kv_half ? 2 : 4);
   kv_ = DeviceBuffer(per * 2 * c.n_layers, "prefill KV cache");

@@ -16,6 +16,12 @@
 // (its Raw), dot(raw, x) multiplies it with x[0..31] including every scale, at(m, r, c) decodes
 // one weight (embedding rows). Dequantized values equal the reference dequantizer's (formats.h)
 // up to the order of fp32 operations (the kernels factor the scale out of the sum).
+//
+// The prefill GEMM (gemm_q4.cu) reads 16 weights per thread and 64-column chunk: of unit u, the
+// columns 8h + k and 16 + 8h + k (k < 8, h = 0 or 1: which half of the unit's lane pair).
+// load16(q, d, blk, j, h) fetches them raw (Raw16; blk = the unit's block, j = the unit inside it),
+// w16(raw, w) decodes them to w[hi][k] = weight of column 8h + k + 16*hi; a format may instead
+// give pairs16 (the mma's fp16 pairs straight from the bits, as Q4_0 does).
 #pragma once
 
 #include <cstddef>
@@ -91,6 +97,15 @@ SMOLRT_DEV void words(const uint4& v, uint32_t (&w)[4]) {
   w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
 }
 
+SMOLRT_DEV uint2 ldg8(const void* p) {
+  return __ldg(static_cast<const uint2*>(p));
+}
+
+// Byte k (0..7, a constant after unrolling) of an 8-byte register pair.
+SMOLRT_DEV uint32_t byte8(const uint2& v, int k) {
+  return ((k < 4 ? v.x : v.y) >> (8 * (k & 3))) & 0xFFu;
+}
+
 // Q4_0-style nibble block (16 bytes: low nibbles = weights 0..15, high = 16..31) plus optional 5th
 // bits (qh bit j for weight j), dotted with x[0..31] after subtracting `bias` from each value.
 SMOLRT_DEV float nib_dot32(const uint4& q, uint32_t qh, bool has_qh, const float* x, float bias) {
@@ -127,6 +142,18 @@ template <>
 struct QFormat<GgmlType::F16> {
   static constexpr DevLayout kLayout{1, 2, 0, false};
 #if defined(__CUDACC__)
+  struct Raw16 {
+    uint4 lo, hi;  // elements 8h..8h+7 and 16+8h.. of the unit
+  };
+  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t*, size_t blk, int, int h) {
+    const uint16_t* p = static_cast<const uint16_t*>(q) + blk * 32 + 8 * h;
+    return {ldg16(p), ldg16(p + 16)};
+  }
+  static SMOLRT_DEV float elem8(const uint4& v, int k) { return h2f((uint16_t)((k < 4 ? (k < 2 ? v.x : v.y) : (k < 6 ? v.z : v.w)) >> (16 * (k & 1)))); }
+  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[0][k] = elem8(r.lo, k), w[1][k] = elem8(r.hi, k);
+  }
   static SMOLRT_DEV float elem(const void* p, size_t i) {
     return h2f(__ldg(static_cast<const uint16_t*>(p) + i));
   }
@@ -137,6 +164,18 @@ template <>
 struct QFormat<GgmlType::BF16> {
   static constexpr DevLayout kLayout{1, 2, 0, false};
 #if defined(__CUDACC__)
+  struct Raw16 {
+    uint4 lo, hi;  // elements 8h..8h+7 and 16+8h.. of the unit
+  };
+  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t*, size_t blk, int, int h) {
+    const uint16_t* p = static_cast<const uint16_t*>(q) + blk * 32 + 8 * h;
+    return {ldg16(p), ldg16(p + 16)};
+  }
+  static SMOLRT_DEV float elem8(const uint4& v, int k) { return __uint_as_float(((k < 4 ? (k < 2 ? v.x : v.y) : (k < 6 ? v.z : v.w)) >> (16 * (k & 1))) << 16); }
+  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[0][k] = elem8(r.lo, k), w[1][k] = elem8(r.hi, k);
+  }
   static SMOLRT_DEV float elem(const void* p, size_t i) {
     return __uint_as_float((uint32_t)__ldg(static_cast<const uint16_t*>(p) + i) << 16);
   }
@@ -170,6 +209,32 @@ struct QFormat<GgmlType::Q4_0> {
     const uint8_t b = static_cast<const uint8_t*>(q)[blk * 16 + (j & 15)];
     return (float)((int)(j < 16 ? (b & 15) : (b >> 4)) - 8) * h2f(d[blk]);
   }
+  struct Raw16 {
+    uint2 q;  // qs bytes 8h..8h+7: low nibbles columns 8h+k, high nibbles 16+8h+k
+    uint32_t d;
+  };
+  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t* d, size_t blk, int, int h) {
+    return {ldg8(static_cast<const uint8_t*>(q) + blk * 16 + 8 * h), __ldg(d + blk)};
+  }
+  // The mma pairs straight from the nibbles, exact in fp16: (0x6400 | n) is 1024 + n, minus 1032
+  // gives n - 8 exactly, and one multiply by the fp16 scale rounds once (the value of rounding
+  // (n-8)*d). Pair 2s+q: bytes 4(s/2)+q and +2, nibble s&1.
+  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
+    const __half2 d2 = __half2half2(__ushort_as_half((unsigned short)r.d));
+    const __half2 k1032 = __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408));
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint32_t w = s < 2 ? r.q.x : r.q.y;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint32_t bits = w >> ((s & 1) * 4 + 8 * q);
+        const uint32_t hb = (bits & 0x000F000Fu) | 0x64006400u;
+        const __half2 v = *reinterpret_cast<const __half2*>(&hb);
+        const __half2 p = __hmul2(__hsub2(v, k1032), d2);
+        h2[2 * s + q] = *reinterpret_cast<const uint32_t*>(&p);
+      }
+    }
+  }
 #endif
 };
 
@@ -199,6 +264,23 @@ struct QFormat<GgmlType::Q4_1> {
   static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t blk, int j) {
     const uint8_t b = static_cast<const uint8_t*>(q)[blk * 16 + (j & 15)];
     return (float)(j < 16 ? (b & 15) : (b >> 4)) * h2f(d[2 * blk]) + h2f(d[2 * blk + 1]);
+  }
+  struct Raw16 {
+    uint2 q;
+    uint32_t dm;
+  };
+  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t* d, size_t blk, int, int h) {
+    return {ldg8(static_cast<const uint8_t*>(q) + blk * 16 + 8 * h),
+            __ldg(reinterpret_cast<const uint32_t*>(d) + blk)};
+  }
+  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+    const float d = h2f((uint16_t)r.dm), m = h2f((uint16_t)(r.dm >> 16));
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t b = byte8(r.q, k);
+      w[0][k] = (float)(b & 15u) * d + m;
+      w[1][k] = (float)(b >> 4) * d + m;
+    }
   }
 #endif
 };
@@ -241,6 +323,32 @@ struct QFormatQ5 {
     if constexpr (kMin) return (float)v * h2f(d[4 * blk + 2]) + h2f(d[4 * blk + 3]);
     return (float)(v - 16) * h2f(d[4 * blk + 2]);
   }
+  struct Raw16 {
+    uint2 q;
+    uint2 meta;  // qh, d | m << 16
+    int h;
+  };
+  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t* d, size_t blk, int, int h) {
+    return {ldg8(static_cast<const uint8_t*>(q) + blk * 16 + 8 * h),
+            __ldg(reinterpret_cast<const uint2*>(d) + blk), h};
+  }
+  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+    const float d = h2f((uint16_t)r.meta.y), m = h2f((uint16_t)(r.meta.y >> 16));
+    const uint32_t qh = r.meta.x >> (8 * r.h);  // bit k: column 8h+k; bit 16+k: 16+8h+k
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t b = byte8(r.q, k);
+      const int lo = (int)((b & 15u) | (((qh >> k) & 1u) << 4));
+      const int hi = (int)((b >> 4) | (((qh >> (16 + k)) & 1u) << 4));
+      if constexpr (kMin) {
+        w[0][k] = (float)lo * d + m;
+        w[1][k] = (float)hi * d + m;
+      } else {
+        w[0][k] = (float)(lo - 16) * d;
+        w[1][k] = (float)(hi - 16) * d;
+      }
+    }
+  }
 #endif
 };
 template <>
@@ -277,6 +385,22 @@ struct QFormat<GgmlType::Q8_0> {
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t blk, int j) {
     return (float)static_cast<const int8_t*>(q)[blk * 32 + j] * h2f(d[blk]);
+  }
+  struct Raw16 {
+    uint2 lo, hi;  // bytes 8h.. and 16+8h..
+    uint32_t d;
+  };
+  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t* d, size_t blk, int, int h) {
+    const uint8_t* p = static_cast<const uint8_t*>(q) + blk * 32 + 8 * h;
+    return {ldg8(p), ldg8(p + 16), __ldg(d + blk)};
+  }
+  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+    const float d = h2f((uint16_t)r.d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      w[0][k] = (float)(int8_t)byte8(r.lo, k) * d;
+      w[1][k] = (float)(int8_t)byte8(r.hi, k) * d;
+    }
   }
 #endif
 };
@@ -359,6 +483,42 @@ struct QFormatQK {
     if constexpr (kQh) v += ((p[16 + l] >> j) & 1) << 4;
     return h2f(dd[0]) * (float)sc * (float)v - h2f(dd[1]) * (float)m;
   }
+  struct Raw16 {
+    uint4 hd;      // d, dmin, scales
+    uint2 q0, q1;  // qs bytes 32(j/2) + 8h.. and +16
+    uint2 g0, g1;  // Q5_K: qh bytes 8h.. and 16+8h..
+    int j;
+  };
+  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t*, size_t sblk, int j, int h) {
+    const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * kBytes;
+    const uint8_t* qs = p + (kQh ? 48 : 16) + 32 * (j >> 1) + 8 * h;
+    Raw16 r;
+    r.hd = ldg16(p);
+    r.q0 = ldg8(qs);
+    r.q1 = ldg8(qs + 16);
+    if constexpr (kQh) {
+      r.g0 = ldg8(p + 16 + 8 * h);
+      r.g1 = ldg8(p + 32 + 8 * h);
+    }
+    r.j = j;
+    return r;
+  }
+  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+    float sc, m;
+    k_scale_min_regs(r.hd, r.j, sc, m);
+    const float d1 = h2f((uint16_t)r.hd.x) * sc, m1 = h2f((uint16_t)(r.hd.x >> 16)) * m;
+    const int sh = 4 * (r.j & 1);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      uint32_t a = (byte8(r.q0, k) >> sh) & 15u, b = (byte8(r.q1, k) >> sh) & 15u;
+      if constexpr (kQh) {
+        a |= ((byte8(r.g0, k) >> r.j) & 1u) << 4;
+        b |= ((byte8(r.g1, k) >> r.j) & 1u) << 4;
+      }
+      w[0][k] = d1 * (float)a - m1;
+      w[1][k] = d1 * (float)b - m1;
+    }
+  }
 #endif
 };
 template <>
@@ -422,6 +582,37 @@ struct QFormat<GgmlType::Q6_K> {
     const int hi = (p[128 + 32 * h + l] >> (2 * t)) & 3;
     const int sc = (int8_t)p[192 + 8 * h + 2 * t + l / 16];
     return h2f(d[sblk]) * (float)sc * (float)((lo | (hi << 4)) - 32);
+  }
+  struct Raw16 {
+    uint2 l0, l1, g0, g1;  // ql and qh bytes of columns 8h.. and 16+8h..
+    uint32_t sc;           // the two int8 scales (columns < 16, >= 16)
+    uint32_t d;
+    int t;
+  };
+  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t* d, size_t sblk, int j, int h) {
+    const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * 208;
+    const int hh = j >> 2, t = j & 3;
+    const uint8_t* ql = p + 64 * hh + 32 * (t & 1) + 8 * h;
+    const uint8_t* qh = p + 128 + 32 * hh + 8 * h;
+    return {ldg8(ql),
+            ldg8(ql + 16),
+            ldg8(qh),
+            ldg8(qh + 16),
+            __ldg(reinterpret_cast<const uint16_t*>(p + 192 + 8 * hh + 2 * t)),
+            __ldg(d + sblk),
+            t};
+  }
+  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+    const float d = h2f((uint16_t)r.d);
+    const float s0 = d * (float)(int8_t)(r.sc & 0xFFu), s1 = d * (float)(int8_t)(r.sc >> 8);
+    const int ls = 4 * (r.t >> 1), hs = 2 * r.t;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int a = (int)(((byte8(r.l0, k) >> ls) & 15u) | (((byte8(r.g0, k) >> hs) & 3u) << 4));
+      const int b = (int)(((byte8(r.l1, k) >> ls) & 15u) | (((byte8(r.g1, k) >> hs) & 3u) << 4));
+      w[0][k] = s0 * (float)(a - 32);
+      w[1][k] = s1 * (float)(b - 32);
+    }
   }
 #endif
 };

@@ -1,0 +1,144 @@
+// The prefill GEMM (gemm_q4.h) for every weight format it takes, against double-precision loops
+// over the CPU reference dequantization, on random raw blocks (test::RandMat: every quant bit
+// pattern, realistic scales), fp32 and fp16 activation paths, outputs poisoned first.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "cuda/gemm_q4.h"
+#include "cuda_test_util.h"
+#include "test_util.h"
+
+namespace smolrt {
+namespace {
+
+using test::Dev;
+using test::RandMat;
+
+// ||a - ref|| / ||ref||; NaN anywhere -> +inf.
+double rel_l2(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+// y[t][r] = sum_k W[r][k] x[t][k] in double over the CPU dequantization of W.
+std::vector<double> ref_gemm(const RandMat& m, const std::vector<float>& x, int t) {
+  const int n = (int)m.view.rows, k = (int)m.view.cols;
+  std::vector<float> row(k);
+  std::vector<double> y((size_t)t * n);
+  for (int r = 0; r < n; ++r) {
+    cpu::dequant_row(m.view, r, row.data());
+    for (int i = 0; i < t; ++i) {
+      double s = 0;
+      for (int j = 0; j < k; ++j) s += (double)row[j] * x[(size_t)i * k + j];
+      y[(size_t)i * n + r] = s;
+    }
+  }
+  return y;
+}
+
+const GgmlType kGemmTypes[] = {GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+                               GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                               GgmlType::Q5_K, GgmlType::Q6_K};
+
+// Weights and activations are rounded to fp16 (2^-11 relative each) before the fp32-accumulated
+// MMA; independent errors give a relative L2 error near 6e-4 (gemm_q4's own test); the formats
+// with a minimum add the rounding of d*q + m (same order), so 3e-3 holds for all with margin.
+constexpr double kTol = 3e-3;
+
+TEST(GemmFormats, StoreMatchesReferenceForEveryFormat) {
+  REQUIRE_GPU();
+  // 192 x 1024: whole K-quant super-blocks, 12 row tiles. Token counts: one 8-token tile, a
+  // partial 32-token tile, and the fp16 path's 64-token tiles (from kGemmF16MinTokens on).
+  const int n = 192, k = 1024;
+  uint32_t seed = 500;
+  for (GgmlType t : kGemmTypes) {
+    ASSERT_TRUE(cuda::gemm_takes(t)) << type_name(t);
+    RandMat m(t, n, k, seed++);
+    for (int T : {7, 33, cuda::kGemmF16MinTokens}) {
+      SCOPED_TRACE(testing::Message() << type_name(t) << " T=" << T);
+      const std::vector<float> x = test::randn((size_t)T * k, seed++);
+      const std::vector<double> ref = ref_gemm(m, x, T);
+      Dev<float> dx(x), dy((size_t)T * n);
+      cuda::GemmQ4Args a;
+      a.w0 = m.mat, a.x = dx.p(), a.ldx = k, a.t = T;
+      cuda::GemmOut o;
+      o.y = dy.p(), o.ldy = n;
+      // fp32 input (converted in the GEMM's staging)
+      cuda::gemm_q4(a, cuda::GemmEpilogue::Store, o, nullptr);
+      EXPECT_LT(rel_l2(dy.get(), ref), kTol);
+      // fp16 input in fragment order (act_to_f16)
+      const int ldh = (k + 63) / 64 * 64;
+      Dev<uint16_t> xh((size_t)T * ldh);
+      cuda::act_to_f16(dx.p(), k, T, k, nullptr, 1e-5f, xh.p(), ldh, nullptr);
+      a.xh = xh.p(), a.ldh = ldh;
+      dy.poison();
+      cuda::gemm_q4(a, cuda::GemmEpilogue::Store, o, nullptr);
+      EXPECT_LT(rel_l2(dy.get(), ref), kTol);
+    }
+  }
+}
+
+TEST(GemmFormats, SiluPairAndMixedQkvRopeMatchReference) {
+  REQUIRE_GPU();
+  const int dim = 512, hid = 256, T = 9;
+  const std::vector<float> x = test::randn((size_t)T * dim, 41);
+  Dev<float> dx(x);
+  // SiluPair over a K-quant gate/up pair.
+  {
+    RandMat g(GgmlType::Q4_K, hid, dim, 42), u(GgmlType::Q4_K, hid, dim, 43);
+    const std::vector<double> rg = ref_gemm(g, x, T), ru = ref_gemm(u, x, T);
+    std::vector<double> ref(rg.size());
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
+    Dev<float> dy((size_t)T * hid);
+    cuda::GemmQ4Args a;
+    a.w0 = g.mat, a.w1 = u.mat, a.x = dx.p(), a.ldx = dim, a.t = T;
+    cuda::GemmOut o;
+    o.y = dy.p(), o.ldy = hid;
+    cuda::gemm_q4(a, cuda::GemmEpilogue::SiluPair, o, nullptr);
+    EXPECT_LT(rel_l2(dy.get(), ref), kTol);
+  }
+  // QkvRope with Q, K in Q4_K and V in Q6_K (a Q4_K_M mixture's attn_v): one launch per matrix.
+  // rope_dim 0 leaves the values unrotated, so the reference is the three plain products; q goes
+  // to y, k and v to the fp32 caches at rows pos0..pos0+T-1.
+  {
+    const int q_dim = 256, kv_dim = 64, pos0 = 3, n_ctx = 16;
+    RandMat wq(GgmlType::Q4_K, q_dim, dim, 44), wk(GgmlType::Q4_K, kv_dim, dim, 45),
+        wv(GgmlType::Q6_K, kv_dim, dim, 46);
+    Dev<float> dq((size_t)T * q_dim), kc((size_t)n_ctx * kv_dim), vc((size_t)n_ctx * kv_dim);
+    cuda::GemmQ4Args a;
+    a.w0 = wq.mat, a.w1 = wk.mat, a.w2 = wv.mat, a.x = dx.p(), a.ldx = dim, a.t = T;
+    cuda::GemmOut o;
+    o.y = dq.p(), o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = 64;
+    o.rope_dim = 0, o.pos0 = pos0, o.k_cache = kc.p(), o.v_cache = vc.p(), o.kv_half = false;
+    cuda::gemm_q4(a, cuda::GemmEpilogue::QkvRope, o, nullptr);
+    EXPECT_LT(rel_l2(dq.get(), ref_gemm(wq, x, T)), kTol);
+    const std::vector<float> k = kc.get(), v = vc.get();
+    EXPECT_LT(rel_l2(std::vector<float>(k.begin() + pos0 * kv_dim, k.begin() + (pos0 + T) * kv_dim),
+                     ref_gemm(wk, x, T)),
+              kTol);
+    EXPECT_LT(rel_l2(std::vector<float>(v.begin() + pos0 * kv_dim, v.begin() + (pos0 + T) * kv_dim),
+                     ref_gemm(wv, x, T)),
+              kTol);
+  }
+  // gate and up of different types are refused (one kernel reads both).
+  {
+    RandMat g(GgmlType::Q4_K, hid, dim, 47), u(GgmlType::Q6_K, hid, dim, 48);
+    Dev<float> dy((size_t)T * hid);
+    cuda::GemmQ4Args a;
+    a.w0 = g.mat, a.w1 = u.mat, a.x = dx.p(), a.ldx = dim, a.t = T;
+    cuda::GemmOut o;
+    o.y = dy.p(), o.ldy = hid;
+    EXPECT_THROW(cuda::gemm_q4(a, cuda::GemmEpilogue::SiluPair, o, nullptr), Error);
+  }
+}
+
+}  // namespace
+}  // namespace smolrt
