@@ -1,7 +1,7 @@
 // libFuzzer target: GGUF parsing and model loading on arbitrary bytes. smolrt::Error is the only
 // acceptable failure; crashes, sanitizer reports and leaks are bugs. When a file parses, every
 // tensor's bytes are read (ASan checks the data pointers stay in the buffer) and a Writer round
-// trip must reproduce the same metadata and tensors.
+// trip must reproduce the same metadata and tensors in at most the file's size plus one alignment.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -59,6 +59,9 @@ void round_trip(const gguf::File& f) {
     w.add_tensor(t.name, std::vector<uint64_t>(t.ne, t.ne + t.n_dims), t.type, t.data, t.nbytes);
   }
   const std::vector<uint8_t> bytes = w.to_bytes();
+  // What a file declares (alignment, counts, sizes) must not make the write-back outgrow it: the
+  // same header, the same tensor bytes, at most one alignment of extra padding.
+  check(bytes.size() <= f.file_size() + f.alignment());
   const auto g = gguf::File::parse(bytes, "roundtrip");
   check(g->metadata().size() == f.metadata().size());
   for (size_t i = 0; i < f.metadata().size(); ++i) {

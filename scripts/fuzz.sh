@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target (fuzz/fuzz_*.cpp) with clang + ASan/UBSan in build-fuzz and runs
 # each for the given seconds. Exits non-zero on any crash, sanitizer report, leak, timeout or OOM.
-#   scripts/fuzz.sh [seconds-per-target]   (default 30)
+#   [SMOLRT_FUZZ_BUILD=dir] scripts/fuzz.sh [seconds-per-target]   (default 30, dir build-fuzz)
 # Crashing inputs land in build-fuzz/artifacts/; reproduce with ./build-fuzz/<target> <file>.
 set -euo pipefail
 SECONDS_EACH=${1:-30}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-B=build-fuzz
+B=${SMOLRT_FUZZ_BUILD:-build-fuzz}  # build dir; set it to keep several checkouts apart
 FIX=${SMOLRT_FIXTURES:-$ROOT/../shared}
 
 if ! command -v clang++ >/dev/null; then

@@ -208,6 +208,78 @@ TEST(GgufCorrupt, DuplicatesBadBoolBadAlignment) {
   expect_error(at, "string length");  // u32 32 + next bytes read as a string length: garbage
 }
 
+// A few hundred bytes declaring general.alignment = 2^30 and no tensors used to parse; writing it
+// back (fuzz/fuzz_gguf.cpp's round trip) padded the header to 1 GiB and libFuzzer ran out of
+// memory. The reader now refuses alignments above kMaxAlignment, naming the key and the fix.
+Bytes crafted_alignment_file(ValueType type, uint64_t align) {
+  Bytes b;
+  auto put = [&b](const void* p, size_t n) {
+    const auto* c = static_cast<const uint8_t*>(p);
+    b.insert(b.end(), c, c + n);
+  };
+  auto u32 = [&](uint32_t v) { put(&v, 4); };
+  auto u64 = [&](uint64_t v) { put(&v, 8); };
+  auto str = [&](const std::string& s) {
+    u64(s.size());
+    put(s.data(), s.size());
+  };
+  put("GGUF", 4);
+  u32(3);
+  u64(0);  // tensors
+  u64(3);  // kv pairs
+  str("general.architecture");
+  u32(static_cast<uint32_t>(ValueType::STRING));
+  str("llama");
+  str("general.alignment");
+  u32(static_cast<uint32_t>(type));
+  if (type == ValueType::U64) {
+    u64(align);
+  } else {
+    u32(static_cast<uint32_t>(align));
+  }
+  str("general.name");
+  u32(static_cast<uint32_t>(ValueType::STRING));
+  str(std::string(358 - b.size() - 8, 'x'));
+  return b;
+}
+
+TEST(GgufCorrupt, HugeAlignmentRefused) {
+  const Bytes b = crafted_alignment_file(ValueType::U32, uint64_t{1} << 30);
+  ASSERT_EQ(b.size(), 358u);
+  const size_t key_at = find_gguf_string(b, "general.alignment");
+  expect_error(b, cat("metadata 'general.alignment' at byte offset ", key_at,
+                      ": alignment 1073741824 is not a power of two between 1 and 65536"));
+  expect_error(b, "remove the general.alignment key");
+  expect_error(crafted_alignment_file(ValueType::U64, uint64_t{1} << 17), "alignment 131072");
+  expect_error(crafted_alignment_file(ValueType::U64, uint64_t{1} << 63), "alignment 9223372036");
+  expect_error(crafted_alignment_file(ValueType::U32, 3 << 10), "alignment 3072 is not a power");
+}
+
+TEST(GgufCorrupt, WriteBackIsBoundedByTheFile) {
+  // The largest accepted alignment: a zero-tensor file parses (its data section may start past the
+  // end, as in llama.cpp's vocab-only files) and writing it back adds less than one alignment.
+  for (const ValueType t : {ValueType::U32, ValueType::U64}) {
+    const Bytes b = crafted_alignment_file(t, kMaxAlignment);
+    const auto f = File::parse(b, "max.gguf");
+    EXPECT_EQ(f->alignment(), kMaxAlignment);
+    Writer w;
+    for (const auto& [k, v] : f->metadata()) w.set(k, v);
+    const Bytes out = w.to_bytes();
+    EXPECT_EQ(out.size(), kMaxAlignment);
+    EXPECT_LE(out.size(), b.size() + f->alignment());
+    EXPECT_EQ(File::parse(out, "out.gguf")->metadata().size(), 3u);
+  }
+  Writer w;
+  w.set("general.alignment", Value::u64(kMaxAlignment * 2));
+  try {
+    w.to_bytes();
+    ADD_FAILURE() << "writer accepted alignment 2^17";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("power of two up to 65536"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(GgufCorrupt, DeepNestingRefused) {
   Bytes b(24);
   std::memcpy(b.data(), "GGUF", 4);

@@ -19,6 +19,12 @@
 
 namespace smolrt::gguf {
 
+// Largest general.alignment smolrt reads or writes. llama.cpp accepts any power of two, but every
+// real file uses 32 (the default) and the padding a file declares is written back verbatim, so a
+// huge alignment in a few hundred bytes would make a write-back 1 GiB long. 2^16 covers any page
+// size a loader could want to align tensors to.
+inline constexpr uint64_t kMaxAlignment = uint64_t{1} << 16;
+
 enum class ValueType : uint32_t {
   U8 = 0,
   I8 = 1,
@@ -146,7 +152,9 @@ class File {
 };
 
 // Writes metadata and tensors (version 3) with correct alignment (general.alignment if set,
-// else 32). Tensor data is copied from the given pointers at write() time.
+// else 32; a power of two up to kMaxAlignment). Tensor data is copied from the given pointers at
+// write() time; padding is written from a fixed-size block of zeros, never a buffer sized by the
+// alignment.
 class Writer {
  public:
   void set(std::string key, Value v);  // replaces an existing key, keeps its position

@@ -318,9 +318,11 @@ void File::parse_all(const uint8_t* p, uint64_t n) {
     const Value& a = kv_[i].second;
     const uint64_t* u = std::get_if<uint64_t>(&a.v);
     if (!u) type_error("general.alignment", "an unsigned integer");
-    if (*u == 0 || (*u & (*u - 1)) != 0 || *u > (uint64_t{1} << 30)) {
+    if (*u == 0 || (*u & (*u - 1)) != 0 || *u > kMaxAlignment) {
       c.bad("metadata 'general.alignment'", kv_offsets_[i],
-            cat("alignment ", *u, " is not a power of two between 1 and 2^30"));
+            cat("alignment ", *u, " is not a power of two between 1 and ", kMaxAlignment,
+                " (2^16, smolrt's limit); the file is corrupt, or re-convert it with the default "
+                "alignment (32) or remove the general.alignment key"));
     }
     alignment_ = *u;
   }
@@ -391,7 +393,7 @@ void File::parse_all(const uint8_t* p, uint64_t n) {
   // Data section: starts at the next multiple of the alignment after the tensor infos.
   const uint64_t info_end = c.pos();
   const uint64_t pad = (alignment_ - info_end % alignment_) % alignment_;
-  data_offset_ = info_end + pad;  // info_end <= n < 2^63, pad < 2^30: no overflow
+  data_offset_ = info_end + pad;  // info_end <= n < 2^63, pad < 2^16: no overflow
   for (TensorInfo& t : tensors_) {
     const bool fits = data_offset_ <= n && t.offset <= n - data_offset_ &&
                       t.nbytes <= n - data_offset_ - t.offset;

@@ -196,8 +196,9 @@ uint64_t writer_alignment(const std::vector<std::pair<std::string, Value>>& kv) 
   for (const auto& [k, v] : kv) {
     if (k != "general.alignment") continue;
     const uint64_t* u = std::get_if<uint64_t>(&v.v);
-    if (!u || *u == 0 || (*u & (*u - 1)) != 0 || *u > (uint64_t{1} << 30)) {
-      fail("gguf writer: general.alignment must be an unsigned power of two up to 2^30");
+    if (!u || *u == 0 || (*u & (*u - 1)) != 0 || *u > kMaxAlignment) {
+      fail("gguf writer: general.alignment must be an unsigned power of two up to ", kMaxAlignment,
+           " (2^16)");
     }
     return *u;
   }
