@@ -158,9 +158,28 @@ test::TinySpec one_kv_head_spec() {
   s.n_layers = 3;
   return s;
 }
+// Every layer matrix in one of the newer formats: Q5_0 / Q5_1 on the default shape, the
+// K-quants on a shape whose row lengths (dim 256, hidden 512) are whole super-blocks.
+test::TinySpec uniform_spec(GgmlType layer, GgmlType embd) {
+  test::TinySpec s;
+  s.layer_type = layer;
+  s.embd_type = embd;
+  if (type_info(layer)->block_size == 256 || type_info(embd)->block_size == 256) {
+    s.dim = 256;
+    s.hidden_dim = 512;
+    s.n_heads = 4;  // head_dim 64
+    s.n_kv_heads = 2;
+    s.rope_dim = 64;
+  }
+  return s;
+}
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuBackendRef,
-                         ::testing::Values(gqa_spec(), tied_partial_rope_spec(),
-                                           one_kv_head_spec()));
+                         ::testing::Values(gqa_spec(), tied_partial_rope_spec(), one_kv_head_spec(),
+                                           uniform_spec(GgmlType::Q5_0, GgmlType::Q5_1),
+                                           uniform_spec(GgmlType::Q5_1, GgmlType::Q5_0),
+                                           uniform_spec(GgmlType::Q4_K, GgmlType::Q6_K),
+                                           uniform_spec(GgmlType::Q5_K, GgmlType::Q4_K),
+                                           uniform_spec(GgmlType::Q6_K, GgmlType::Q5_K)));
 
 TEST(CpuBackend, PromptEqualsTokenLoopAndAll) {
   const auto tm = test::make_tiny_model({}, 5);

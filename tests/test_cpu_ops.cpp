@@ -106,7 +106,11 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{GgmlType::F16, 576}, TypeCase{GgmlType::F16, 45},
                       TypeCase{GgmlType::BF16, 128}, TypeCase{GgmlType::BF16, 33},
                       TypeCase{GgmlType::Q4_0, 576}, TypeCase{GgmlType::Q4_0, 1536},
-                      TypeCase{GgmlType::Q4_1, 576}, TypeCase{GgmlType::Q8_0, 576}),
+                      TypeCase{GgmlType::Q4_1, 576}, TypeCase{GgmlType::Q8_0, 576},
+                      TypeCase{GgmlType::Q5_0, 576}, TypeCase{GgmlType::Q5_1, 576},
+                      TypeCase{GgmlType::Q4_K, 1536}, TypeCase{GgmlType::Q4_K, 256},
+                      TypeCase{GgmlType::Q5_K, 512}, TypeCase{GgmlType::Q6_K, 1536},
+                      TypeCase{GgmlType::Q6_K, 256}),
     [](const ::testing::TestParamInfo<TypeCase>& p) {
       return std::string(type_name(p.param.type)) + "_" + std::to_string(p.param.cols);
     });
@@ -123,29 +127,46 @@ TEST(CpuOps, MatvecLargeUsesThreadsAndMatches) {
 }
 
 TEST(CpuOps, UnsupportedTypeIsAnError) {
-  std::vector<uint8_t> bytes(144 * 2);
-  TensorView v{"blk.0.attn_q.weight", GgmlType::Q4_K, 2, 256, bytes.data(), bytes.size()};
+  std::vector<uint8_t> bytes(84 * 2);
+  TensorView v{"blk.0.attn_q.weight", GgmlType::Q2_K, 2, 256, bytes.data(), bytes.size()};
   std::vector<float> out(256), x(256, 1.0f);
   try {
     cpu::matvec(out.data(), v, x.data(), 1);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("q4_k"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q2_k"), std::string::npos) << e.what();
   }
   EXPECT_THROW(cpu::dequant_row(v, 0, out.data()), Error);
+  // A K-quant row must be whole super-blocks.
+  std::vector<uint8_t> k(144 * 3);
+  TensorView bad{"blk.0.ffn_up.weight", GgmlType::Q4_K, 1, 576, k.data(), k.size()};
+  try {
+    cpu::matvec(out.data(), bad, x.data(), 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("576 columns, not a multiple of the q4_k block size 256"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
-TEST(CpuOps, EmbedReturnsTheRow) {
-  test::OwnedTensor t = test::make_tensor("token_embd.weight", 50, 64, GgmlType::Q8_0, 3, 1.0f);
-  t.view.data = t.bytes.data();
-  std::vector<float> out(64, kNaN);
-  cpu::embed(out.data(), t.view, 49);
-  for (int i = 0; i < 64; ++i) {
-    EXPECT_EQ(out[i], static_cast<float>(test::unpack_elem(t.bytes, 64, GgmlType::Q8_0, 49, i)));
+TEST(CpuOps, EmbedReturnsTheRowForEveryType) {
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
+                        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const int64_t cols = type_info(type)->block_size == 256 ? 512 : 64;
+    test::OwnedTensor t = test::make_tensor("token_embd.weight", 50, cols, type, 3, 1.0f);
+    t.view.data = t.bytes.data();
+    std::vector<float> out(cols, kNaN);
+    cpu::embed(out.data(), t.view, 49);
+    for (int64_t i = 0; i < cols; ++i) {
+      ASSERT_EQ(out[i], static_cast<float>(test::unpack_elem(t.bytes, cols, type, 49, i)))
+          << type_name(type) << " col " << i;
+    }
+    EXPECT_THROW(cpu::embed(out.data(), t.view, 50), Error);
+    EXPECT_THROW(cpu::embed(out.data(), t.view, -1), Error);
   }
-  EXPECT_THROW(cpu::embed(out.data(), t.view, 50), Error);
-  EXPECT_THROW(cpu::embed(out.data(), t.view, -1), Error);
 }
 
 // --- rope ----------------------------------------------------------------------------------------

@@ -200,8 +200,8 @@ TEST(ModelLoad, WrongShapesNameTensorAndExpectation) {
 
 TEST(ModelLoad, UncomputableAndNonF32NormTypes) {
   TinyLlama m;
-  m.override_["blk.0.ffn_up.weight"] = {{64, 96}, GgmlType::Q5_0};
-  expect_model_error(m, "tensor 'blk.0.ffn_up.weight' has type q5_0, which smolrt cannot compute");
+  m.override_["blk.0.ffn_up.weight"] = {{64, 96}, GgmlType::Q8_1};
+  expect_model_error(m, "tensor 'blk.0.ffn_up.weight' has type q8_1, which smolrt cannot compute");
   TinyLlama n;
   n.override_["blk.1.ffn_norm.weight"] = {{64}, GgmlType::F16};
   expect_model_error(n, "norm tensor 'blk.1.ffn_norm.weight' has type f16");

@@ -418,8 +418,8 @@ TEST(ConvertRow, BadLengthsAndTypes) {
   float x[64] = {1.0f};
   BlockQ4_0 y[2];
   EXPECT_THROW(quantize_row(GgmlType::Q4_0, x, y, 33), Error);
-  EXPECT_THROW(quantize_row(GgmlType::Q6_K, x, y, 256), Error);
-  EXPECT_THROW(convert_row(GgmlType::Q5_0, x, GgmlType::F32, y, 32), Error);
+  EXPECT_THROW(quantize_row(GgmlType::Q6_K, x, y, 128), Error);  // not a whole super-block
+  EXPECT_THROW(convert_row(GgmlType::Q2_K, x, GgmlType::F32, y, 256), Error);  // unsupported
   try {
     quantize_row(GgmlType::Q8_0, x, y, 40);
     FAIL() << "no error";

@@ -52,8 +52,8 @@ TensorView view(const gguf::File& f, const std::string& name, int64_t cols, int6
   const TypeInfo* ti = type_info(t->type);
   if (!ti->computable) {
     fail(f.path(), ": tensor '", name, "' has type ", ti->name,
-         ", which smolrt cannot compute; requantize the model to q4_0, q4_1, q8_0, f16, bf16 or "
-         "f32");
+         ", which smolrt cannot compute; requantize the model (`smolrt quantize --type q4_k_m`, "
+         "or q4_0, q5_0, q6_k, q8_0, f16, ...)");
   }
   if (vec && t->type != GgmlType::F32) {
     fail(f.path(), ": norm tensor '", name, "' has type ", ti->name,

@@ -8,9 +8,9 @@
 //   Q5_1 (24 B): fp16 d, fp16 m, 4 B qh, 16 B qs. w = q5 * d + m.
 //   Q8_0 (34 B): fp16 d, 32 x int8. w = q * d.
 // K-quants (256 weights per super-block, ggml's k_quants):
-//   Q4_K (144 B): fp16 d, fp16 dmin, 12 B of packed 6-bit (scale, min) pairs for the 8 sub-blocks of
-//                32, 128 B qs. Sub-block j: bytes 32*(j/2).. of qs, low nibbles for even j, high for
-//                odd j. w = d*sc_j * q - dmin*m_j.
+//   Q4_K (144 B): fp16 d, fp16 dmin, 12 B of packed 6-bit (scale, min) pairs for the 8
+//                sub-blocks of 32, 128 B qs. Sub-block j: bytes 32*(j/2).. of qs, low nibbles for
+//                even j, high for odd j. w = d*sc_j * q - dmin*m_j.
 //   Q5_K (176 B): as Q4_K plus 32 B qh: bit j of qh[l] is the 5th bit of weight l of sub-block j.
 //   Q6_K (210 B): 128 B ql (low 4 bits), 64 B qh (high 2 bits), 16 int8 scales (one per 16
 //                weights), fp16 d. w = d * sc * (q6 - 32). Layout: two halves of 128 weights; half
@@ -120,7 +120,8 @@ struct TypeInfo {
   const char* name;  // "q4_0", as llama.cpp prints it
   int block_size;    // elements per block (1 for F32/F16/BF16)
   int block_bytes;   // bytes per block
-  bool computable;   // smolrt has kernels for it (F32, F16, BF16, Q4_0, Q4_1, Q8_0)
+  bool computable;   // the CPU backend computes it (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+                     // Q4_K, Q5_K, Q6_K); the CUDA backend checks its own kernel list
 };
 
 // nullptr for an id that is not a known GGML type.

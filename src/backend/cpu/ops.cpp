@@ -1,7 +1,8 @@
 // CPU reference ops. Weights are read straight from the mmap'ed file and dequantized on the fly,
-// one 32-element block at a time (F32/F16/BF16 via a 32-float stack buffer; Q4_0/Q4_1/Q8_0 as a
-// fused block dot with the fp16 scale applied to the block's partial sum). Memory cost for
-// weights: none beyond the mapping (128 bytes of stack per thread).
+// one block at a time (F32/F16/BF16 32 elements through a stack buffer; Q4_0/Q4_1/Q8_0 as a fused
+// block dot with the fp16 scale applied to the block's partial sum; Q5_0/Q5_1 32 and the K-quants
+// 256 elements dequantized by formats.h's block decoders, then a plain f32 dot). Memory cost for
+// weights: none beyond the mapping (1 KiB of stack per thread).
 #include "backend/cpu/ops.h"
 
 #include <algorithm>
@@ -20,8 +21,8 @@ void check_computable(const TensorView& w) {
   const TypeInfo* ti = type_info(w.type);
   if (!ti || !ti->computable) {
     fail("tensor '", w.name, "' has type ", type_name(w.type),
-         " which the CPU backend cannot compute; use F32, F16, BF16, Q4_0, Q4_1 or Q8_0 "
-         "(requantize with `smolrt quantize`)");
+         " which the CPU backend cannot compute; use F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+         "Q8_0, Q4_K, Q5_K or Q6_K (requantize with `smolrt quantize`)");
   }
   if (w.cols % ti->block_size != 0) {
     fail("tensor '", w.name, "' has ", w.cols, " columns, not a multiple of the ", ti->name,
@@ -39,8 +40,23 @@ inline float dot32(const float* a, const float* b) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-// Dequantizes block b (32 elements) of a row into out. The type is a template parameter so the
-// per-block work has no branch on it (one switch per row range in dispatch()).
+// Elements per block of the CPU loop: the K-quants' super-block, else 32 (F32/F16/BF16 rows are
+// walked 32 at a time with an element-wise tail).
+template <GgmlType T>
+constexpr int64_t kBlock = (T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K)
+                               ? kQKK
+                               : kQK;
+
+// A packed block of type B at byte offset `at` (rows may be unaligned: memcpy, not a cast).
+template <typename B>
+inline B load_block(const uint8_t* at) {
+  B blk;
+  std::memcpy(&blk, at, sizeof blk);
+  return blk;
+}
+
+// Dequantizes block b (kBlock<T> elements) of a row into out. The type is a template parameter so
+// the per-block work has no branch on it (one switch per row range in dispatch()).
 template <GgmlType T>
 inline void dequant_block(const uint8_t* row, int64_t b, float* out) {
   if constexpr (T == GgmlType::F32) {
@@ -61,6 +77,16 @@ inline void dequant_block(const uint8_t* row, int64_t b, float* out) {
     BlockQ4_1 blk;
     std::memcpy(&blk, row + b * sizeof(BlockQ4_1), sizeof blk);
     dequant_block_q4_1(blk, out);
+  } else if constexpr (T == GgmlType::Q5_0) {
+    dequant_block_q5_0(load_block<BlockQ5_0>(row + b * sizeof(BlockQ5_0)), out);
+  } else if constexpr (T == GgmlType::Q5_1) {
+    dequant_block_q5_1(load_block<BlockQ5_1>(row + b * sizeof(BlockQ5_1)), out);
+  } else if constexpr (T == GgmlType::Q4_K) {
+    dequant_block_q4_k(load_block<BlockQ4_K>(row + b * sizeof(BlockQ4_K)), out);
+  } else if constexpr (T == GgmlType::Q5_K) {
+    dequant_block_q5_k(load_block<BlockQ5_K>(row + b * sizeof(BlockQ5_K)), out);
+  } else if constexpr (T == GgmlType::Q6_K) {
+    dequant_block_q6_k(load_block<BlockQ6_K>(row + b * sizeof(BlockQ6_K)), out);
   } else {
     static_assert(T == GgmlType::Q8_0);
     BlockQ8_0 blk;
@@ -147,27 +173,29 @@ inline float block_dot(const uint8_t* row, int64_t b, const float* x) {
 }
 
 // out[r] = dot(W[r,:], x), r in [r0, r1), or with x == nullptr: out = row r0 dequantized.
+// Q4_0/Q4_1/Q8_0 use block_dot; the other types dequantize a block, then a plain f32 dot.
 template <GgmlType T>
 void rows_t(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1) {
-  const int64_t nb = w.cols / 32;
-  float tmp[32];
+  constexpr int64_t kB = kBlock<T>;
+  const int64_t nb = w.cols / kB;
+  float tmp[kB];
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = row_ptr(w, r);
     if (!x) {
-      for (int64_t b = 0; b < nb; ++b) dequant_block<T>(row, b, out + b * 32);
-      for (int64_t i = nb * 32; i < w.cols; ++i) out[i] = elem(T, row, i);
+      for (int64_t b = 0; b < nb; ++b) dequant_block<T>(row, b, out + b * kB);
+      for (int64_t i = nb * kB; i < w.cols; ++i) out[i] = elem(T, row, i);
       return;
     }
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
       if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q8_0) {
-        acc += block_dot<T>(row, b, x + b * 32);
+        acc += block_dot<T>(row, b, x + b * kB);
       } else {
         dequant_block<T>(row, b, tmp);
-        acc += dot32(tmp, x + b * 32);
+        for (int64_t k = 0; k < kB; k += 32) acc += dot32(tmp + k, x + b * kB + k);
       }
     }
-    for (int64_t i = nb * 32; i < w.cols; ++i) acc += elem(T, row, i) * x[i];
+    for (int64_t i = nb * kB; i < w.cols; ++i) acc += elem(T, row, i) * x[i];
     out[r] = acc;
   }
 }
@@ -187,6 +215,16 @@ void dispatch(float* out, const TensorView& w, const float* x, int64_t r0, int64
       return rows_t<GgmlType::Q4_1>(out, w, x, r0, r1);
     case GgmlType::Q8_0:
       return rows_t<GgmlType::Q8_0>(out, w, x, r0, r1);
+    case GgmlType::Q5_0:
+      return rows_t<GgmlType::Q5_0>(out, w, x, r0, r1);
+    case GgmlType::Q5_1:
+      return rows_t<GgmlType::Q5_1>(out, w, x, r0, r1);
+    case GgmlType::Q4_K:
+      return rows_t<GgmlType::Q4_K>(out, w, x, r0, r1);
+    case GgmlType::Q5_K:
+      return rows_t<GgmlType::Q5_K>(out, w, x, r0, r1);
+    case GgmlType::Q6_K:
+      return rows_t<GgmlType::Q6_K>(out, w, x, r0, r1);
     default:
       fail("internal: no CPU kernel for type ", type_name(w.type));
   }
