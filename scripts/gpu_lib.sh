@@ -1,4 +1,4 @@
-# Shared by the GPU-machine scripts (source it): gpu_prefill.sh, gpu_bench.sh, gpu_sweep.sh.
+# Shared by the GPU-machine scripts (source it): gpu_prefill.sh, gpu_bench.sh.
 
 # gpu_setup DIR: prints the GPU's name and clocks; fixtures from DIR (made by gpu_stage.sh); the
 # synth SmolLM-135M Q4_0 model generated on the machine (too big to carry) at $SYNTH, exported as

@@ -323,7 +323,9 @@ TEST(GemmQ4, BadArgumentsThrowError) {
   bad.w0.cols = 48;  // k not a multiple of 32
   EXPECT_THROW(gemm_q4(bad, GemmEpilogue::Store, o, nullptr), Error);
   bad = a;
-  bad.w0.type = GgmlType::F16;
+  bad.w0.type = GgmlType::F32;  // the one device format the GEMM does not take
+  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::Store, o, nullptr), Error);
+  bad.w0.type = GgmlType::Q2_K;  // no device description at all
   EXPECT_THROW(gemm_q4(bad, GemmEpilogue::Store, o, nullptr), Error);
   bad = a;
   bad.ldx = 62;
