@@ -38,9 +38,10 @@ class CliQuant : public ::testing::Test {
 TEST_F(CliQuant, UnknownTypeIsAClearError) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   const test::Proc r =
-      run_smolrt("quantize '" + path.string() + "' '" + tmp("o.gguf") + "' --type q5_k");
+      run_smolrt("quantize '" + path.string() + "' '" + tmp("o.gguf") + "' --type q3_k");
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("unknown type 'q5_k' for --type"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unknown type 'q3_k' for --type; use one of"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("q4_k_m"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(tmp("o.gguf")));
 }
 
@@ -82,6 +83,62 @@ TEST_F(CliQuant, StoriesToQ4_0ReportsTheF16Fallback) {
   EXPECT_EQ(f->get_uint("general.file_type"), 2u);
   EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q4_0);
   EXPECT_EQ(f->find_tensor("blk.0.ffn_down.weight")->type, GgmlType::F16);
+}
+
+TEST_F(CliQuant, StoriesToQ4_K_MReportsWhatWentWhere) {
+  // stories260K (dim 64, ffn 172): Q4_K falls back to Q5_0, the use_more_bits attn_v (layers 2
+  // and 4) Q6_K -> Q8_0, ffn_down (172 columns) to F16; the summary counts the stored types.
+  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+  const test::Proc r =
+      run_smolrt("quantize '" + path.string() + "' '" + tmp("q.gguf") + "' --type Q4_K_M");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("note: blk.0.attn_q.weight: row length 64 is not a multiple of 256, so it "
+                       "cannot be stored as q4_k; storing it as q5_0 instead"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("blk.2.attn_v.weight: row length 64 is not a multiple of 256, so it cannot "
+                       "be stored as q6_k; storing it as q8_0 instead"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("blk.0.ffn_down.weight: row length 172 is not a multiple of 256, so it "
+                       "cannot be stored as q4_k; storing it as f16 instead"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("blk.2.attn_v.weight          f32   -> q8_0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("type q4_k_m, 36 row-length fallback(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("quantize: stored types: 11 f32, 5 f16, 29 q5_0, 3 q8_0"), std::string::npos)
+      << r.out;
+  auto f = gguf::File::open(tmp("q.gguf"));
+  EXPECT_EQ(f->get_uint("general.file_type"), 15u);
+  EXPECT_EQ(f->find_tensor("blk.4.attn_v.weight")->type, GgmlType::Q8_0);
+  EXPECT_EQ(f->find_tensor("blk.3.attn_v.weight")->type, GgmlType::Q5_0);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_down.weight")->type, GgmlType::F16);
+  // The CPU backend runs it end to end.
+  const test::Proc g = run_smolrt("run -m '" + tmp("q.gguf") +
+                                  "' -p 'Once upon a time' -n 8 --backend cpu --temp 0");
+  EXPECT_EQ(g.rc, 0) << g.out;
+}
+
+TEST_F(CliQuant, EveryNewTypeRoundTripsThroughTheCli) {
+  // synth f32 -> quantize to each new target -> quantize back to f32 from it (a K / Q5 source).
+  ASSERT_EQ(run_smolrt("synth --preset tiny --type f32 -o '" + tmp("t32.gguf") + "'").rc, 0);
+  for (const char* t : {"q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_s", "q5_k_s", "q5_k_m"}) {
+    const std::string out = tmp(std::string(t) + ".gguf");
+    test::Proc r =
+        run_smolrt("quantize '" + tmp("t32.gguf") + "' '" + out + "' --type " + t + " -q");
+    ASSERT_EQ(r.rc, 0) << t << "\n" << r.out;
+    EXPECT_NE(r.out.find(std::string("type ") + t), std::string::npos) << r.out;
+    r = run_smolrt("quantize '" + out + "' '" + tmp("back.gguf") + "' --type f32 -q");
+    ASSERT_EQ(r.rc, 0) << t << "\n" << r.out;
+  }
+  // synth writes the mixtures and new types directly.
+  const test::Proc r =
+      run_smolrt("synth --preset tiny --type q5_k_m --seed 4 -o '" + tmp("s.gguf") + "'");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("type q5_k_m"), std::string::npos) << r.out;
+  auto f = gguf::File::open(tmp("s.gguf"));
+  EXPECT_EQ(f->get_uint("general.file_type"), 17u);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_up.weight")->type, GgmlType::Q5_1);  // 64 cols: fall-back
 }
 
 TEST_F(CliQuant, SynthThenQuantize) {

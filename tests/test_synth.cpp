@@ -92,7 +92,90 @@ TEST(Synth, SmolLM360MPreset) {
   EXPECT_EQ(p.n_kv_heads, 5);
   EXPECT_EQ(p.hidden_dim, 2560);
   EXPECT_EQ(p.vocab_size, 49152);
-  EXPECT_EQ(synth_presets().size(), 3u);
+  EXPECT_EQ(synth_presets().size(), 5u);
+}
+
+uint64_t params_of(const std::vector<TensorShape>& t) {
+  uint64_t n = 0;
+  for (const TensorShape& s : t) n += s.ne[0] * s.ne[1];
+  return n;
+}
+
+TEST(Synth, SmolLM2_360MPresetShapes) {
+  // HuggingFaceTB/SmolLM2-360M: 361,821,120 parameters with the tied embedding counted once.
+  const SynthPreset& p = synth_preset("smollm2-360m");
+  EXPECT_EQ(p.dim, 960);
+  EXPECT_EQ(p.hidden_dim, 2560);
+  EXPECT_EQ(p.n_layers, 32);
+  EXPECT_EQ(p.n_heads, 15);
+  EXPECT_EQ(p.n_kv_heads, 5);
+  EXPECT_EQ(p.vocab_size, 49152);
+  EXPECT_EQ(p.n_ctx, 8192);
+  EXPECT_FLOAT_EQ(p.rope_base, 100000.0f);
+  const std::vector<TensorShape> t = synth_tensors(p, 49152);
+  EXPECT_EQ(t.size(), 32u * 9u + 2u);
+  EXPECT_EQ(params_of(t), 361821120u);
+  // q4_k_m: 960 columns fall back to Q5_0 (Q8_0 for the Q6_K picks); ffn_down (2560) keeps K.
+  const std::vector<TensorPlan> plan = plan_model(t, parse_quant_target("q4_k_m"));
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i].name == "blk.0.attn_k.weight") {
+      EXPECT_EQ(t[i].ne[1], 320u);  // 5 KV heads x 64
+      EXPECT_EQ(plan[i].type, GgmlType::Q5_0);
+    }
+    if (t[i].name == "blk.0.ffn_down.weight") {
+      EXPECT_EQ(plan[i].type, GgmlType::Q6_K);
+    }
+    if (t[i].name == "blk.5.ffn_down.weight") {  // use_more_bits(5, 32) is false
+      EXPECT_EQ(plan[i].type, GgmlType::Q4_K);
+    }
+    if (t[i].name == "token_embd.weight") {
+      EXPECT_EQ(plan[i].type, GgmlType::Q8_0);
+    }
+  }
+}
+
+TEST(Synth, SmolLM2_1_7BPresetShapes) {
+  // Not generated here (1.7 B weights): the preset table, the tensor list and the plan only.
+  // HuggingFaceTB/SmolLM2-1.7B: 1,711,376,384 parameters (tied embedding counted once).
+  const SynthPreset& p = synth_preset("smollm2-1.7b");
+  EXPECT_EQ(p.dim, 2048);
+  EXPECT_EQ(p.hidden_dim, 8192);
+  EXPECT_EQ(p.n_layers, 24);
+  EXPECT_EQ(p.n_heads, 32);
+  EXPECT_EQ(p.n_kv_heads, 32);
+  EXPECT_EQ(p.vocab_size, 49152);
+  EXPECT_EQ(p.n_ctx, 8192);
+  EXPECT_FLOAT_EQ(p.rope_base, 130000.0f);
+  EXPECT_EQ(p.dim / p.n_heads, 64);
+  const std::vector<TensorShape> t = synth_tensors(p, 49152);
+  EXPECT_EQ(t.size(), 24u * 9u + 2u);
+  EXPECT_EQ(params_of(t), 1711376384u);
+  for (const TensorShape& s : t) {
+    if (s.name == "blk.5.attn_k.weight") {
+      EXPECT_EQ(s.ne[1], 2048u);  // no grouping
+    }
+    if (s.name == "blk.5.ffn_down.weight") {
+      EXPECT_EQ(s.ne[0], 8192u);
+    }
+  }
+  // Every row length is whole super-blocks: q4_k_m needs no fall-back.
+  for (const TensorPlan& tp : plan_model(t, parse_quant_target("q4_k_m"))) {
+    EXPECT_TRUE(tp.note.empty()) << tp.note;
+  }
+}
+
+TEST(Synth, EveryTargetGivesALoadableTinyModel) {
+  for (const char* name : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+                           "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m"}) {
+    SynthOptions o;
+    o.preset = "tiny";
+    o.type = parse_quant_target(name);
+    std::vector<uint8_t> bytes;
+    auto f = synth_file(o, &bytes);
+    EXPECT_EQ(f->get_uint("general.file_type"), llama_file_type(o.type)) << name;
+    const LlamaConfig c = load_config(*f);
+    EXPECT_NO_THROW(load_weights(*f, c)) << name;
+  }
 }
 
 TEST(Synth, WeightStatisticsLookTrained) {
@@ -191,7 +274,7 @@ TEST(Synth, BadOptions) {
     EXPECT_NE(std::string(e.what()).find("unknown preset 'gpt-5'"), std::string::npos);
   }
   o.preset = "tiny";
-  o.type = GgmlType::Q6_K;
+  o.type = GgmlType::Q3_K;  // not a target smolrt can write
   EXPECT_THROW(synth_model(o), Error);
   o.type = GgmlType::Q4_0;
   o.tokenizer_json = "/nonexistent/tokenizer.json";

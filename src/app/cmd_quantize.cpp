@@ -1,4 +1,4 @@
-// smolrt quantize in.gguf out.gguf --type q4_0|q8_0|f16 : requantize a llama GGUF.
+// smolrt quantize in.gguf out.gguf --type q4_0|q4_k_m|... : requantize a llama GGUF.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,7 +18,7 @@ struct QuantizeArgs {
 
 int run_quantize(const QuantizeArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
-  const GgmlType target = parse_target_type(a.type, "--type");
+  const QuantTarget target = parse_quant_target(a.type, "--type");
   if (!std::filesystem::exists(a.in)) {
     fail("input file '", a.in,
          "' does not exist; pass the GGUF to requantize as the first argument");
@@ -34,25 +34,31 @@ int run_quantize(const QuantizeArgs& a) {
   });
   q.writer.write(a.out);  // atomic: writes a .tmp beside it, then renames
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string types;
+  for (const auto& [t, n] : q.type_counts)
+    types += cat(types.empty() ? "" : ", ", n, " ", type_name(t));
   std::fprintf(stderr,
                "quantize: wrote %s: %llu tensors, %.2f M params, %.2f MiB of tensor data "
-               "(%llu bytes), type %s, %zu f16 fallback(s), %.2f s\n",
+               "(%llu bytes), type %s, %zu row-length fallback(s), %.2f s\n"
+               "quantize: stored types: %s\n",
                a.out.c_str(), (unsigned long long)q.n_tensors, q.n_params / 1e6,
-               q.tensor_bytes / 1048576.0, (unsigned long long)q.tensor_bytes, type_name(target),
-               q.fallbacks.size(), secs);
+               q.tensor_bytes / 1048576.0, (unsigned long long)q.tensor_bytes,
+               target_name(target).c_str(), q.fallbacks.size(), secs, types.c_str());
   return 0;
 }
 
 REGISTER_COMMAND(Command{
-    "quantize", "Requantize a llama GGUF (q4_0 | q4_1 | q8_0 | f16 | bf16 | f32)", 60,
+    "quantize", "Requantize a llama GGUF (q4_0 | q4_k_m | q5_k_m | q6_k | q8_0 | f16 | ...)", 60,
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<QuantizeArgs>();
-      sub.add_option("input", a->in, "source GGUF (f32/f16/bf16/q4_0/q4_1/q8_0 tensors)")
+      sub.add_option("input", a->in,
+                     "source GGUF (f32/f16/bf16/q4_0/q4_1/q5_0/q5_1/q8_0/q4_k/q5_k/q6_k tensors)")
           ->required();
       sub.add_option("output", a->out, "GGUF to write")->required();
       sub.add_option("-t,--type", a->type,
-                     "target type of the weight matrices: q4_0 (embedding q8_0), q4_1, q8_0, "
-                     "f16, bf16, f32")
+                     "target: q4_0 | q4_1 (embedding q8_0), q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, "
+                     "f16, bf16, f32 (output/tied embedding q6_k or q8_0 for the quantized "
+                     "ones), or llama.cpp's mixtures q4_k_s, q4_k_m, q5_k_s, q5_k_m")
           ->required();
       sub.add_flag("-q,--quiet", a->quiet, "no per-tensor progress (notes and summary remain)");
       return [a] { return run_quantize(*a); };

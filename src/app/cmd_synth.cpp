@@ -1,5 +1,5 @@
-// smolrt synth --preset smollm-135m|smollm-360m|tiny [--tokenizer tokenizer.json]
-//              [--type q4_0|q8_0|f16|f32] [--seed N] -o out.gguf
+// smolrt synth --preset smollm-135m|smollm-360m|smollm2-360m|smollm2-1.7b|tiny
+//              [--tokenizer tokenizer.json] [--type q4_0|q4_k_m|q6_k|...] [--seed N] -o out.gguf
 #include <chrono>
 #include <cstdio>
 
@@ -24,7 +24,7 @@ int run_synth(const SynthArgs& a) {
   SynthOptions o;
   o.preset = a.preset;
   o.tokenizer_json = a.tokenizer;
-  o.type = parse_target_type(a.type, "--type");
+  o.type = parse_quant_target(a.type, "--type");
   o.seed = a.seed;
   synth_preset(o.preset);  // validate before any work
   SynthModel m = synth_model(o);
@@ -35,9 +35,9 @@ int run_synth(const SynthArgs& a) {
                "synth: wrote %s: preset %s, type %s, seed %llu, vocab %d, %llu tensors, "
                "%.2f M params, %.2f MiB of tensor data (%llu bytes); generate %.2f s, "
                "write %.2f s\n",
-               a.out.c_str(), a.preset.c_str(), type_name(o.type), (unsigned long long)a.seed,
-               m.vocab_size, (unsigned long long)m.n_tensors, m.n_params / 1e6,
-               m.tensor_bytes / 1048576.0, (unsigned long long)m.tensor_bytes,
+               a.out.c_str(), a.preset.c_str(), target_name(o.type).c_str(),
+               (unsigned long long)a.seed, m.vocab_size, (unsigned long long)m.n_tensors,
+               m.n_params / 1e6, m.tensor_bytes / 1048576.0, (unsigned long long)m.tensor_bytes,
                std::chrono::duration<double>(t1 - t0).count(),
                std::chrono::duration<double>(t2 - t1).count());
   return 0;
@@ -47,12 +47,15 @@ REGISTER_COMMAND(Command{
     "synth", "Write a llama GGUF with random weights and a real model's shapes", 70,
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<SynthArgs>();
-      sub.add_option("-p,--preset", a->preset, "smollm-135m | smollm-360m | tiny")
+      sub.add_option(
+             "-p,--preset", a->preset,
+             "smollm-135m | smollm-360m (= smollm2-360m) | smollm2-360m | smollm2-1.7b | tiny")
           ->capture_default_str();
       sub.add_option("--tokenizer", a->tokenizer,
                      "Hugging Face tokenizer.json to embed (default: a built-in byte-level vocab)");
       sub.add_option("-t,--type", a->type,
-                     "q4_0 (embedding q8_0) | q4_1 (embedding q8_0) | q8_0 | f16 | bf16 | f32")
+                     "any `smolrt quantize --type`: q4_0 | q4_1 (embedding q8_0), q5_0, q5_1, "
+                     "q8_0, q4_k, q5_k, q6_k, f16, bf16, f32, q4_k_s, q4_k_m, q5_k_s, q5_k_m")
           ->capture_default_str();
       sub.add_option("-s,--seed", a->seed, "random seed (same seed, same bytes)")
           ->capture_default_str();

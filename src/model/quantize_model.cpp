@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <map>
 
 #include "core/error.h"
 #include "core/parallel_for.h"
@@ -10,81 +11,180 @@
 
 namespace smolrt {
 
-GgmlType parse_target_type(const std::string& s, const std::string& flag) {
+namespace {
+
+struct TargetName {
+  const char* name;
+  GgmlType type;
+  QuantMix mix;
+  uint32_t ftype;  // llama_ftype
+};
+
+constexpr TargetName kTargets[] = {
+    {"f32", GgmlType::F32, QuantMix::None, 0},
+    {"f16", GgmlType::F16, QuantMix::None, 1},
+    {"bf16", GgmlType::BF16, QuantMix::None, 32},
+    {"q8_0", GgmlType::Q8_0, QuantMix::None, 7},
+    {"q4_0", GgmlType::Q4_0, QuantMix::None, 2},
+    {"q4_1", GgmlType::Q4_1, QuantMix::None, 3},
+    {"q5_0", GgmlType::Q5_0, QuantMix::None, 8},
+    {"q5_1", GgmlType::Q5_1, QuantMix::None, 9},
+    {"q4_k", GgmlType::Q4_K, QuantMix::None, 14},
+    {"q5_k", GgmlType::Q5_K, QuantMix::None, 16},
+    {"q6_k", GgmlType::Q6_K, QuantMix::None, 18},
+    {"q4_k_s", GgmlType::Q4_K, QuantMix::Q4_K_S, 14},
+    {"q4_k_m", GgmlType::Q4_K, QuantMix::Q4_K_M, 15},
+    {"q5_k_s", GgmlType::Q5_K, QuantMix::Q5_K_S, 16},
+    {"q5_k_m", GgmlType::Q5_K, QuantMix::Q5_K_M, 17},
+};
+
+const TargetName* find_target(const QuantTarget& t) {
+  for (const TargetName& n : kTargets) {
+    if (n.type == t.type && n.mix == t.mix) return &n;
+  }
+  return nullptr;
+}
+
+std::string target_list() {
+  std::string s;
+  for (const TargetName& n : kTargets) s += cat(s.empty() ? "" : ", ", n.name);
+  return s;
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between.
+bool use_more_bits(int i, int n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+bool contains(const std::string& s, const char* part) {
+  return s.find(part) != std::string::npos;
+}
+
+// llama.cpp's tensor_type_fallback for a row of `cols` elements (see the header).
+GgmlType fit_row_length(GgmlType t, uint64_t cols, const std::string& name, std::string& note) {
+  auto fits = [cols](GgmlType x) {
+    return cols % static_cast<uint64_t>(type_info(x)->block_size) == 0;
+  };
+  if (fits(t)) return t;
+  GgmlType to = GgmlType::F16;
+  if (t == GgmlType::Q4_K) to = GgmlType::Q5_0;
+  if (t == GgmlType::Q5_K) to = GgmlType::Q5_1;
+  if (t == GgmlType::Q6_K) to = GgmlType::Q8_0;
+  if (!fits(to)) to = GgmlType::F16;
+  note = cat(name, ": row length ", cols, " is not a multiple of ", type_info(t)->block_size,
+             ", so it cannot be stored as ", type_name(t), "; storing it as ", type_name(to),
+             " instead");
+  return to;
+}
+
+}  // namespace
+
+QuantTarget parse_quant_target(const std::string& s, const std::string& flag) {
   std::string l = s;
   std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (l == "q4_0") return GgmlType::Q4_0;
-  if (l == "q4_1") return GgmlType::Q4_1;
-  if (l == "q8_0") return GgmlType::Q8_0;
-  if (l == "f16") return GgmlType::F16;
-  if (l == "bf16") return GgmlType::BF16;
-  if (l == "f32") return GgmlType::F32;
-  fail("unknown type '", s, "' for ", flag, "; use one of q4_0, q4_1, q8_0, f16, bf16, f32");
+  for (const TargetName& n : kTargets) {
+    if (l == n.name) return QuantTarget(n.type, n.mix);
+  }
+  fail("unknown type '", s, "' for ", flag, "; use one of ", target_list());
 }
 
-uint32_t llama_file_type(GgmlType target) {
-  switch (target) {
-    case GgmlType::F32:
-      return 0;
-    case GgmlType::F16:
-      return 1;
-    case GgmlType::Q4_0:
-      return 2;
-    case GgmlType::Q4_1:
-      return 3;
-    case GgmlType::Q8_0:
-      return 7;
-    case GgmlType::BF16:
-      return 32;
-    default:
-      break;
-  }
-  fail("no llama.cpp file type for target ", type_name(target));
+std::string target_name(const QuantTarget& t) {
+  const TargetName* n = find_target(t);
+  return n ? n->name : type_name(t.type);
 }
 
-GgmlType plan_tensor_type(const std::string& name, const uint64_t ne[4], uint32_t n_dims,
-                          GgmlType target, std::string* note) {
-  if (note) note->clear();
-  const bool matrix = n_dims >= 2 && ne[1] > 1;
-  if (!matrix) return GgmlType::F32;
-  GgmlType t = target;
-  if ((target == GgmlType::Q4_0 || target == GgmlType::Q4_1) &&
-      (name == "token_embd.weight" || name == "output.weight")) {
-    t = GgmlType::Q8_0;
+uint32_t llama_file_type(const QuantTarget& t) {
+  const TargetName* n = find_target(t);
+  if (!n) fail("no llama.cpp file type for target ", type_name(t.type));
+  return n->ftype;
+}
+
+std::vector<TensorPlan> plan_model(const std::vector<TensorShape>& tensors, const QuantTarget& t) {
+  if (!find_target(t) || !is_convertible(t.type)) fail("cannot quantize to ", type_name(t.type));
+  // llama.cpp's counters: attn_v-like tensors are numbered in file order (n = how many), and
+  // ffn_down tensors likewise (n = the layer count, one per layer for llama).
+  int n_attn_v = 0, n_ffn_down = 0;
+  bool tied = true;
+  for (const TensorShape& s : tensors) {
+    if (contains(s.name, "attn_v.weight") || contains(s.name, "attn_qkv.weight")) ++n_attn_v;
+    if (contains(s.name, "ffn_down")) ++n_ffn_down;
+    if (s.name == "output.weight") tied = false;
   }
-  const TypeInfo& ti = *type_info(t);
-  if (ne[0] % static_cast<uint64_t>(ti.block_size) != 0) {
-    if (note) {
-      *note = cat(name, ": row length ", ne[0], " is not a multiple of ", ti.block_size,
-                  ", so it cannot be stored as ", ti.name, "; storing it as f16 instead");
+  const bool four_bit = t.type == GgmlType::Q4_0 || t.type == GgmlType::Q4_1;
+  const bool quantized = type_info(t.type)->block_size > 1;
+  int i_attn_v = 0, i_ffn_down = 0;
+  std::vector<TensorPlan> plan;
+  plan.reserve(tensors.size());
+  for (const TensorShape& s : tensors) {
+    TensorPlan p{t.type, ""};
+    const bool matrix = s.n_dims >= 2 && s.ne[1] > 1;
+    if (!matrix) {
+      p.type = GgmlType::F32;
+      plan.push_back(p);
+      continue;
     }
-    return GgmlType::F16;
+    const bool output = s.name == "output.weight";
+    const bool embd = s.name == "token_embd.weight";
+    const bool attn_v = contains(s.name, "attn_v.weight") || contains(s.name, "attn_qkv.weight");
+    const bool ffn_down = contains(s.name, "ffn_down");
+    if (four_bit) {
+      if (embd || output) p.type = GgmlType::Q8_0;
+    } else if (quantized && t.type != GgmlType::Q8_0 && (output || (tied && embd))) {
+      p.type = s.ne[0] % kQKK == 0 ? GgmlType::Q6_K : GgmlType::Q8_0;
+    } else if (attn_v) {
+      if ((t.mix == QuantMix::Q4_K_M || t.mix == QuantMix::Q5_K_M) &&
+          use_more_bits(i_attn_v, n_attn_v)) {
+        p.type = GgmlType::Q6_K;
+      } else if (t.mix == QuantMix::Q4_K_S && i_attn_v < 4) {
+        p.type = GgmlType::Q5_K;
+      }
+    } else if (ffn_down) {
+      if ((t.mix == QuantMix::Q4_K_M || t.mix == QuantMix::Q5_K_M) &&
+          use_more_bits(i_ffn_down, n_ffn_down)) {
+        p.type = GgmlType::Q6_K;
+      } else if (t.mix == QuantMix::Q4_K_S && i_ffn_down < n_ffn_down / 8) {
+        p.type = GgmlType::Q5_K;
+      }
+    }
+    i_attn_v += attn_v;
+    i_ffn_down += ffn_down;
+    p.type = fit_row_length(p.type, s.ne[0], s.name, p.note);
+    plan.push_back(p);
   }
-  return t;
+  return plan;
 }
 
-QuantizedModel quantize_model(const gguf::File& in, GgmlType target, const LogFn& log) {
-  if (!is_convertible(target)) fail("cannot quantize to ", type_name(target));
+QuantizedModel quantize_model(const gguf::File& in, const QuantTarget& target, const LogFn& log) {
   QuantizedModel out;
+  const auto& tensors = in.tensors();
+  std::vector<TensorShape> shapes;
+  for (const gguf::TensorInfo& t : tensors) {
+    TensorShape s;
+    s.name = t.name;
+    std::copy(t.ne, t.ne + 4, s.ne);
+    s.n_dims = t.n_dims;
+    shapes.push_back(s);
+  }
+  const std::vector<TensorPlan> plan = plan_model(shapes, target);
   for (const auto& [key, value] : in.metadata()) out.writer.set(key, value);
   out.writer.set("general.file_type", gguf::Value::u32(llama_file_type(target)));
 
-  const auto& tensors = in.tensors();
   out.buffers.resize(tensors.size());
+  std::map<uint32_t, int> counts;
   const size_t width = std::to_string(tensors.size()).size();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const gguf::TensorInfo& t = tensors[i];
     if (!is_convertible(t.type)) {
       fail(in.path(), ": tensor '", t.name, "' has type ", type_name(t.type),
            ", which smolrt quantize cannot read (supported sources: f32, f16, bf16, q4_0, q4_1, "
-           "q8_0); convert it with llama.cpp's llama-quantize first");
+           "q5_0, q5_1, q8_0, q4_k, q5_k, q6_k); convert it with llama.cpp's llama-quantize first");
     }
-    std::string note;
-    const GgmlType dst = plan_tensor_type(t.name, t.ne, t.n_dims, target, &note);
-    if (!note.empty()) {
+    const GgmlType dst = plan[i].type;
+    if (!plan[i].note.empty()) {
       out.fallbacks.push_back(t.name);
-      if (log) log("note: " + note);
+      if (log) log("note: " + plan[i].note);
     }
+    ++counts[static_cast<uint32_t>(dst)];
     const uint64_t cols = t.ne[0];
     const uint64_t rows = cols ? t.n_elements() / cols : 0;
     const TypeInfo& si = *type_info(t.type);
@@ -118,6 +218,7 @@ QuantizedModel quantize_model(const gguf::File& in, GgmlType target, const LogFn
     out.n_params += t.n_elements();
     out.tensor_bytes += buf.size();
   }
+  for (const auto& [id, n] : counts) out.type_counts.emplace_back(static_cast<GgmlType>(id), n);
   out.n_tensors = tensors.size();
   return out;
 }

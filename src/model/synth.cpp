@@ -18,6 +18,16 @@ const std::vector<SynthPreset> kPresets = {
     {"smollm-135m", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f},
     // SmolLM2-360M: head_dim 64, tied embeddings.
     {"smollm-360m", 960, 32, 15, 5, 2560, 49152, 8192, 100000.0f, 1e-5f},
+    // The same shape under its model's name. HuggingFaceTB/SmolLM2-360M config.json: hidden_size
+    // 960, intermediate_size 2560, num_hidden_layers 32, num_attention_heads 15,
+    // num_key_value_heads 5, vocab_size 49152, max_position_embeddings 8192, rope_theta 100000,
+    // rms_norm_eps 1e-5, tie_word_embeddings true.
+    {"smollm2-360m", 960, 32, 15, 5, 2560, 49152, 8192, 100000.0f, 1e-5f},
+    // HuggingFaceTB/SmolLM2-1.7B config.json: hidden_size 2048, intermediate_size 8192,
+    // num_hidden_layers 24, num_attention_heads 32, num_key_value_heads 32 (no grouping),
+    // vocab_size 49152, max_position_embeddings 8192, rope_theta 130000, rms_norm_eps 1e-5,
+    // tie_word_embeddings true. head_dim 64; every row length a multiple of 256.
+    {"smollm2-1.7b", 2048, 24, 32, 32, 8192, 49152, 8192, 130000.0f, 1e-5f},
     // Seconds-fast tests: head_dim 16, GQA 2:1, all row lengths multiples of 32.
     {"tiny", 64, 2, 4, 2, 192, 0, 512, 10000.0f, 1e-5f},
 };
@@ -144,7 +154,9 @@ const SynthPreset& synth_preset(const std::string& name) {
   for (const SynthPreset& p : kPresets) {
     if (p.name == name) return p;
   }
-  fail("unknown preset '", name, "' for --preset; use one of smollm-135m, smollm-360m, tiny");
+  std::string names;
+  for (const SynthPreset& p : kPresets) names += cat(names.empty() ? "" : ", ", p.name);
+  fail("unknown preset '", name, "' for --preset; use one of ", names);
 }
 
 VocabData builtin_byte_vocab(int pad_to) {
@@ -182,17 +194,43 @@ VocabData builtin_byte_vocab(int pad_to) {
   return v;
 }
 
+std::vector<TensorShape> synth_tensors(const SynthPreset& p, int n_vocab) {
+  const int head_dim = p.dim / p.n_heads;
+  const auto D = static_cast<uint64_t>(p.dim), H = static_cast<uint64_t>(p.hidden_dim);
+  const auto KV = static_cast<uint64_t>(p.n_kv_heads * head_dim);
+  std::vector<TensorShape> t;
+  auto add = [&t](std::string name, uint64_t cols, uint64_t rows) {
+    TensorShape s;
+    s.name = std::move(name);
+    s.ne[0] = cols;
+    s.ne[1] = rows ? rows : 1;
+    s.n_dims = rows ? 2 : 1;
+    t.push_back(std::move(s));
+  };
+  // The order llama.cpp's converter writes SmolLM files in (rows 0: a 1-D tensor).
+  add("token_embd.weight", D, static_cast<uint64_t>(n_vocab));
+  for (int l = 0; l < p.n_layers; ++l) {
+    const std::string b = cat("blk.", l, ".");
+    add(b + "attn_norm.weight", D, 0);
+    add(b + "ffn_down.weight", H, D);
+    add(b + "ffn_gate.weight", D, H);
+    add(b + "ffn_up.weight", D, H);
+    add(b + "ffn_norm.weight", D, 0);
+    add(b + "attn_k.weight", D, KV);
+    add(b + "attn_output.weight", D, D);
+    add(b + "attn_q.weight", D, D);
+    add(b + "attn_v.weight", D, KV);
+  }
+  add("output_norm.weight", D, 0);
+  return t;
+}
+
 SynthModel synth_model(const SynthOptions& o) {
   const SynthPreset& p = synth_preset(o.preset);
-  if (!is_convertible(o.type)) {
-    fail("synth --type ", type_name(o.type),
-         " is not offered; use q4_0, q4_1, q8_0, f16, bf16 or f32");
-  }
   const VocabData vocab = o.tokenizer_json.empty() ? builtin_byte_vocab(p.vocab_size)
                                                    : vocab_from_hf_json(o.tokenizer_json);
   const int n_vocab = static_cast<int>(vocab.tokens.size());
   const int head_dim = p.dim / p.n_heads;
-  const int kv_dim = p.n_kv_heads * head_dim;
 
   SynthModel m;
   m.vocab_size = n_vocab;
@@ -214,56 +252,34 @@ SynthModel synth_model(const SynthOptions& o) {
   w.set("llama.rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
   vocab_to_gguf(vocab, w);
 
-  // Tensor list in the order llama.cpp's converter writes SmolLM files.
-  struct Spec {
-    std::string name;
-    uint64_t cols, rows;  // ne[0], ne[1] (rows == 0: a 1-D tensor of `cols`)
-  };
-  std::vector<Spec> specs;
-  const auto D = static_cast<uint64_t>(p.dim), H = static_cast<uint64_t>(p.hidden_dim);
-  specs.push_back({"token_embd.weight", D, static_cast<uint64_t>(n_vocab)});
-  for (int l = 0; l < p.n_layers; ++l) {
-    const std::string b = cat("blk.", l, ".");
-    specs.push_back({b + "attn_norm.weight", D, 0});
-    specs.push_back({b + "ffn_down.weight", H, D});
-    specs.push_back({b + "ffn_gate.weight", D, H});
-    specs.push_back({b + "ffn_up.weight", D, H});
-    specs.push_back({b + "ffn_norm.weight", D, 0});
-    specs.push_back({b + "attn_k.weight", D, static_cast<uint64_t>(kv_dim)});
-    specs.push_back({b + "attn_output.weight", D, D});
-    specs.push_back({b + "attn_q.weight", D, D});
-    specs.push_back({b + "attn_v.weight", D, static_cast<uint64_t>(kv_dim)});
-  }
-  specs.push_back({"output_norm.weight", D, 0});
+  const std::vector<TensorShape> specs = synth_tensors(p, n_vocab);
+  const std::vector<TensorPlan> plan = plan_model(specs, o.type);
 
   m.buffers.resize(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
-    const Spec& s = specs[i];
-    const bool vec = s.rows == 0;
-    const uint64_t ne[4] = {s.cols, vec ? 1 : s.rows, 1, 1};
-    const uint32_t n_dims = vec ? 1 : 2;
-    const GgmlType t = plan_tensor_type(s.name, ne, n_dims, o.type);
+    const TensorShape& s = specs[i];
+    const bool vec = s.n_dims == 1;
+    const uint64_t cols = s.ne[0];
+    const GgmlType t = plan[i].type;
     const TypeInfo& ti = *type_info(t);
-    const size_t rb = row_bytes(ti, s.cols);
-    const int64_t rows = static_cast<int64_t>(ne[1]);
+    const size_t rb = row_bytes(ti, cols);
+    const int64_t rows = static_cast<int64_t>(s.ne[1]);
     std::vector<uint8_t>& buf = m.buffers[i];
     buf.resize(rb * static_cast<size_t>(rows));
     const uint64_t key = stream_key(o.seed, s.name);
     const float mean = vec ? 1.0f : 0.0f, std = vec ? 0.05f : 0.02f;
     parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-      std::vector<float> row(s.cols);
-      std::vector<uint32_t> bits(s.cols);
+      std::vector<float> row(cols);
+      std::vector<uint32_t> bits(cols);
       for (int64_t r = r0; r < r1; ++r) {
-        fill_normal(key, static_cast<uint64_t>(r) * s.cols, static_cast<int64_t>(s.cols), mean, std,
+        fill_normal(key, static_cast<uint64_t>(r) * cols, static_cast<int64_t>(cols), mean, std,
                     row.data(), bits.data());
         quantize_row(t, row.data(), buf.data() + static_cast<size_t>(r) * rb,
-                     static_cast<int64_t>(s.cols));
+                     static_cast<int64_t>(cols));
       }
     });
-    std::vector<uint64_t> shape = {s.cols};
-    if (!vec) shape.push_back(s.rows);
-    w.add_tensor(s.name, std::move(shape), t, buf.data(), buf.size());
-    m.n_params += s.cols * ne[1];
+    w.add_tensor(s.name, std::vector<uint64_t>(s.ne, s.ne + s.n_dims), t, buf.data(), buf.size());
+    m.n_params += cols * s.ne[1];
     m.tensor_bytes += buf.size();
   }
   m.n_tensors = specs.size();

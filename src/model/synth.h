@@ -5,8 +5,9 @@
 // normal CDF, so every element is independent of thread count and tensor order, and a seed always
 // gives the same bytes (with the same libm). Matrices ~ N(0, 0.02) like a trained model's; norm
 // weights ~ 1 + N(0, 0.05). Rows are generated and quantized directly into the output buffers.
-// Tensor types follow plan_tensor_type (model/quantize_model.h): for q4_0 the layer matrices are
-// Q4_0, token_embd is Q8_0 (tied: no output.weight), norms F32.
+// Tensor types follow plan_model (model/quantize_model.h) for the target (a type or a llama.cpp
+// mixture such as q4_k_m): for q4_0 the layer matrices are Q4_0, token_embd is Q8_0 (tied: no
+// output.weight), norms F32.
 //
 // Vocabulary: with a Hugging Face tokenizer.json, vocab_from_hf_json's tokens (the embedding has
 // one row per token). Without one, builtin_byte_vocab(): a byte-level gpt2 vocab (3 control
@@ -20,13 +21,14 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/quantize_model.h"
 #include "quant/formats.h"
 #include "tokenizer/tokenizer.h"
 
 namespace smolrt {
 
 struct SynthPreset {
-  std::string name;  // "smollm-135m" | "smollm-360m" | "tiny"
+  std::string name;  // "smollm-135m" | "smollm-360m" | "smollm2-360m" | "smollm2-1.7b" | "tiny"
   int dim;           // embedding_length
   int n_layers;      // block_count
   int n_heads;       // head_count
@@ -42,13 +44,16 @@ struct SynthPreset {
 const SynthPreset& synth_preset(const std::string& name);
 const std::vector<SynthPreset>& synth_presets();
 
+// The tensors of a preset's model with n_vocab embedding rows, in file order (shapes only).
+std::vector<TensorShape> synth_tensors(const SynthPreset& p, int n_vocab);
+
 // The built-in byte-level vocab, padded with unused tokens to `pad_to` entries when larger.
 VocabData builtin_byte_vocab(int pad_to = 0);
 
 struct SynthOptions {
   std::string preset = "tiny";
-  std::string tokenizer_json;  // "" = built-in byte vocab
-  GgmlType type = GgmlType::Q4_0;
+  std::string tokenizer_json;         // "" = built-in byte vocab
+  QuantTarget type = GgmlType::Q4_0;  // any `smolrt quantize --type` value (or a GgmlType)
   uint64_t seed = 42;
 };
 
