@@ -2,6 +2,7 @@
 // acceptable failure; crashes, sanitizer reports and leaks are bugs. When a file parses, every
 // tensor's bytes are read (ASan checks the data pointers stay in the buffer) and a Writer round
 // trip must reproduce the same metadata and tensors in at most the file's size plus one alignment.
+// A vocabulary in the metadata is built and run on a short text.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -95,6 +97,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   g_fuzz_sink = sum;  // keeps the reads: ASan checks every tensor byte lies inside the input
   exercise_accessors(*f);
   round_trip(*f);
+  try {  // a vocabulary from hostile metadata: build it and run a short text through it
+    const Tokenizer tok(vocab_from_gguf(*f));
+    const std::vector<int> ids = tok.encode("Hello, world! <|im_start|> 123 \xe2\x96\x81\xff");
+    for (int id : ids) check(id >= 0 && id < tok.n_vocab());
+    (void)tok.decode(ids, true);
+  } catch (const Error&) {
+  }
   try {
     const LlamaConfig c = load_config(*f);
     const Weights w = load_weights(*f, c);

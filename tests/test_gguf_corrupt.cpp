@@ -300,6 +300,29 @@ TEST(GgufCorrupt, DeepNestingRefused) {
   expect_error(b, "nested deeper than 8 levels");
 }
 
+TEST(GgufCorrupt, ArrayElementsBudgetIsPerFile) {
+  // One array of arrays holding one u8 array of 2^24 elements: 2^24 + 1 elements in all, one more
+  // than smolrt reads from a file's metadata. The file really holds the bytes (16 MiB), so only
+  // the budget refuses it, before the 2^24 Values (~800 MB) are allocated.
+  Bytes b(24);
+  std::memcpy(b.data(), "GGUF", 4);
+  poke<uint32_t>(b, 4, 3);
+  poke<uint64_t>(b, 8, 0);
+  poke<uint64_t>(b, 16, 1);
+  auto put32 = [&](uint32_t v) { b.insert(b.end(), (uint8_t*)&v, (uint8_t*)&v + 4); };
+  auto put64 = [&](uint64_t v) { b.insert(b.end(), (uint8_t*)&v, (uint8_t*)&v + 8); };
+  put64(1);
+  b.push_back('k');
+  put32(9);  // ARRAY
+  put32(9);  // of ARRAY
+  put64(1);
+  put32(0);  // of U8
+  put64(uint64_t{1} << 24);
+  b.resize(b.size() + (size_t{1} << 24), 0);
+  expect_error(b, "metadata 'k'[0] element count");
+  expect_error(b, "past smolrt's limit of 16777216 array elements in all (1 before this one)");
+}
+
 // --- tensor table
 // ---------------------------------------------------------------------------------
 

@@ -23,8 +23,11 @@ namespace smolrt::gguf {
 namespace {
 // Arrays nested deeper than this are refused (keeps recursion bounded on hostile input).
 constexpr int kMaxDepth = 8;
-// Elements in one metadata array. A 256K-token vocabulary is ~2^18; 2^24 leaves ample room while
-// bounding the memory a small hostile file can make the reader allocate.
+// Elements in all metadata arrays of a file together (nested ones included). A 256K-token
+// vocabulary with its scores, types and merges is ~2^20; 2^24 leaves ample room. Each element
+// costs a Value (~48 bytes) however few bytes it takes on disk, so this caps what the metadata can
+// make the reader allocate at ~800 MB plus the string bytes (which the file must hold), however
+// many arrays a file declares.
 constexpr uint64_t kMaxArrayItems = uint64_t{1} << 24;
 // Smallest on-disk size of one kv pair (key length, empty key, type, u8 value) and one tensor info
 // (name length, empty name, n_dims, one ne, type, offset): counts above remaining/min fail fast.
@@ -123,9 +126,10 @@ ValueType read_value_type(Cursor& c, const std::string& field) {
   return static_cast<ValueType>(t);
 }
 
-Value read_value(Cursor& c, ValueType t, const std::string& field, int depth);
+Value read_value(Cursor& c, ValueType t, const std::string& field, int depth, uint64_t& budget);
 
-Value read_array(Cursor& c, const std::string& field, int depth) {
+// `budget`: array elements the rest of the file may still declare (kMaxArrayItems in all).
+Value read_array(Cursor& c, const std::string& field, int depth, uint64_t& budget) {
   if (depth >= kMaxDepth) {
     c.bad(field, c.pos(),
           cat("arrays nested deeper than ", kMaxDepth, " levels are not supported"));
@@ -142,24 +146,30 @@ Value read_array(Cursor& c, const std::string& field, int depth) {
               " bytes each but only ", c.left(),
               " bytes are left; the file is truncated or the count is corrupt"));
   }
-  if (count > kMaxArrayItems) {
+  if (count > budget) {
     c.bad(field + " element count", at,
-          cat("array of ", count, " elements exceeds smolrt's limit of ", kMaxArrayItems));
+          cat("array of ", count, " elements takes the metadata past smolrt's limit of ",
+              kMaxArrayItems, " array elements in all (", kMaxArrayItems - budget,
+              " before this one); the count is corrupt or the file is not a model smolrt can "
+              "load"));
   }
+  budget -= count;
   Array arr;
   arr.elem_type = elem;
   arr.items.reserve(count);
   if (elem == ValueType::ARRAY) {
     for (uint64_t i = 0; i < count; ++i) {
-      arr.items.push_back(read_array(c, cat(field, "[", i, "]"), depth + 1));
+      arr.items.push_back(read_array(c, cat(field, "[", i, "]"), depth + 1, budget));
     }
   } else {
-    for (uint64_t i = 0; i < count; ++i) arr.items.push_back(read_value(c, elem, field, depth + 1));
+    for (uint64_t i = 0; i < count; ++i) {
+      arr.items.push_back(read_value(c, elem, field, depth + 1, budget));
+    }
   }
   return Value{ValueType::ARRAY, std::move(arr)};
 }
 
-Value read_value(Cursor& c, ValueType t, const std::string& field, int depth) {
+Value read_value(Cursor& c, ValueType t, const std::string& field, int depth, uint64_t& budget) {
   switch (t) {
     case ValueType::U8:
       return Value::u8(c.read<uint8_t>(field));
@@ -190,7 +200,7 @@ Value read_value(Cursor& c, ValueType t, const std::string& field, int depth) {
     case ValueType::STRING:
       return Value{ValueType::STRING, c.read_string(field)};
     case ValueType::ARRAY:
-      return read_array(c, field, depth);
+      return read_array(c, field, depth, budget);
   }
   c.bad(field, c.pos(), "unknown value type");  // unreachable: types are checked on read
 }
@@ -295,6 +305,7 @@ void File::parse_all(const uint8_t* p, uint64_t n) {
   kv_.reserve(n_kv);
   kv_offsets_.reserve(n_kv);
   std::unordered_map<std::string, uint64_t> seen_keys;
+  uint64_t array_budget = kMaxArrayItems;
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t at = c.pos();
     std::string key = c.read_string(cat("metadata key #", i));
@@ -306,7 +317,7 @@ void File::parse_all(const uint8_t* p, uint64_t n) {
     }
     seen_keys.emplace(key, at);
     const ValueType t = read_value_type(c, field + " type");
-    Value v = read_value(c, t, field, 0);
+    Value v = read_value(c, t, field, 0, array_budget);
     kv_.emplace_back(std::move(key), std::move(v));
     kv_offsets_.push_back(at);
   }
