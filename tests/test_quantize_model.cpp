@@ -261,6 +261,22 @@ TEST(QuantPlan, SmolLM135MQ4_K_M) {
       << notes[0];
 }
 
+TEST(QuantPlan, LayerNumbersNotFileOrder) {
+  // Real files (the SmolLM2 wheel's) list tensors by name: blk.0, blk.1, blk.10, blk.11, ...
+  // llama.cpp numbers attn_v / ffn_down by layer all the same, so the plan must not change.
+  std::vector<TensorShape> shapes = synth_tensors(synth_preset("smollm-135m"), 49152);
+  const std::vector<TensorPlan> by_layer = plan_model(shapes, parse_quant_target("q4_k_m"));
+  std::map<std::string, GgmlType> want;
+  for (size_t i = 0; i < shapes.size(); ++i) want[shapes[i].name] = by_layer[i].type;
+  std::sort(shapes.begin(), shapes.end(),
+            [](const TensorShape& a, const TensorShape& b) { return a.name < b.name; });
+  ASSERT_EQ(shapes[1].name.rfind("blk.0.", 0), 0u);
+  const std::vector<TensorPlan> by_name = plan_model(shapes, parse_quant_target("q4_k_m"));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(by_name[i].type, want.at(shapes[i].name)) << shapes[i].name;
+  }
+}
+
 TEST(QuantPlan, SmolLM135MOtherTargets) {
   auto m = plan_of("smollm-135m", parse_quant_target("q5_k_m"));
   EXPECT_EQ(m.at("blk.0.attn_q.weight"), GgmlType::Q5_1);  // Q5_K -> Q5_1

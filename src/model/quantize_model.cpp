@@ -101,21 +101,35 @@ uint32_t llama_file_type(const QuantTarget& t) {
 
 std::vector<TensorPlan> plan_model(const std::vector<TensorShape>& tensors, const QuantTarget& t) {
   if (!find_target(t) || !is_convertible(t.type)) fail("cannot quantize to ", type_name(t.type));
-  // llama.cpp's counters: attn_v-like tensors are numbered in file order (n = how many), and
-  // ffn_down tensors likewise (n = the layer count, one per layer for llama).
+  // llama.cpp's counters number the attn_v-like tensors (n = how many) and the ffn_down tensors
+  // (n = the layer count, one per layer for llama) in the order its loader keeps weights in:
+  // by the layer number of "blk.N." (other tensors first), then by name; not the file order.
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto layer_of = [](const std::string& name) {
+    int layer = -1;
+    if (std::sscanf(name.c_str(), "blk.%d.", &layer) != 1) layer = -1;
+    return layer;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int la = layer_of(tensors[a].name), lb = layer_of(tensors[b].name);
+    return la != lb ? la < lb : tensors[a].name < tensors[b].name;
+  });
+  std::vector<int> rank(tensors.size(), 0);
   int n_attn_v = 0, n_ffn_down = 0;
   bool tied = true;
-  for (const TensorShape& s : tensors) {
-    if (contains(s.name, "attn_v.weight") || contains(s.name, "attn_qkv.weight")) ++n_attn_v;
-    if (contains(s.name, "ffn_down")) ++n_ffn_down;
-    if (s.name == "output.weight") tied = false;
+  for (size_t i : order) {
+    const std::string& name = tensors[i].name;
+    if (contains(name, "attn_v.weight") || contains(name, "attn_qkv.weight")) rank[i] = n_attn_v++;
+    if (contains(name, "ffn_down")) rank[i] = n_ffn_down++;
+    if (name == "output.weight") tied = false;
   }
   const bool four_bit = t.type == GgmlType::Q4_0 || t.type == GgmlType::Q4_1;
   const bool quantized = type_info(t.type)->block_size > 1;
-  int i_attn_v = 0, i_ffn_down = 0;
   std::vector<TensorPlan> plan;
   plan.reserve(tensors.size());
-  for (const TensorShape& s : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorShape& s = tensors[i];
     TensorPlan p{t.type, ""};
     const bool matrix = s.n_dims >= 2 && s.ne[1] > 1;
     if (!matrix) {
@@ -133,21 +147,19 @@ std::vector<TensorPlan> plan_model(const std::vector<TensorShape>& tensors, cons
       p.type = s.ne[0] % kQKK == 0 ? GgmlType::Q6_K : GgmlType::Q8_0;
     } else if (attn_v) {
       if ((t.mix == QuantMix::Q4_K_M || t.mix == QuantMix::Q5_K_M) &&
-          use_more_bits(i_attn_v, n_attn_v)) {
+          use_more_bits(rank[i], n_attn_v)) {
         p.type = GgmlType::Q6_K;
-      } else if (t.mix == QuantMix::Q4_K_S && i_attn_v < 4) {
+      } else if (t.mix == QuantMix::Q4_K_S && rank[i] < 4) {
         p.type = GgmlType::Q5_K;
       }
     } else if (ffn_down) {
       if ((t.mix == QuantMix::Q4_K_M || t.mix == QuantMix::Q5_K_M) &&
-          use_more_bits(i_ffn_down, n_ffn_down)) {
+          use_more_bits(rank[i], n_ffn_down)) {
         p.type = GgmlType::Q6_K;
-      } else if (t.mix == QuantMix::Q4_K_S && i_ffn_down < n_ffn_down / 8) {
+      } else if (t.mix == QuantMix::Q4_K_S && rank[i] < n_ffn_down / 8) {
         p.type = GgmlType::Q5_K;
       }
     }
-    i_attn_v += attn_v;
-    i_ffn_down += ffn_down;
     p.type = fit_row_length(p.type, s.ne[0], s.name, p.note);
     plan.push_back(p);
   }

@@ -5,7 +5,7 @@
 //   f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k     one type for every matrix
 //   q4_k_s q4_k_m q5_k_s q5_k_m                               llama.cpp's mixtures (base Q4_K/Q5_K)
 //
-// Per-tensor rule (plan_model, tensors taken in file order):
+// Per-tensor rule (plan_model):
 //   - 1-D tensors (norms, biases; any tensor with ne[1] == 1) are stored F32.
 //   - matrices (ne[1] > 1) get the target's base type, except:
 //       * q4_0, q4_1: token_embd.weight and output.weight become Q8_0 (the layout of common
@@ -15,8 +15,10 @@
 //         2026-10, for the llama architecture without an importance matrix):
 //           output.weight, and token_embd.weight when there is no output.weight (tied): Q6_K if
 //           its rows are whole 256-blocks, else Q8_0;
-//           q4_k_m / q5_k_m: attn_v (and attn_qkv) number i of n, and ffn_down of layer i of n,
-//           become Q6_K when use_more_bits(i, n): i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2;
+//           q4_k_m / q5_k_m: attn_v (and attn_qkv) number i of n, and ffn_down number i of n,
+//           become Q6_K when use_more_bits(i, n): i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2,
+//           numbered as llama.cpp's loader orders weights (by layer number, then name: i is the
+//           layer for llama files, whatever their tensor order);
 //           q4_k_s: the first 4 attn_v and the ffn_down of layers i < n/8 become Q5_K;
 //           (q5_k_s, and the single types: nothing more).
 //   - row-length fall-back (llama.cpp's tensor_type_fallback): a row length ne[0] that is not a
