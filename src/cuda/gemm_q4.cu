@@ -86,8 +86,7 @@ struct WFrag {
 };
 
 template <GgmlType T>
-__device__ __forceinline__ WFrag<T> fetch(const RowSrc& A, const RowSrc& B, int c, int nu,
-                                          int t4) {
+__device__ __forceinline__ WFrag<T> fetch(const RowSrc& A, const RowSrc& B, int c, int nu, int t4) {
   using F = QFormat<T>;
   constexpr int upb = F::kLayout.block ? F::kLayout.qk / 32 : 1;
   WFrag<T> f;
@@ -102,26 +101,11 @@ __device__ __forceinline__ WFrag<T> fetch(const RowSrc& A, const RowSrc& B, int 
   return f;
 }
 
-// The 8 fp16 pairs (mma A-operand registers) of 16 raw weights: pair 2s+q holds the weights of
-// columns k = 4(s/2)+q and k+2 of half s&1 (qformat.h's w16 order), the order the staged
-// activations follow (gemm_frag_pos).
+// The 8 fp16 pairs (mma A-operand registers) of 16 raw weights (qformat.h pairs16), in the
+// order the staged activations follow (gemm_frag_pos).
 template <GgmlType T>
 __device__ __forceinline__ void frag_pairs(const typename QFormat<T>::Raw16& r, uint32_t (&h2)[8]) {
-  using F = QFormat<T>;
-  if constexpr (requires { F::pairs16(r, h2); }) {
-    F::pairs16(r, h2);
-  } else {
-    float w[2][8];
-    F::w16(r, w);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int k = 4 * (s >> 1) + q;
-        h2[2 * s + q] = pack_half2(w[s & 1][k], w[s & 1][k + 2]);
-      }
-    }
-  }
+  QFormat<T>::pairs16(r, h2);
 }
 
 // ---- epilogues ------------------------------------------------------------------------------

@@ -282,6 +282,33 @@ struct ItemRows {
   }
 };
 
+// The weights of one work item in registers. T is the matrices' type; Qkv kernels may take V in
+// a second type TV (K-quant mixtures give attn_v more bits: Q6_K, or Q8_0 where rows are not
+// whole super-blocks), so the three projections stay one launch: the item's segment (warp-uniform)
+// picks the registers and the code.
+template <GgmlType T, GgmlType TV, int NX>
+struct ItemW {
+  WRegs<T, NX> w;
+  WRegs<TV, NX> v;
+  template <Epi E>
+  __device__ __forceinline__ void load(const ItemRows<E>& ir, int lane, int ps) {
+    if (T != TV && ir.seg == 2) {
+      load_w<TV, NX>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, ps);
+    } else {
+      load_w<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, ps);
+    }
+  }
+  template <Epi E>
+  __device__ __forceinline__ void dot(const ItemRows<E>& ir, const float (&xr)[NX], int lane,
+                                      int ps, float& pa, float& pb) const {
+    if (T != TV && ir.seg == 2) {
+      dot2<TV, NX>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, lane, ps, pa, pb);
+    } else {
+      dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, lane, ps, pa, pb);
+    }
+  }
+};
+
 // Epilogue inputs that do not depend on the dot products, fetched or computed before them so
 // their latency overlaps the x staging and the math instead of trailing the warp sums (an L2 round
 // trip, or powf + sincosf, on every step's critical path). Plain with accumulate: the rows of
@@ -315,18 +342,15 @@ __device__ __forceinline__ PreEpi pre_epi(const GemvParams& p, const ItemRows<E>
 // for all items and load the next item's weights while the current one is computed; MULTI
 // kernels walk the columns in passes of pass_cols<NX>(), the next pass's slice of x from shared
 // memory.
-template <GgmlType T, int NX, Epi E, bool MULTI>
+template <GgmlType T, int NX, Epi E, bool MULTI, GgmlType TV = T>
 __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   const int lane = threadIdx.x & 31;
   const int stride = gridDim.x * (kBlock / 32);
   const int cols = p.m0.cols;
   int item = blockIdx.x * (kBlock / 32) + (threadIdx.x >> 5);
 
-  WRegs<T, NX> w;
-  if (item < p.n_items) {
-    const ItemRows<E> ir(p, item);
-    load_w<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, 0);
-  }
+  ItemW<T, TV, NX> w;
+  if (item < p.n_items) w.load(ItemRows<E>(p, item), lane, 0);
   pdl_wait();
   pdl_trigger();
   int pos = 0;
@@ -354,26 +378,20 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
     if (more && (kEpiAllLanes || lane == 0)) pe = pre_epi<E>(p, ItemRows<E>(p, item + stride), pos);
     float va = 0.f, vb = 0.f;
     if constexpr (!MULTI) {
-      WRegs<T, NX> wn;
-      if (more) {
-        const ItemRows<E> nr(p, item + stride);
-        load_w<T, NX>(wn, *nr.ma, nr.ra, *nr.mb, nr.rb, lane, 0);
-      }
-      dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, lane, 0, va, vb);
+      ItemW<T, TV, NX> wn;
+      if (more) wn.load(ItemRows<E>(p, item + stride), lane, 0);
+      w.dot(ir, xr, lane, 0, va, vb);
       w = wn;
     } else {
       for (int ps = 0; ps < passes; ++ps) {
-        if (ps > 0) load_w<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, ps);
+        if (ps > 0) w.load(ir, lane, ps);
         load_xr<T, NX>(xr, xs, ps, cols, lane);
         float a, b;
-        dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, lane, ps, a, b);
+        w.dot(ir, xr, lane, ps, a, b);
         va += a;
         vb += b;
       }
-      if (more) {
-        const ItemRows<E> nr(p, item + stride);
-        load_w<T, NX>(w, *nr.ma, nr.ra, *nr.mb, nr.rb, lane, 0);
-      }
+      if (more) w.load(ItemRows<E>(p, item + stride), lane, 0);
     }
     va = warp_sum(va);
     vb = warp_sum(vb);
@@ -424,10 +442,10 @@ int grid_blocks(int n_items, int max_blocks) {
   return blocks < cap ? blocks : cap;
 }
 
-template <GgmlType T, int NX, Epi E, bool MULTI>
+template <GgmlType T, int NX, Epi E, bool MULTI, GgmlType TV = T>
 void launch_nx(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
   const size_t smem = xs_bytes<T>(cols);
-  auto* kernel = gemv_kernel<T, NX, E, MULTI>;
+  auto* kernel = gemv_kernel<T, NX, E, MULTI, TV>;
   if (smem > 48 * 1024) {
     // Wide inputs: raise this instantiation's dynamic shared-memory limit (once is enough, but
     // the call is cheap and not a stream operation, so graph capture is unaffected).
@@ -439,15 +457,15 @@ void launch_nx(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
 
 // One pass with 32 or 64 x registers per lane where it fits (the K-quants' units take more
 // registers: one pass up to 1,024 columns), else passes of 2,048 columns.
-template <GgmlType T, Epi E>
+template <GgmlType T, Epi E, GgmlType TV = T>
 void launch_t(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
-  constexpr bool kHeavy = units_per_block<T>() > 1;
+  constexpr bool kHeavy = units_per_block<T>() > 1 || units_per_block<TV>() > 1;
   if (cols <= pass_cols<32>()) {
-    launch_nx<T, 32, E, false>(p, cols, s, max_blocks);
+    launch_nx<T, 32, E, false, TV>(p, cols, s, max_blocks);
   } else if (!kHeavy && cols <= pass_cols<64>()) {
-    launch_nx<T, 64, E, false>(p, cols, s, max_blocks);
+    launch_nx<T, 64, E, false, TV>(p, cols, s, max_blocks);
   } else {
-    launch_nx<T, 64, E, true>(p, cols, s, max_blocks);
+    launch_nx<T, 64, E, true, TV>(p, cols, s, max_blocks);
   }
 }
 
@@ -556,6 +574,31 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
   p.kv_dim = a.wk.rows;
   p.rope = a.rope ? 1 : 0;
   p.pos = a.pos;
+  // Q and K of one block type, V in the wider type of a K-quant mixture: still one launch.
+  const GgmlType tq = a.wq.type, tv = a.wv.type;
+  if (tq == a.wk.type && tv != tq && dev_layout(tq).block &&
+      (tv == GgmlType::Q6_K || tv == GgmlType::Q8_0)) {
+    p.m0 = a.wq;
+    p.m1 = a.wk;
+    p.m2 = a.wv;
+    p.off1 = a.wq.rows;
+    p.off2 = a.wq.rows + a.wk.rows;
+    p.n_items = (a.wq.rows + 2 * a.wk.rows) / 2;
+    p.out0 = a.q_out;
+    p.out1 = a.k_out;
+    p.out2 = a.v_out;
+    dispatch_format(tq, [&](auto tag) {
+      constexpr GgmlType T = decltype(tag)::value;
+      if constexpr (QFormat<T>::kLayout.block) {
+        if (tv == GgmlType::Q6_K) {
+          launch_t<T, Epi::Qkv, GgmlType::Q6_K>(p, p.m0.cols, s, 0);
+        } else {
+          launch_t<T, Epi::Qkv, GgmlType::Q8_0>(p, p.m0.cols, s, 0);
+        }
+      }
+    });
+    return;
+  }
   if (a.wq.type == a.wk.type && a.wq.type == a.wv.type) {
     p.m0 = a.wq;
     p.m1 = a.wk;
@@ -569,8 +612,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
     dispatch<Epi::Qkv>(p, s);
     return;
   }
-  // Mixed types (K-quant mixtures give attn_v a wider type on some layers): one launch per
-  // matrix, the segment selected through the row offsets.
+  // Other mixes of types: one launch per matrix, the segment selected through the row offsets.
   const DevMat* ms[3] = {&a.wq, &a.wk, &a.wv};
   float* outs[3] = {a.q_out, a.k_out, a.v_out};
   for (int i = 0; i < 3; ++i) {

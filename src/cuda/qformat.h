@@ -20,8 +20,11 @@
 // The prefill GEMM (gemm_q4.cu) reads 16 weights per thread and 64-column chunk: of unit u, the
 // columns 8h + k and 16 + 8h + k (k < 8, h = 0 or 1: which half of the unit's lane pair).
 // load16(q, d, blk, j, h) fetches them raw (Raw16; blk = the unit's block, j = the unit inside it),
-// w16(raw, w) decodes them to w[hi][k] = weight of column 8h + k + 16*hi; a format may instead
-// give pairs16 (the mma's fp16 pairs straight from the bits, as Q4_0 does).
+// pairs16(raw, h2) turns them into the mma's 8 fp16 pairs: pair 2s+q holds the weights of columns
+// k and k+2 of half s&1 (k = 4(s/2)+q, column 8h + k + 16*(s&1)). The quants become fp16 by the
+// exact magic-number trick (int2_h2: no integer-to-float conversion, a quarter-rate instruction
+// on Hopper), then the block scale (and minimum) apply in fp16: the weight rounded once (twice
+// with a minimum) to fp16.
 #pragma once
 
 #include <cstddef>
@@ -101,9 +104,17 @@ SMOLRT_DEV uint2 ldg8(const void* p) {
   return __ldg(static_cast<const uint2*>(p));
 }
 
-// Byte k (0..7, a constant after unrolling) of an 8-byte register pair.
-SMOLRT_DEV uint32_t byte8(const uint2& v, int k) {
-  return ((k < 4 ? v.x : v.y) >> (8 * (k & 3))) & 0xFFu;
+// Two small non-negative integers in bits 0-9 and 16-25 of v -> the fp16 pair (v0 - bias,
+// v1 - bias), exact: 0x6400 | n is 1024 + n in fp16.
+SMOLRT_DEV __half2 int2_h2(uint32_t v, float bias) {
+  const uint32_t h = v | 0x64006400u;
+  return __hsub2(*reinterpret_cast<const __half2*>(&h), __float2half2_rn(1024.f + bias));
+}
+SMOLRT_DEV uint32_t h2_bits(__half2 v) {
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+SMOLRT_DEV __half2 h2_of(float v) {
+  return __float2half2_rn(v);
 }
 
 // Q4_0-style nibble block (16 bytes: low nibbles = weights 0..15, high = 16..31) plus optional 5th
@@ -149,10 +160,17 @@ struct QFormat<GgmlType::F16> {
     const uint16_t* p = static_cast<const uint16_t*>(q) + blk * 32 + 8 * h;
     return {ldg16(p), ldg16(p + 16)};
   }
-  static SMOLRT_DEV float elem8(const uint4& v, int k) { return h2f((uint16_t)((k < 4 ? (k < 2 ? v.x : v.y) : (k < 6 ? v.z : v.w)) >> (16 * (k & 1)))); }
-  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) w[0][k] = elem8(r.lo, k), w[1][k] = elem8(r.hi, k);
+    for (int s = 0; s < 4; ++s) {
+      const uint4& g = (s & 1) ? r.hi : r.lo;
+      const uint32_t w1 = (s >> 1) ? g.z : g.x, w2 = (s >> 1) ? g.w : g.y;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint32_t v = __byte_perm(w1, w2, q ? 0x7632 : 0x5410);  // elements k, k+2
+        h2[2 * s + q] = v;
+      }
+    }
   }
   static SMOLRT_DEV float elem(const void* p, size_t i) {
     return h2f(__ldg(static_cast<const uint16_t*>(p) + i));
@@ -171,10 +189,18 @@ struct QFormat<GgmlType::BF16> {
     const uint16_t* p = static_cast<const uint16_t*>(q) + blk * 32 + 8 * h;
     return {ldg16(p), ldg16(p + 16)};
   }
-  static SMOLRT_DEV float elem8(const uint4& v, int k) { return __uint_as_float(((k < 4 ? (k < 2 ? v.x : v.y) : (k < 6 ? v.z : v.w)) >> (16 * (k & 1))) << 16); }
-  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) w[0][k] = elem8(r.lo, k), w[1][k] = elem8(r.hi, k);
+    for (int s = 0; s < 4; ++s) {
+      const uint4& g = (s & 1) ? r.hi : r.lo;
+      const uint32_t w1 = (s >> 1) ? g.z : g.x, w2 = (s >> 1) ? g.w : g.y;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint32_t v = __byte_perm(w1, w2, q ? 0x7632 : 0x5410);  // elements k, k+2
+        h2[2 * s + q] =
+            h2_bits(__floats2half2_rn(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u)));
+      }
+    }
   }
   static SMOLRT_DEV float elem(const void* p, size_t i) {
     return __uint_as_float((uint32_t)__ldg(static_cast<const uint16_t*>(p) + i) << 16);
@@ -273,13 +299,16 @@ struct QFormat<GgmlType::Q4_1> {
     return {ldg8(static_cast<const uint8_t*>(q) + blk * 16 + 8 * h),
             __ldg(reinterpret_cast<const uint32_t*>(d) + blk)};
   }
-  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
-    const float d = h2f((uint16_t)r.dm), m = h2f((uint16_t)(r.dm >> 16));
+  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
+    const __half2 d = h2_of(h2f((uint16_t)r.dm)), m = h2_of(h2f((uint16_t)(r.dm >> 16)));
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t b = byte8(r.q, k);
-      w[0][k] = (float)(b & 15u) * d + m;
-      w[1][k] = (float)(b >> 4) * d + m;
+    for (int s = 0; s < 4; ++s) {
+      const uint32_t w = s < 2 ? r.q.x : r.q.y;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint32_t v = (w >> ((s & 1) * 4 + 8 * q)) & 0x000F000Fu;
+        h2[2 * s + q] = h2_bits(__hfma2(int2_h2(v, 0.f), d, m));
+      }
     }
   }
 #endif
@@ -332,20 +361,22 @@ struct QFormatQ5 {
     return {ldg8(static_cast<const uint8_t*>(q) + blk * 16 + 8 * h),
             __ldg(reinterpret_cast<const uint2*>(d) + blk), h};
   }
-  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
-    const float d = h2f((uint16_t)r.meta.y), m = h2f((uint16_t)(r.meta.y >> 16));
+  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
+    const __half2 d = h2_of(h2f((uint16_t)r.meta.y)), m = h2_of(h2f((uint16_t)(r.meta.y >> 16)));
     const uint32_t qh = r.meta.x >> (8 * r.h);  // bit k: column 8h+k; bit 16+k: 16+8h+k
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t b = byte8(r.q, k);
-      const int lo = (int)((b & 15u) | (((qh >> k) & 1u) << 4));
-      const int hi = (int)((b >> 4) | (((qh >> (16 + k)) & 1u) << 4));
-      if constexpr (kMin) {
-        w[0][k] = (float)lo * d + m;
-        w[1][k] = (float)hi * d + m;
-      } else {
-        w[0][k] = (float)(lo - 16) * d;
-        w[1][k] = (float)(hi - 16) * d;
+    for (int s = 0; s < 4; ++s) {
+      const uint32_t w = s < 2 ? r.q.x : r.q.y;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint32_t b5 = qh >> (16 * (s & 1) + 4 * (s >> 1) + q);  // bits of k and k+2
+        const uint32_t v = ((w >> ((s & 1) * 4 + 8 * q)) & 0x000F000Fu) | ((b5 << 4) & 0x10u) |
+                           ((b5 << 18) & 0x100000u);
+        if constexpr (kMin) {
+          h2[2 * s + q] = h2_bits(__hfma2(int2_h2(v, 0.f), d, m));
+        } else {
+          h2[2 * s + q] = h2_bits(__hmul2(int2_h2(v, 16.f), d));
+        }
       }
     }
   }
@@ -394,12 +425,17 @@ struct QFormat<GgmlType::Q8_0> {
     const uint8_t* p = static_cast<const uint8_t*>(q) + blk * 32 + 8 * h;
     return {ldg8(p), ldg8(p + 16), __ldg(d + blk)};
   }
-  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
-    const float d = h2f((uint16_t)r.d);
+  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
+    const __half2 d = h2_of(h2f((uint16_t)r.d));
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      w[0][k] = (float)(int8_t)byte8(r.lo, k) * d;
-      w[1][k] = (float)(int8_t)byte8(r.hi, k) * d;
+    for (int s = 0; s < 4; ++s) {
+      const uint2& g = (s & 1) ? r.hi : r.lo;
+      const uint32_t w = s < 2 ? g.x : g.y;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint32_t v = ((w >> (8 * q)) & 0x00FF00FFu) ^ 0x00800080u;  // int8 + 128
+        h2[2 * s + q] = h2_bits(__hmul2(int2_h2(v, 128.f), d));
+      }
     }
   }
 #endif
@@ -503,20 +539,27 @@ struct QFormatQK {
     r.j = j;
     return r;
   }
-  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
     float sc, m;
     k_scale_min_regs(r.hd, r.j, sc, m);
-    const float d1 = h2f((uint16_t)r.hd.x) * sc, m1 = h2f((uint16_t)(r.hd.x >> 16)) * m;
+    const __half2 d1 = h2_of(h2f((uint16_t)r.hd.x) * sc);
+    const __half2 m1 = h2_of(-h2f((uint16_t)(r.hd.x >> 16)) * m);
     const int sh = 4 * (r.j & 1);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t a = (byte8(r.q0, k) >> sh) & 15u, b = (byte8(r.q1, k) >> sh) & 15u;
+    for (int s = 0; s < 4; ++s) {
+      const uint2& g = (s & 1) ? r.q1 : r.q0;
+      const uint32_t w = s < 2 ? g.x : g.y;
+      uint32_t gh = 0;
       if constexpr (kQh) {
-        a |= ((byte8(r.g0, k) >> r.j) & 1u) << 4;
-        b |= ((byte8(r.g1, k) >> r.j) & 1u) << 4;
+        const uint2& gg = (s & 1) ? r.g1 : r.g0;
+        gh = s < 2 ? gg.x : gg.y;
       }
-      w[0][k] = d1 * (float)a - m1;
-      w[1][k] = d1 * (float)b - m1;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        uint32_t v = (w >> (8 * q + sh)) & 0x000F000Fu;
+        if constexpr (kQh) v |= ((gh >> (8 * q + r.j)) & 0x00010001u) << 4;
+        h2[2 * s + q] = h2_bits(__hfma2(int2_h2(v, 0.f), d1, m1));
+      }
     }
   }
 #endif
@@ -602,16 +645,22 @@ struct QFormat<GgmlType::Q6_K> {
             __ldg(d + sblk),
             t};
   }
-  static SMOLRT_DEV void w16(const Raw16& r, float (&w)[2][8]) {
+  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
     const float d = h2f((uint16_t)r.d);
-    const float s0 = d * (float)(int8_t)(r.sc & 0xFFu), s1 = d * (float)(int8_t)(r.sc >> 8);
+    const __half2 s0 = h2_of(d * (float)(int8_t)(r.sc & 0xFFu));
+    const __half2 s1 = h2_of(d * (float)(int8_t)(r.sc >> 8));
     const int ls = 4 * (r.t >> 1), hs = 2 * r.t;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int a = (int)(((byte8(r.l0, k) >> ls) & 15u) | (((byte8(r.g0, k) >> hs) & 3u) << 4));
-      const int b = (int)(((byte8(r.l1, k) >> ls) & 15u) | (((byte8(r.g1, k) >> hs) & 3u) << 4));
-      w[0][k] = s0 * (float)(a - 32);
-      w[1][k] = s1 * (float)(b - 32);
+    for (int s = 0; s < 4; ++s) {
+      const uint2& l = (s & 1) ? r.l1 : r.l0;
+      const uint2& g = (s & 1) ? r.g1 : r.g0;
+      const uint32_t lw = s < 2 ? l.x : l.y, gw = s < 2 ? g.x : g.y;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint32_t v =
+            ((lw >> (8 * q + ls)) & 0x000F000Fu) | (((gw >> (8 * q + hs)) & 0x00030003u) << 4);
+        h2[2 * s + q] = h2_bits(__hmul2(int2_h2(v, 32.f), (s & 1) ? s1 : s0));
+      }
     }
   }
 #endif

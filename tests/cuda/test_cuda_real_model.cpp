@@ -79,9 +79,6 @@ TEST(CudaRealModel, PrefillLogitsMatchCpuAndAnswerIsParis) {
   EXPECT_NE(r.text.find("Paris"), std::string::npos) << r.text;
 }
 
-}  // namespace
-}  // namespace smolrt
-
 // Any weight format (gpu_check.sh runs this on the real weights requantized to q4_k_m, q5_k_m,
 // q6_k and q8_0, named through SMOLRT_MODEL): for four plain prompts, the GPU's greedy tokens
 // equal the CPU backend's, and the prompt's last-position logits agree within the batched
@@ -117,7 +114,10 @@ TEST(CudaRealModel, GreedyMatchesCpuOnFourPrompts) {
     std::printf("[ real %s ] last-position rel L2 %.3g; cuda greedy: %s\n",
                 path.filename().string().c_str(), err, rg.text.c_str());
     EXPECT_LT(err, 2e-2) << p;
-    EXPECT_EQ(rg.generated_ids, rc.generated_ids) << p << "\ncpu: " << rc.text
-                                                  << "\ncuda: " << rg.text;
+    EXPECT_EQ(rg.generated_ids, rc.generated_ids)
+        << p << "\ncpu: " << rc.text << "\ncuda: " << rg.text;
   }
 }
+
+}  // namespace
+}  // namespace smolrt

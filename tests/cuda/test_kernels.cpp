@@ -331,9 +331,14 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
   const QkvShape wide = {1024, 16, 4, 64, 64, 10000.f};
   for (GgmlType t : kTypes)
     check_qkv(t, t, is_float(t) || block_of(t) == 32 ? smol : wide, 9, 16, true, true);
-  // Mixed types (a K-quant mixture's attn_v): one launch per matrix.
-  check_qkv(GgmlType::Q4_0, GgmlType::Q8_0, smol, 7, 16, true, true);
-  check_qkv(GgmlType::Q4_K, GgmlType::Q6_K, wide, 7, 16, true, true);
+  // A K-quant mixture's attn_v (Q6_K, or Q8_0 for rows that are not whole super-blocks) in the
+  // same launch as Q and K (the two-type kernel); any other mix: one launch per matrix.
+  for (bool epi : {true, false}) {
+    check_qkv(GgmlType::Q5_0, GgmlType::Q8_0, smol, 7, 16, true, epi);
+    check_qkv(GgmlType::Q4_K, GgmlType::Q6_K, wide, 7, 16, true, epi);
+    check_qkv(GgmlType::Q5_K, GgmlType::Q8_0, wide, 3, 16, false, epi);
+    check_qkv(GgmlType::Q4_0, GgmlType::F16, smol, 7, 16, true, epi);
+  }
 }
 
 TEST(KernelGateUp, SiluMulMatchesCpu) {
