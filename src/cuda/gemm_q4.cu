@@ -41,6 +41,10 @@ struct Params {
   int nu;       // 32-column units per row
   int nchunks;  // 64-column chunks per row (the last may hold one unit)
   int mt0;      // first m-tile of this launch (QkvRope with mixed types: one launch per matrix)
+  int mt_end;   // one past the last m-tile of this launch
+  // QkvRope with V in a second type (gemm_q4_kernel's TV): blocks from vb0 on take the m-tiles
+  // from mt_v0 on (V's), the others those before it (Q's and K's).
+  int vb0, mt_v0;
   int cps;      // chunks per K split (gridDim.z splits)
   int n;        // epilogue width: rows (Store/Accumulate), 2*rows (SiluPair), q+k+v rows (QkvRope)
   int mw;       // warps side by side along the rows (16-row tiles per block)
@@ -240,14 +244,17 @@ constexpr int gemm_min_blocks() {
   return 0;
 }
 
+// One block's work: m-tiles mt_first + bx*MW .. (a warp past mt_end reads no weights and writes
+// nothing), weights of type T.
 template <GgmlType T, GemmEpilogue E, int NT, bool H>
-__global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kernel(const Params p) {
+__device__ __forceinline__ void gemm_body(const Params& p, int mt_first, int bx, int mt_end) {
   constexpr int BN = 8 * NT;
   const int NTH = blockDim.x, NW = NTH / 32, MW = p.mw, KW = NW / MW;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int mw = warp % MW, kw = warp / MW;
-  const int mt = p.mt0 + blockIdx.x * MW + mw;  // this warp's m-tile (16 weight rows)
+  const int mt = mt_first + bx * MW + mw;  // this warp's m-tile (16 weight rows)
+  const bool mt_ok = mt < mt_end;
   const int t0 = blockIdx.y * BN;
   const int c0 = blockIdx.z * p.cps, c1 = min(p.nchunks, c0 + p.cps);
   const Layout L(BN, (c1 - c0) * kChunk, NW, NT, H, KW > 1);
@@ -260,6 +267,7 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
   // Weights never depend on the previous kernel: the first round is in flight before the wait.
   RowSrc A, B;
   tile_rows<E>(p, mt, g, A, B);
+  if (!mt_ok) A.ok = B.ok = false;
   const int my = c1 - c0 > kw ? (c1 - c0 - kw + KW - 1) / KW : 0;  // chunks c0+kw, +KW, ...
   constexpr int R = kRing<T, H>;
   const int rounds = (my + R - 1) / R;
@@ -422,12 +430,29 @@ __global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kern
       for (int w = 0; w < KW; ++w)
 #pragma unroll
         for (int e = 0; e < 4; ++e) v[e] += red[(((w * MW + mw) * NT + j) * 4 + e) * 32 + lane];
-      epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, v, have_res ? res : nullptr);
+      if (mt_ok) epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, v, have_res ? res : nullptr);
     }
   } else {
 #pragma unroll
     for (int j = 0; j < NT; ++j)  // have_res: NT = KW = 1, the residual of tile j = 0
-      epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, acc[j], have_res ? res : nullptr);
+      if (mt_ok) epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, acc[j], have_res ? res : nullptr);
+  }
+}
+
+// T: the weights' type. QkvRope with V in another type TV (a K-quant mixture's attn_v): blocks
+// from p.vb0 on do V's m-tiles with TV, the others Q's and K's with T; the branch is
+// block-uniform, so each block runs one type's code (its barriers and registers) and the grid
+// stays one full launch.
+template <GgmlType T, GemmEpilogue E, int NT, bool H, GgmlType TV = T>
+__global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kernel(const Params p) {
+  if constexpr (TV != T) {
+    if ((int)blockIdx.x >= p.vb0) {
+      gemm_body<TV, E, NT, H>(p, p.mt_v0, (int)blockIdx.x - p.vb0, p.mt_end);
+      return;
+    }
+    gemm_body<T, E, NT, H>(p, p.mt0, (int)blockIdx.x, p.mt_v0);
+  } else {
+    gemm_body<T, E, NT, H>(p, p.mt0, (int)blockIdx.x, p.mt_end);
   }
 }
 
@@ -509,11 +534,17 @@ int sm_count() {
 }
 
 // mw x kw warps per block (<= 16), z K splits across blocks.
-template <GgmlType T, GemmEpilogue E, int NT, bool H>
+template <GgmlType T, GemmEpilogue E, int NT, bool H, GgmlType TV = T>
 void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
   constexpr int BN = 8 * NT;
   const int nw = mw * kw;
-  const int gx = (mtiles + mw - 1) / mw, gy = (p.a.t + BN - 1) / BN;
+  int gx = (mtiles + mw - 1) / mw;
+  const int gy = (p.a.t + BN - 1) / BN;
+  p.mt_end = p.mt0 + mtiles;
+  if constexpr (TV != T) {  // Q's and K's tiles, then V's, each rounded up to whole blocks
+    p.vb0 = (p.mt_v0 - p.mt0 + mw - 1) / mw;
+    gx = p.vb0 + (p.mt_end - p.mt_v0 + mw - 1) / mw;
+  }
   p.mw = mw;
   p.cps = (p.nchunks + z - 1) / z;
   z = (p.nchunks + p.cps - 1) / p.cps;
@@ -521,7 +552,7 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
   if (smem > kMaxSmem)
     fail("gemm_q4: k=", p.k, " needs ", smem, " bytes of shared memory for ", BN,
          " tokens per block (limit ", kMaxSmem, ")");
-  auto kern = gemm_q4_kernel<T, E, NT, H>;
+  auto kern = gemm_q4_kernel<T, E, NT, H, TV>;
   static bool configured = false;  // per instantiation, once
   if (!configured) {
     configure_prefill_kernel(kern, kMaxSmem);
@@ -560,7 +591,7 @@ constexpr int kMaxWarps = 16;
 // Staging budget of the small-batch tiles (bytes of fp16 activations in flight per wave).
 constexpr double kStageBudget = 4096.0 * 1024.0;
 
-template <GgmlType T, GemmEpilogue E, bool H>
+template <GgmlType T, GemmEpilogue E, bool H, GgmlType TV = T>
 void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
   const int t = p.a.t;
   // One 8-token tile per block up to 32 tokens (more blocks, less staging per SM: measured on an
@@ -578,12 +609,12 @@ void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
   auto fits = [&](int n) {
     return Layout(8 * n, cps * kChunk, mw * kw, n, H, kw > 1).bytes <= kMaxSmem;
   };
-  if (nt == 1 || !fits(2)) return launch<T, E, 1, H>(p, mtiles, mw, kw, z, s);
-  if (nt == 2 || !fits(4)) return launch<T, E, 2, H>(p, mtiles, mw, kw, z, s);
-  return launch<T, E, 4, H>(p, mtiles, mw, kw, z, s);
+  if (nt == 1 || !fits(2)) return launch<T, E, 1, H, TV>(p, mtiles, mw, kw, z, s);
+  if (nt == 2 || !fits(4)) return launch<T, E, 2, H, TV>(p, mtiles, mw, kw, z, s);
+  return launch<T, E, 4, H, TV>(p, mtiles, mw, kw, z, s);
 }
 
-template <GgmlType T, GemmEpilogue E>
+template <GgmlType T, GemmEpilogue E, GgmlType TV = T>
 void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
   const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && split_k();
   const int t = p.a.t;
@@ -595,10 +626,10 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
       if (!split) fail("gemm_q4: k=", p.k, " is too large for the fp16 path; use fp32 input");
       ++z;
     }
-    return launch<T, E, 8, true>(p, mtiles, 4, 1, z, s);
+    return launch<T, E, 8, true, TV>(p, mtiles, 4, 1, z, s);
   }
-  if (p.a.xh) return dispatch_small<T, E, true>(p, mtiles, split, s);
-  return dispatch_small<T, E, false>(p, mtiles, split, s);
+  if (p.a.xh) return dispatch_small<T, E, true, TV>(p, mtiles, split, s);
+  return dispatch_small<T, E, false, TV>(p, mtiles, split, s);
 }
 
 // The one dispatch place from the weight type to the kernel template (qformat.h's table).
@@ -675,7 +706,23 @@ void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_
       p.n = a.w0.rows + a.w1.rows + a.w2.rows;
       if (a.w1.type == t && a.w2.type == t)
         return dispatch<GemmEpilogue::QkvRope>(p, t, p.n / 16, stream);
-      // Mixed types (a K-quant mixture's attn_v): one launch per matrix over its own m-tiles.
+      const GgmlType tv = a.w2.type;
+      if (a.w1.type == t && dev_layout(t).block && (tv == GgmlType::Q6_K || tv == GgmlType::Q8_0)) {
+        // Q and K of one type, V in a K-quant mixture's wider type: one launch (two-type kernel).
+        p.mt_v0 = (a.w0.rows + a.w1.rows) / 16;
+        dispatch_format(t, [&](auto tag) {
+          constexpr GgmlType T = decltype(tag)::value;
+          if constexpr (QFormat<T>::kLayout.block) {
+            if (tv == GgmlType::Q6_K) {
+              dispatch_t<T, GemmEpilogue::QkvRope, GgmlType::Q6_K>(p, p.n / 16, stream);
+            } else {
+              dispatch_t<T, GemmEpilogue::QkvRope, GgmlType::Q8_0>(p, p.n / 16, stream);
+            }
+          }
+        });
+        return;
+      }
+      // Other mixes of types: one launch per matrix over its own m-tiles.
       const DevMat* ms[3] = {&a.w0, &a.w1, &a.w2};
       int mt = 0;
       for (const DevMat* m : ms) {

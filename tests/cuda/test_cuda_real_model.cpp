@@ -4,6 +4,7 @@
 // in two halves and named through SMOLRT_MODEL).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 

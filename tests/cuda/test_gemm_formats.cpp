@@ -105,18 +105,20 @@ TEST(GemmFormats, SiluPairAndMixedQkvRopeMatchReference) {
     cuda::gemm_q4(a, cuda::GemmEpilogue::SiluPair, o, nullptr);
     EXPECT_LT(rel_l2(dy.get(), ref), kTol);
   }
-  // QkvRope with Q, K in Q4_K and V in Q6_K (a Q4_K_M mixture's attn_v): one launch per matrix.
-  // rope_dim 0 leaves the values unrotated, so the reference is the three plain products; q goes
-  // to y, k and v to the fp32 caches at rows pos0..pos0+T-1.
-  {
-    const int q_dim = 256, kv_dim = 64, pos0 = 3, n_ctx = 16;
+  // QkvRope with Q, K in Q4_K and V in Q6_K or Q8_0 (a Q4_K_M mixture's attn_v: the two-type
+  // kernel, one launch) or F16 (one launch per matrix). 80 rows of Q: the Q/K blocks' last one
+  // is partial. rope_dim 0 leaves the values unrotated, so the reference is the three plain
+  // products; q goes to y, k and v to the fp32 caches at rows pos0..pos0+T-1.
+  for (GgmlType tv : {GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16}) {
+    SCOPED_TRACE(type_name(tv));
+    const int q_dim = 80 * 4, kv_dim = 80, pos0 = 3, n_ctx = 16;
     RandMat wq(GgmlType::Q4_K, q_dim, dim, 44), wk(GgmlType::Q4_K, kv_dim, dim, 45),
-        wv(GgmlType::Q6_K, kv_dim, dim, 46);
+        wv(tv, kv_dim, dim, 46);
     Dev<float> dq((size_t)T * q_dim), kc((size_t)n_ctx * kv_dim), vc((size_t)n_ctx * kv_dim);
     cuda::GemmQ4Args a;
     a.w0 = wq.mat, a.w1 = wk.mat, a.w2 = wv.mat, a.x = dx.p(), a.ldx = dim, a.t = T;
     cuda::GemmOut o;
-    o.y = dq.p(), o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = 64;
+    o.y = dq.p(), o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = 80;
     o.rope_dim = 0, o.pos0 = pos0, o.k_cache = kc.p(), o.v_cache = vc.p(), o.kv_half = false;
     cuda::gemm_q4(a, cuda::GemmEpilogue::QkvRope, o, nullptr);
     EXPECT_LT(rel_l2(dq.get(), ref_gemm(wq, x, T)), kTol);
