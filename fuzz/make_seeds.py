@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes small valid GGUF seeds for fuzz_gguf into the given directory: a tiny llama model
 (f32 norms, q8_0 / q4_0 / f16 matrices, tied and untied), a file with every metadata value type
-(nested arrays included) and a custom alignment, and a vocab-only file. Standard library only."""
+(nested arrays included) and a custom alignment, the largest alignment smolrt accepts, and a
+vocab-only file. Standard library only."""
 import os
 import random
 import struct
@@ -86,6 +87,11 @@ def main():
              "llama_untied_q4_0.gguf": llama(False, "q4_0"),
              "llama_f16.gguf": llama(True, "f16"),
              "every_type.gguf": every_type(),
+             # The largest alignment smolrt accepts, no tensors and no padding (the data section starts
+             # past the end, as llama.cpp allows): one mutation from the 2^30 file
+             # that once made the write-back allocate 1 GiB.
+             "max_alignment.gguf": gguf([("general.architecture", STR, "llama"),
+                                         ("general.alignment", U32, 1 << 16)], []),
              "vocab_only.gguf": gguf([("tokenizer.ggml.model", STR, "llama"),
                                       ("tokenizer.ggml.scores", ARR, (F32, [0.0, -1.5]))], [])}
     for name, data in seeds.items():

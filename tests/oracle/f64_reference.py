@@ -28,6 +28,10 @@ entry of SYNTH_TYPES (adding a type is one entry). A type the binary's `smolrt s
 refuses is reported as skipped, not passed.
 
   f64_reference.py --smolrt BIN [--case NAME] [--fixtures DIR] [--backend cpu] [--list-cases]
+                   [--logits-dir DIR]
+--logits-dir checks logits made elsewhere (e.g. `--backend cuda` on a GPU machine): DIR/<case>.json
+is read instead of running `smolrt logits`; it must come from the same ids (the script prints the
+command for each case with --print-commands; synth models are byte-identical for the same seed).
 Exit 0: every case run passed; 1: a case failed; 77: skipped (numpy/gguf missing, fixtures not
 found, or the type unsupported; with --case only that case is considered).
 """
@@ -181,10 +185,25 @@ def rel_l2(got, want):
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
-def check_model(binary, path, ids, backend, label):
+def read_logits(path, ids):
+    with open(path) as f:
+        j = json.load(f)
+    if j["ids"] != list(ids) or j["positions"] != list(range(len(ids))):
+        raise RuntimeError(f"{path}: ids {j['ids']} positions {j['positions']} are not this case's")
+    rows = [[np.nan if v is None else v for v in row] for row in j["logits"]]
+    return np.asarray(rows, dtype=np.float64), j["backend"]
+
+
+def check_model(a, path, ids, label):
+    if a.print_commands:
+        print(f"{label}: logits -m {path} --ids {','.join(map(str, ids))} --all-positions --json")
+        return 0
     cfg, w, types = load(path)
     want = forward(cfg, w, ids)
-    got, be = smolrt_logits(binary, path, ids, backend)
+    if a.logits_dir:
+        got, be = read_logits(os.path.join(a.logits_dir, f"{label}.json"), ids)
+    else:
+        got, be = smolrt_logits(a.smolrt, path, ids, a.backend)
     if got.shape != want.shape:
         print(f"FAILED {label}: smolrt gave logits {got.shape}, the reference {want.shape}")
         return 1
@@ -219,7 +238,7 @@ def run_case(a, name, tmp):
             return skip(f"fixtures not found ({path}); set SMOLRT_FIXTURES")
         # "Once upon a time" and the model's greedy continuation, then random ids.
         first = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421]
-        return check_model(a.smolrt, path, prompt_ids(512, first), a.backend, name)
+        return check_model(a, path, prompt_ids(512, first), name)
     t = name[len("synth-tiny-"):]
     path = os.path.join(tmp, f"synth_tiny_{t}.gguf")
     cmd = [a.smolrt, "synth", "--preset", "tiny", "--type", t, "--seed", str(SYNTH_SEED), "-o",
@@ -233,7 +252,7 @@ def run_case(a, name, tmp):
         return 1
     embd = [t for t in gguf.GGUFReader(path).tensors if t.name == "token_embd.weight"]
     vocab = int(embd[0].shape[1]) if embd else 256
-    return check_model(a.smolrt, path, prompt_ids(vocab, [1]), a.backend, name)
+    return check_model(a, path, prompt_ids(vocab, [1]), name)
 
 
 def main():
@@ -245,12 +264,20 @@ def main():
     ap.add_argument("--case", action="append", choices=CASES,
                     help="run only this case (repeatable; default: all)")
     ap.add_argument("--backend", default="cpu", help="smolrt backend: cpu | cuda | auto")
+    ap.add_argument("--logits-dir", help="read DIR/<case>.json instead of running smolrt logits")
+    ap.add_argument("--print-commands", action="store_true",
+                    help="print each case's `smolrt logits` arguments instead of checking")
+    ap.add_argument("--keep", help="write the synth models to this folder (kept) instead of a "
+                    "temporary one")
     a = ap.parse_args()
     if not os.path.exists(a.smolrt):
         print(f"FAILED: smolrt binary {a.smolrt} not found")
         return 1
     results = {}
     with tempfile.TemporaryDirectory(prefix="smolrt_f64_") as tmp:
+        if a.keep:
+            os.makedirs(a.keep, exist_ok=True)
+            tmp = a.keep
         for name in a.case or CASES:
             try:
                 results[name] = run_case(a, name, tmp)
