@@ -8,6 +8,7 @@ SECONDS_EACH=${1:-30}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 B=${SMOLRT_FUZZ_BUILD:-build-fuzz}  # build dir; set it to keep several checkouts apart
+case "$B" in /*) ;; *) B=./$B ;; esac  # absolute or relative to the checkout; "$B/$t" runs a target
 FIX=${SMOLRT_FIXTURES:-$ROOT/../shared}
 
 if ! command -v clang++ >/dev/null; then
@@ -57,7 +58,7 @@ for t in "${TARGETS[@]}"; do
       ;;
   esac
   echo "fuzz: $t for ${SECONDS_EACH}s ($(ls "$seeds" | wc -l) seeds, $(ls "$corpus" | wc -l) corpus)"
-  if ! SMOLRT_FIXTURES="$FIX" "./$B/$t" "$corpus" "$seeds" -max_total_time="$SECONDS_EACH" \
+  if ! SMOLRT_FIXTURES="$FIX" "$B/$t" "$corpus" "$seeds" -max_total_time="$SECONDS_EACH" \
       -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${extra[@]}" \
       -artifact_prefix="$B/artifacts/$t-" 2>"$B/$t.log"; then
     echo "fuzz: $t FAILED; last lines of $B/$t.log:" >&2

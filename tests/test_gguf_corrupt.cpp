@@ -62,6 +62,28 @@ void expect_error(const Bytes& b, const std::string& sub, const std::string& wha
   }
 }
 
+// Hand-built GGUF bytes (host byte order, little-endian on every target smolrt builds for).
+struct RawGguf {
+  Bytes b;
+  void put(const void* p, size_t n) {
+    const auto* c = static_cast<const uint8_t*>(p);
+    b.insert(b.end(), c, c + n);
+  }
+  void u32(uint32_t v) { put(&v, 4); }
+  void u64(uint64_t v) { put(&v, 8); }
+  void str(const std::string& s) {
+    u64(s.size());
+    put(s.data(), s.size());
+  }
+  // Magic, version 3 and the two counts.
+  void header(uint64_t n_tensors, uint64_t n_kv) {
+    put("GGUF", 4);
+    u32(3);
+    u64(n_tensors);
+    u64(n_kv);
+  }
+};
+
 #define REQUIRE_STORIES(b)                                   \
   REQUIRE_FIXTURE(stories_path_, "models/stories260K.gguf"); \
   Bytes b = read_all(stories_path_)
@@ -212,35 +234,22 @@ TEST(GgufCorrupt, DuplicatesBadBoolBadAlignment) {
 // back (fuzz/fuzz_gguf.cpp's round trip) padded the header to 1 GiB and libFuzzer ran out of
 // memory. The reader now refuses alignments above kMaxAlignment, naming the key and the fix.
 Bytes crafted_alignment_file(ValueType type, uint64_t align) {
-  Bytes b;
-  auto put = [&b](const void* p, size_t n) {
-    const auto* c = static_cast<const uint8_t*>(p);
-    b.insert(b.end(), c, c + n);
-  };
-  auto u32 = [&](uint32_t v) { put(&v, 4); };
-  auto u64 = [&](uint64_t v) { put(&v, 8); };
-  auto str = [&](const std::string& s) {
-    u64(s.size());
-    put(s.data(), s.size());
-  };
-  put("GGUF", 4);
-  u32(3);
-  u64(0);  // tensors
-  u64(3);  // kv pairs
-  str("general.architecture");
-  u32(static_cast<uint32_t>(ValueType::STRING));
-  str("llama");
-  str("general.alignment");
-  u32(static_cast<uint32_t>(type));
+  RawGguf g;
+  g.header(0, 3);
+  g.str("general.architecture");
+  g.u32(static_cast<uint32_t>(ValueType::STRING));
+  g.str("llama");
+  g.str("general.alignment");
+  g.u32(static_cast<uint32_t>(type));
   if (type == ValueType::U64) {
-    u64(align);
+    g.u64(align);
   } else {
-    u32(static_cast<uint32_t>(align));
+    g.u32(static_cast<uint32_t>(align));
   }
-  str("general.name");
-  u32(static_cast<uint32_t>(ValueType::STRING));
-  str(std::string(358 - b.size() - 8, 'x'));
-  return b;
+  g.str("general.name");
+  g.u32(static_cast<uint32_t>(ValueType::STRING));
+  g.str(std::string(358 - g.b.size() - 8, 'x'));
+  return g.b;
 }
 
 TEST(GgufCorrupt, HugeAlignmentRefused) {
@@ -281,43 +290,32 @@ TEST(GgufCorrupt, WriteBackIsBoundedByTheFile) {
 }
 
 TEST(GgufCorrupt, DeepNestingRefused) {
-  Bytes b(24);
-  std::memcpy(b.data(), "GGUF", 4);
-  poke<uint32_t>(b, 4, 3);
-  poke<uint64_t>(b, 8, 0);
-  poke<uint64_t>(b, 16, 1);
-  auto put32 = [&](uint32_t v) { b.insert(b.end(), (uint8_t*)&v, (uint8_t*)&v + 4); };
-  auto put64 = [&](uint64_t v) { b.insert(b.end(), (uint8_t*)&v, (uint8_t*)&v + 8); };
-  put64(1);
-  b.push_back('k');
-  put32(9);  // ARRAY
+  RawGguf g;
+  g.header(0, 1);
+  g.str("k");
+  g.u32(9);  // ARRAY
   for (int i = 0; i < 100; ++i) {
-    put32(9);
-    put64(1);
+    g.u32(9);
+    g.u64(1);
   }
-  put32(0);
-  put64(0);
-  expect_error(b, "nested deeper than 8 levels");
+  g.u32(0);
+  g.u64(0);
+  expect_error(g.b, "nested deeper than 8 levels");
 }
 
 TEST(GgufCorrupt, ArrayElementsBudgetIsPerFile) {
   // One array of arrays holding one u8 array of 2^24 elements: 2^24 + 1 elements in all, one more
   // than smolrt reads from a file's metadata. The file really holds the bytes (16 MiB), so only
   // the budget refuses it, before the 2^24 Values (~800 MB) are allocated.
-  Bytes b(24);
-  std::memcpy(b.data(), "GGUF", 4);
-  poke<uint32_t>(b, 4, 3);
-  poke<uint64_t>(b, 8, 0);
-  poke<uint64_t>(b, 16, 1);
-  auto put32 = [&](uint32_t v) { b.insert(b.end(), (uint8_t*)&v, (uint8_t*)&v + 4); };
-  auto put64 = [&](uint64_t v) { b.insert(b.end(), (uint8_t*)&v, (uint8_t*)&v + 8); };
-  put64(1);
-  b.push_back('k');
-  put32(9);  // ARRAY
-  put32(9);  // of ARRAY
-  put64(1);
-  put32(0);  // of U8
-  put64(uint64_t{1} << 24);
+  RawGguf g;
+  g.header(0, 1);
+  g.str("k");
+  g.u32(9);  // ARRAY
+  g.u32(9);  // of ARRAY
+  g.u64(1);
+  g.u32(0);  // of U8
+  g.u64(uint64_t{1} << 24);
+  Bytes& b = g.b;
   b.resize(b.size() + (size_t{1} << 24), 0);
   expect_error(b, "metadata 'k'[0] element count");
   expect_error(b, "past smolrt's limit of 16777216 array elements in all (1 before this one)");

@@ -67,18 +67,35 @@ inline void store_qh(uint32_t qh, uint8_t* out) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(qh >> (8 * i));
 }
 
-// --- block quantizers (base = index of x[0] in the caller's row, for messages) -------------------
-
-void q4_0_block(const float* x, BlockQ4_0& y, int64_t base) {
-  check_finite_block(x, kQK, base);
+// The element of x with the largest magnitude (the first of equals; 0 when all are zero), as the
+// reference quantizers pick the signed maximum of Q4_0 / Q5_0 blocks and Q6_K groups.
+inline float largest_magnitude(const float* x, int n) {
   float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
+  for (int j = 0; j < n; ++j) {
     const float a = std::fabs(x[j]);
     if (amax < a) {
       amax = a;
       max = x[j];
     }
   }
+  return max;
+}
+
+// The least and greatest element of x (Q4_1 / Q5_1 blocks).
+inline void min_max(const float* x, int n, float& min, float& max) {
+  min = FLT_MAX;
+  max = -FLT_MAX;
+  for (int j = 0; j < n; ++j) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+}
+
+// --- block quantizers (base = index of x[0] in the caller's row, for messages) -------------------
+
+void q4_0_block(const float* x, BlockQ4_0& y, int64_t base) {
+  check_finite_block(x, kQK, base);
+  const float max = largest_magnitude(x, kQK);
   const float d = max / -8.0f;
   const float id = inverse_scale(d);
   y.d = scale_to_fp16(d, base, "q4_0");
@@ -91,11 +108,8 @@ void q4_0_block(const float* x, BlockQ4_0& y, int64_t base) {
 
 void q4_1_block(const float* x, BlockQ4_1& y, int64_t base) {
   check_finite_block(x, kQK, base);
-  float min = FLT_MAX, max = -FLT_MAX;
-  for (int j = 0; j < kQK; ++j) {
-    min = std::min(min, x[j]);
-    max = std::max(max, x[j]);
-  }
+  float min, max;
+  min_max(x, kQK, min, max);
   const float d = (max - min) / 15.0f;  // may be inf when max - min overflows: rejected below
   if (!std::isfinite(d)) scale_overflow(d, base, "q4_1");
   const float id = inverse_scale(d);
@@ -120,14 +134,7 @@ void q8_0_block(const float* x, BlockQ8_0& y, int64_t base) {
 
 void q5_0_block(const float* x, BlockQ5_0& y, int64_t base) {
   check_finite_block(x, kQK, base);
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
-    const float a = std::fabs(x[j]);
-    if (amax < a) {
-      amax = a;
-      max = x[j];
-    }
-  }
+  const float max = largest_magnitude(x, kQK);
   const float d = max / -16.0f;
   const float id = inverse_scale(d);
   y.d = scale_to_fp16(d, base, "q5_0");
@@ -144,11 +151,8 @@ void q5_0_block(const float* x, BlockQ5_0& y, int64_t base) {
 
 void q5_1_block(const float* x, BlockQ5_1& y, int64_t base) {
   check_finite_block(x, kQK, base);
-  float min = FLT_MAX, max = -FLT_MAX;
-  for (int j = 0; j < kQK; ++j) {
-    min = std::min(min, x[j]);
-    max = std::max(max, x[j]);
-  }
+  float min, max;
+  min_max(x, kQK, min, max);
   const float d = (max - min) / 31.0f;
   if (!std::isfinite(d)) scale_overflow(d, base, "q5_1");
   const float id = inverse_scale(d);
@@ -200,14 +204,8 @@ void check_k_block(const float* x, int64_t base, const char* fmt) {
 // one with the largest sumlx^2 / suml2 (least weighted squared error). L receives l + nmax; the
 // return value is the least-squares scale sumlx / suml2. All sums in f32, in element order.
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0.0f, amax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  const float max = largest_magnitude(x, n);
+  const float amax = std::fabs(max);
   if (amax < 1e-15f) {  // ggml's GROUP_MAX_EPS: an all-zero group
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.0f;
