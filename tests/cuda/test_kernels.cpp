@@ -516,6 +516,8 @@ TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
   check_fused_argmax(head.mat, x, norm.p());
   RandMat odd(GgmlType::Q4_0, 1001, 576, 93);  // odd rows: the last item recomputes one row
   check_fused_argmax(odd.mat, x, nullptr);
+  RandMat gemma(GgmlType::Q8_0, 262144, 640, 96);  // gemma-3-270m's tied lm_head shape
+  check_fused_argmax(gemma.mat, std::vector<float>(test::randn(640, 95)), nullptr);
   RandMat k6(GgmlType::Q6_K, 30001, 1024, 98);  // a K-quant lm_head, more rows than warps
   check_fused_argmax(k6.mat, std::vector<float>(test::randn(1024, 99)), nullptr);
   RandMat odd8(GgmlType::Q8_0, 8195, 576, 97);  // wide kernel, partial last row group

@@ -45,7 +45,12 @@ import tempfile
 # Synthetic tiny-preset models, one per `smolrt synth --type` value. q4_k_m and q6_k are reported
 # as skipped until the binary's synth accepts them.
 SYNTH_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q6_k"]
-CASES = ["stories260K"] + [f"synth-tiny-{t}" for t in SYNTH_TYPES]
+# The tiny preset's rows (64, 192) are not whole 256-weight super-blocks, so its K-quant models fall
+# back to Q5_0 / Q8_0 everywhere (llama.cpp's rule); the SmolLM-135M shape's 1,536-wide ffn_down
+# takes Q4_K and Q6_K for real.
+BIG_TYPES = ["q4_k_m", "q6_k"]
+CASES = (["stories260K"] + [f"synth-tiny-{t}" for t in SYNTH_TYPES] +
+         [f"synth-smollm-135m-{t}" for t in BIG_TYPES])
 TOL = 1e-3
 N_TOKENS = 24
 SYNTH_SEED = 1234
@@ -239,9 +244,9 @@ def run_case(a, name, tmp):
         # "Once upon a time" and the model's greedy continuation, then random ids.
         first = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421]
         return check_model(a, path, prompt_ids(512, first), name)
-    t = name[len("synth-tiny-"):]
-    path = os.path.join(tmp, f"synth_tiny_{t}.gguf")
-    cmd = [a.smolrt, "synth", "--preset", "tiny", "--type", t, "--seed", str(SYNTH_SEED), "-o",
+    preset, t = name[len("synth-"):].rsplit("-", 1)
+    path = os.path.join(tmp, f"synth_{preset}_{t}.gguf")
+    cmd = [a.smolrt, "synth", "--preset", preset, "--type", t, "--seed", str(SYNTH_SEED), "-o",
            path]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
