@@ -574,19 +574,20 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
   p.kv_dim = a.wk.rows;
   p.rope = a.rope ? 1 : 0;
   p.pos = a.pos;
+  // [Q; K; V] as one row space of one launch.
+  p.m0 = a.wq;
+  p.m1 = a.wk;
+  p.m2 = a.wv;
+  p.off1 = a.wq.rows;
+  p.off2 = a.wq.rows + a.wk.rows;
+  p.n_items = (a.wq.rows + 2 * a.wk.rows) / 2;
+  p.out0 = a.q_out;
+  p.out1 = a.k_out;
+  p.out2 = a.v_out;
   // Q and K of one block type, V in the wider type of a K-quant mixture: still one launch.
   const GgmlType tq = a.wq.type, tv = a.wv.type;
   if (tq == a.wk.type && tv != tq && dev_layout(tq).block &&
       (tv == GgmlType::Q6_K || tv == GgmlType::Q8_0)) {
-    p.m0 = a.wq;
-    p.m1 = a.wk;
-    p.m2 = a.wv;
-    p.off1 = a.wq.rows;
-    p.off2 = a.wq.rows + a.wk.rows;
-    p.n_items = (a.wq.rows + 2 * a.wk.rows) / 2;
-    p.out0 = a.q_out;
-    p.out1 = a.k_out;
-    p.out2 = a.v_out;
     dispatch_format(tq, [&](auto tag) {
       constexpr GgmlType T = decltype(tag)::value;
       if constexpr (QFormat<T>::kLayout.block) {
@@ -600,15 +601,6 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
     return;
   }
   if (a.wq.type == a.wk.type && a.wq.type == a.wv.type) {
-    p.m0 = a.wq;
-    p.m1 = a.wk;
-    p.m2 = a.wv;
-    p.off1 = a.wq.rows;
-    p.off2 = a.wq.rows + a.wk.rows;
-    p.n_items = (a.wq.rows + 2 * a.wk.rows) / 2;
-    p.out0 = a.q_out;
-    p.out1 = a.k_out;
-    p.out2 = a.v_out;
     dispatch<Epi::Qkv>(p, s);
     return;
   }

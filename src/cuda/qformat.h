@@ -149,8 +149,10 @@ struct QFormat<GgmlType::F32> {
 #endif
 };
 
-template <>
-struct QFormat<GgmlType::F16> {
+// F16 and BF16: 16-bit elements; the GEMM takes element pairs (k, k+2) with one PRMT, BF16 then
+// converted to fp16 pairs.
+template <bool kBf>
+struct QFormatHalf {
   static constexpr DevLayout kLayout{1, 2, 0, false};
 #if defined(__CUDACC__)
   struct Raw16 {
@@ -168,45 +170,26 @@ struct QFormat<GgmlType::F16> {
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         const uint32_t v = __byte_perm(w1, w2, q ? 0x7632 : 0x5410);  // elements k, k+2
-        h2[2 * s + q] = v;
+        if constexpr (kBf) {
+          h2[2 * s + q] = h2_bits(
+              __floats2half2_rn(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u)));
+        } else {
+          h2[2 * s + q] = v;
+        }
       }
     }
   }
   static SMOLRT_DEV float elem(const void* p, size_t i) {
-    return h2f(__ldg(static_cast<const uint16_t*>(p) + i));
+    const uint16_t b = __ldg(static_cast<const uint16_t*>(p) + i);
+    if constexpr (kBf) return __uint_as_float((uint32_t)b << 16);
+    return h2f(b);
   }
 #endif
 };
-
 template <>
-struct QFormat<GgmlType::BF16> {
-  static constexpr DevLayout kLayout{1, 2, 0, false};
-#if defined(__CUDACC__)
-  struct Raw16 {
-    uint4 lo, hi;  // elements 8h..8h+7 and 16+8h.. of the unit
-  };
-  static SMOLRT_DEV Raw16 load16(const void* q, const uint16_t*, size_t blk, int, int h) {
-    const uint16_t* p = static_cast<const uint16_t*>(q) + blk * 32 + 8 * h;
-    return {ldg16(p), ldg16(p + 16)};
-  }
-  static SMOLRT_DEV void pairs16(const Raw16& r, uint32_t (&h2)[8]) {
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const uint4& g = (s & 1) ? r.hi : r.lo;
-      const uint32_t w1 = (s >> 1) ? g.z : g.x, w2 = (s >> 1) ? g.w : g.y;
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const uint32_t v = __byte_perm(w1, w2, q ? 0x7632 : 0x5410);  // elements k, k+2
-        h2[2 * s + q] =
-            h2_bits(__floats2half2_rn(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u)));
-      }
-    }
-  }
-  static SMOLRT_DEV float elem(const void* p, size_t i) {
-    return __uint_as_float((uint32_t)__ldg(static_cast<const uint16_t*>(p) + i) << 16);
-  }
-#endif
-};
+struct QFormat<GgmlType::F16> : QFormatHalf<false> {};
+template <>
+struct QFormat<GgmlType::BF16> : QFormatHalf<true> {};
 
 // --- 32-weight block formats
 // -----------------------------------------------------------------------

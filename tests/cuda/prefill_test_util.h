@@ -1,4 +1,4 @@
-// Helpers for the prefill kernel tests: GPU presence (skip visibly), device buffers, random
+// Helpers for the prefill kernel tests (GPU presence: cuda_test_util.h): device buffers, random
 // quantized weights and double-precision reference math (independent of src/backend/cpu).
 #pragma once
 
@@ -12,17 +12,10 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "cuda_test_util.h"  // REQUIRE_GPU
 #include "quant/formats.h"
 
 namespace smolrt::test {
-
-inline bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REQUIRE_GPU() \
-  if (!::smolrt::test::have_gpu()) GTEST_SKIP() << "skipped: no CUDA GPU"
 
 template <class T>
 struct DevBuf {

@@ -9,6 +9,7 @@
 #include "backend/cpu/ops.h"
 #include "cuda/gemm_q4.h"
 #include "cuda_test_util.h"
+#include "prefill_test_util.h"
 #include "test_util.h"
 
 namespace smolrt {
@@ -16,17 +17,7 @@ namespace {
 
 using test::Dev;
 using test::RandMat;
-
-// ||a - ref|| / ||ref||; NaN anywhere -> +inf.
-double rel_l2(const std::vector<float>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1));
-}
+using test::rel_l2;
 
 // y[t][r] = sum_k W[r][k] x[t][k] in double over the CPU dequantization of W.
 std::vector<double> ref_gemm(const RandMat& m, const std::vector<float>& x, int t) {
