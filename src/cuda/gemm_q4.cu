@@ -45,9 +45,9 @@ struct Params {
   // QkvRope with V in a second type (gemm_q4_kernel's TV): blocks from vb0 on take the m-tiles
   // from mt_v0 on (V's), the others those before it (Q's and K's).
   int vb0, mt_v0;
-  int cps;      // chunks per K split (gridDim.z splits)
-  int n;        // epilogue width: rows (Store/Accumulate), 2*rows (SiluPair), q+k+v rows (QkvRope)
-  int mw;       // warps side by side along the rows (16-row tiles per block)
+  int cps;  // chunks per K split (gridDim.z splits)
+  int n;    // epilogue width: rows (Store/Accumulate), 2*rows (SiluPair), q+k+v rows (QkvRope)
+  int mw;   // warps side by side along the rows (16-row tiles per block)
 };
 
 // One weight row as a thread reads it (row `ok` false: reads nothing, weights are zero).
