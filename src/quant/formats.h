@@ -265,33 +265,30 @@ SMOLRT_HD void k_scale_min(int j, const uint8_t* q, int& sc, int& m) {
   }
 }
 
-SMOLRT_HD void dequant_block_q4_k(const BlockQ4_K& b, float* out) {
-  const float d = fp16_to_f32(b.d);
-  const float dmin = fp16_to_f32(b.dmin);
+// Q4_K and Q5_K share everything but the 5th bit (qh == nullptr: Q4_K).
+SMOLRT_HD void dequant_k4(uint16_t dh, uint16_t dminh, const uint8_t* scales, const uint8_t* qs,
+                          const uint8_t* qh, float* out) {
+  const float d = fp16_to_f32(dh);
+  const float dmin = fp16_to_f32(dminh);
   for (int j = 0; j < 8; ++j) {
     int sc, m;
-    k_scale_min(j, b.scales, sc, m);
+    k_scale_min(j, scales, sc, m);
     const float d1 = d * (float)sc, m1 = dmin * (float)m;
-    const uint8_t* q = b.qs + 32 * (j / 2);
-    const int shift = (j & 1) * 4;
-    for (int l = 0; l < 32; ++l) out[32 * j + l] = d1 * (float)((q[l] >> shift) & 0x0f) - m1;
-  }
-}
-
-SMOLRT_HD void dequant_block_q5_k(const BlockQ5_K& b, float* out) {
-  const float d = fp16_to_f32(b.d);
-  const float dmin = fp16_to_f32(b.dmin);
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    k_scale_min(j, b.scales, sc, m);
-    const float d1 = d * (float)sc, m1 = dmin * (float)m;
-    const uint8_t* q = b.qs + 32 * (j / 2);
+    const uint8_t* q = qs + 32 * (j / 2);
     const int shift = (j & 1) * 4;
     for (int l = 0; l < 32; ++l) {
-      const int v = ((q[l] >> shift) & 0x0f) + (((b.qh[l] >> j) & 1) << 4);
+      const int v = ((q[l] >> shift) & 0x0f) + (qh ? ((qh[l] >> j) & 1) << 4 : 0);
       out[32 * j + l] = d1 * (float)v - m1;
     }
   }
+}
+
+SMOLRT_HD void dequant_block_q4_k(const BlockQ4_K& b, float* out) {
+  dequant_k4(b.d, b.dmin, b.scales, b.qs, nullptr, out);
+}
+
+SMOLRT_HD void dequant_block_q5_k(const BlockQ5_K& b, float* out) {
+  dequant_k4(b.d, b.dmin, b.scales, b.qs, b.qh, out);
 }
 
 SMOLRT_HD void dequant_block_q6_k(const BlockQ6_K& b, float* out) {
