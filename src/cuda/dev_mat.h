@@ -26,12 +26,4 @@ struct DevMat {
   const uint16_t* d = nullptr;  // split layout: the meta bytes; nullptr for float formats
 };
 
-// Bytes of m's device image (payload + meta for the split layout), starting at m.q.
-inline size_t dev_mat_bytes(const DevMat& m) {
-  const DevLayout l = dev_layout(m.type);
-  const size_t n = (size_t)m.rows * m.cols;
-  if (!l.block) return n * l.pay;
-  return (n / l.qk) * (l.pay + l.meta);
-}
-
 }  // namespace smolrt::cuda

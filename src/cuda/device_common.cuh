@@ -63,10 +63,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float half_bits_to_float(uint16_t h) {
-  return __half2float(__ushort_as_half(h));
-}
-
 // Element (r, c) of m (any format of qformat.h, in its device layout), as the CPU reference
 // dequantizes it (for embedding rows: one row per token, not a hot loop).
 __device__ __forceinline__ float dequant_at(const DevMat& m, size_t r, int c) {

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
       const size_t gi = base + u;
       if (u < ug && (whole || gi < total)) {
         w[j] = __ldg(q + gi);
-        d[j] = half_bits_to_float(__ldg(a.w.d + gi / 2));
+        d[j] = h2f(__ldg(a.w.d + gi / 2));
       } else {
         w[j] = make_uint4(0u, 0u, 0u, 0u);
         d[j] = 0.f;
