@@ -1,0 +1,97 @@
+// The multi-sequence backend: what the server's scheduler drives. Many sequences, each with an
+// id, its own positions in a shared paged KV pool and its own sampling state; one step() advances
+// any subset of them: a sequence contributes one decode token or a chunk of its prompt, and gets
+// back its next token (sampled on the device with its own parameters and draw) and, when asked,
+// logits. A sequence's results do not depend on which others share its step (up to the
+// floating-point bound each implementation states).
+//
+// KV pool: kv_tokens() token slots in pages of page_size() tokens; a sequence holds
+// ceil(position / page_size) pages (a block table), taken as it grows and returned by
+// free_sequence. pages_needed() tells the scheduler whether a step fits before it asks.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/sampling.h"
+#include "model/model.h"
+
+namespace smolrt {
+
+struct BatchOptions {
+  std::string kind = "auto";  // "cpu" | "cuda" | "auto"
+  int max_seqs = 64;          // sequences that may exist at once (the server's --parallel)
+  int seq_ctx = 0;            // positions per sequence at most; 0 = the model's training context
+  int kv_tokens = 0;          // KV pool size in tokens; 0 = seq_ctx * max_seqs capped by memory
+  int page_size = 16;         // tokens per KV page
+  int max_step_tokens = 512;  // tokens one step() may carry in all (prompt chunks + decodes)
+  int n_threads = 0;          // CPU: 0 = hardware concurrency
+  bool kv_half = false;       // CUDA: fp16 KV pool (halves attention bytes); CPU ignores it
+};
+
+// One sequence's part of a step.
+struct SeqStep {
+  int seq = -1;                 // from add_sequence()
+  std::span<const int> tokens;  // >= 1 ids, at positions [position(seq), position(seq) + n)
+  // After the last token: sample the next token (params / u / history as Backend's sampling
+  // steps: u from TokenSampler::step_draw, history its penalty history)...
+  bool sample = true;
+  SamplingParams params;
+  float u = 0.0f;
+  std::span<const int> history;
+  // ...and/or return logits: 0 = none, 1 = the last token's, 2 = every token's of this chunk
+  // (prompt scoring: echo + logprobs).
+  int logits = 0;
+};
+
+struct SeqResult {
+  int token = -1;             // the sampled id when SeqStep::sample, else -1
+  std::vector<float> logits;  // [rows][vocab] as SeqStep::logits asked (raw, before penalties)
+};
+
+class BatchBackend {
+ public:
+  virtual ~BatchBackend() = default;
+
+  virtual std::string name() const = 0;  // "cpu" | "cuda"
+  virtual std::string device_name() const = 0;
+  virtual const LlamaConfig& config() const = 0;
+  virtual int max_seqs() const = 0;
+  virtual int seq_ctx() const = 0;  // positions per sequence at most
+  virtual int max_step_tokens() const = 0;
+  virtual int page_size() const = 0;
+  virtual int kv_pages_total() const = 0;
+  virtual int kv_pages_free() const = 0;
+  int kv_tokens() const { return kv_pages_total() * page_size(); }
+
+  // A new empty sequence; Error when max_seqs() sequences exist.
+  virtual int add_sequence() = 0;
+  // Returns its pages to the pool; the id may be reused. Unknown ids: Error.
+  virtual void free_sequence(int seq) = 0;
+  virtual int position(int seq) const = 0;
+  // Keep positions [0, pos) of seq (pages past them go back to the pool).
+  virtual void rollback(int seq, int pos) = 0;
+  // Pages seq must take from the pool to grow by n_tokens (0 when its last page has room).
+  int pages_needed(int seq, int n_tokens) const;
+
+  // One step. Each sequence appears at most once; its tokens are valid ids; positions stay within
+  // seq_ctx(); the total token count is <= max_step_tokens(); the pool has the pages (else Error,
+  // and no sequence has changed). Results in the order of `batch`.
+  virtual std::vector<SeqResult> step(std::span<const SeqStep> batch) = 0;
+
+ protected:
+  // Shared argument checks for step(): throws Error naming the problem.
+  void check_step(std::span<const SeqStep> batch) const;
+};
+
+// Throws Error for an unknown kind, "cuda" without a GPU or CUDA support, or options out of range.
+std::unique_ptr<BatchBackend> make_batch_backend(const Model& m, const BatchOptions& opt);
+std::unique_ptr<BatchBackend> make_cpu_batch_backend(const Model& m, const BatchOptions& opt);
+#if defined(SMOLRT_HAVE_CUDA)
+std::unique_ptr<BatchBackend> make_cuda_batch_backend(const Model& m, const BatchOptions& opt);
+#endif
+
+}  // namespace smolrt
