@@ -14,9 +14,9 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export SMOLRT_FIXTURES="$DIR/fixtures"
 SUMMARY=()
-# PARTS: which sections run (default all): tests formats sanitizers bench big real. A call that
+# PARTS: which sections run (default all): tests formats sanitizers bench batch big real. A call that
 # carries the real model's parts runs "real" alone, so each call fits the device tool's 10 minutes.
-PARTS=${PARTS:-tests formats sanitizers bench big real}
+PARTS=${PARTS:-tests formats sanitizers bench batch big real}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 
 # step NAME TIMEOUT CMD...: runs CMD with a time limit, records rc and seconds.
@@ -103,6 +103,25 @@ if [ -f "$SYNTH" ] && want bench; then
   # Sampled (llama.cpp default flags): the prompt goes through forward_prompt_sample.
   step run_sample 60 "$DIR/smolrt" run -m "$SYNTH" --backend cuda -n 24 --seed 7 --json \
     -p "The quick brown fox jumps over the lazy dog because"
+fi
+
+# The multi-sequence engine: its tests, the sanitizers on the paged attention and a shared step,
+# and the engine benchmark (bench-batch: C sequences, 100-token prompts, 128 generated tokens).
+if [ -f "$SYNTH" ] && want batch; then
+  step batch_tests 200 "$DIR/smolrt_cuda_tests" --gtest_filter='AttentionPaged.*:CudaBatch.*'
+  if command -v compute-sanitizer > /dev/null; then
+    step memcheck_batch 200 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      --log-file /tmp/memcheck_batch.log "$DIR/smolrt_cuda_tests" \
+      --gtest_filter='AttentionPaged.*:CudaBatch.SampledRows*:CudaBatch.Bad*'
+    step racecheck_batch 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      --log-file /tmp/racecheck_batch.log "$DIR/smolrt_cuda_tests" --gtest_filter='AttentionPaged.*'
+    cat /tmp/memcheck_batch.log >> "$OUT/memcheck.log" 2>/dev/null
+    cat /tmp/racecheck_batch.log >> "$OUT/racecheck.log" 2>/dev/null
+  fi
+  step bench_batch 200 "$DIR/smolrt" bench-batch -m "$SYNTH" --backend cuda \
+    --sizes "${BATCH_SIZES:-1,8,64,256}" --json "$OUT/bench.jsonl"
+  step bench_batch_h 200 "$DIR/smolrt" bench-batch -m "$SYNTH" --backend cuda --kv-half \
+    --sizes "${BATCH_SIZES:-1,8,64,256}" --json "$OUT/bench.jsonl"
 fi
 
 # Bigger shapes in q4_k_m (synth, made here): decode speed and achieved GB/s of weight reads.

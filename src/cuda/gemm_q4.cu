@@ -151,7 +151,7 @@ __device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, 
       o.y[(size_t)t * o.ldy + j] = h;
     }
   } else {  // QkvRope
-    const int pos = o.pos0 + t;
+    const int pos = o.row_pos ? o.row_pos[t] : o.pos0 + t;
     const bool is_q = c < o.q_dim;
     const int cc = is_q ? c : (c - o.q_dim) % o.kv_dim;  // column inside q, k or v
     const bool is_v = !is_q && c >= o.q_dim + o.kv_dim;
@@ -169,7 +169,7 @@ __device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, 
       y[1] = v1;
     } else {
       void* cache = is_v ? o.v_cache : o.k_cache;
-      const size_t off = (size_t)pos * o.kv_dim + cc;
+      const size_t off = (size_t)(o.row_slot ? o.row_slot[t] : pos) * o.kv_dim + cc;
       if (o.kv_half) {
         reinterpret_cast<__half2*>(cache)[off / 2] = __floats2half2_rn(v0, v1);
       } else {

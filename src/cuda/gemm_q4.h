@@ -66,6 +66,11 @@ struct GemmOut {
   float rope_base = 10000.f;
   int pos0 = 0;             // absolute position of token 0
   void* k_cache = nullptr;  // device [n_ctx][kv_dim] (this layer), fp16 if kv_half else fp32
+  // Multi-sequence steps (device [t] each, or nullptr): token t's position is row_pos[t] (instead
+  // of pos0 + t) and its K/V row is row_slot[t] of the caches (a paged pool's slot) instead of its
+  // position.
+  const int* row_pos = nullptr;
+  const int* row_slot = nullptr;
   void* v_cache = nullptr;
   bool kv_half = true;
   // SiluPair only: when yh is set, silu(g)*u goes to yh [t][ldyh] as fp16 in fragment order (the

@@ -5,6 +5,7 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "cuda/attention_paged.h"
 #include "cuda/attention_prefill.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemm_q4.h"
@@ -57,11 +58,11 @@ void PrefillWorkspace::reserve(const LlamaConfig& c, int max_tokens, int max_log
 // --- forward -------------------------------------------------------------------------------------
 
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
-                     cudaStream_t s) {
+                     cudaStream_t s, const StepRows* rows) {
   const LlamaConfig& c = w.cfg;
   if (n <= 0 || n > ws.capacity())
     fail("prefill_forward: chunk of ", n, " tokens exceeds the workspace (", ws.capacity(), ")");
-  if (pos0 < 0 || pos0 + n > w.n_ctx)
+  if (!rows && (pos0 < 0 || pos0 + n > w.n_ctx))
     fail("prefill_forward: positions [", pos0, ", ", pos0 + n, ") exceed the context of ", w.n_ctx,
          " tokens; use a larger --ctx");
   if (logit_rows != 0 && logit_rows != 1 && logit_rows != n)
@@ -98,13 +99,25 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     o.y = ws.q, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = c.head_dim;
     o.rope_dim = c.rope_dim, o.rope_base = c.rope_base, o.pos0 = pos0;
     o.k_cache = L.k_cache, o.v_cache = L.v_cache, o.kv_half = w.kv_half;
+    if (rows) o.row_pos = rows->pos, o.row_slot = rows->slot;
     gemm_q4(a, GemmEpilogue::QkvRope, o, s);
     // 2. attention
-    AttentionPrefillArgs at;
-    at.q = ws.q, at.ldq = q_dim, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
-    at.kv_half = w.kv_half, at.out = ws.att, at.ldo = q_dim, at.n_tokens = n, at.start = pos0;
-    at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
-    attention_prefill(at, s);
+    if (rows) {
+      PagedAttnArgs pa;
+      pa.q = ws.q, pa.ldq = q_dim, pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
+      pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = q_dim, pa.n = n;
+      pa.row_pos = rows->pos, pa.row_seq = rows->seq, pa.tables = rows->tables;
+      pa.table_stride = rows->table_stride, pa.page_size = rows->page_size;
+      pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;
+      pa.partials = rows->attn_partials, pa.counters = rows->attn_counters;
+      attention_paged(pa, s);
+    } else {
+      AttentionPrefillArgs at;
+      at.q = ws.q, at.ldq = q_dim, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
+      at.kv_half = w.kv_half, at.out = ws.att, at.ldo = q_dim, at.n_tokens = n, at.start = pos0;
+      at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
+      attention_prefill(at, s);
+    }
     // 3. x += Wo att
     GemmQ4Args b;
     b.t = n, b.w0 = L.wo;

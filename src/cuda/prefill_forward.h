@@ -82,11 +82,27 @@ class PrefillWorkspace {
   int dim_ = 0, q_dim_ = 0, hidden_ = 0, vocab_ = 0, ldh_ = 0;
 };
 
+// Where the rows of a multi-sequence step go (device arrays [n]; the layers' k_cache/v_cache are
+// then a paged pool's [slots][kv_dim] per layer): row i is token ws.tokens[i] of the sequence
+// whose block table is tables[seq[i] * table_stride ..], at position pos[i], its K/V written to
+// pool slot slot[i]; attention is attention_paged (cuda/attention_paged.h).
+struct StepRows {
+  const int* pos = nullptr;
+  const int* slot = nullptr;
+  const int* seq = nullptr;
+  const int* tables = nullptr;
+  int table_stride = 0, page_size = 0;
+  float* attn_partials = nullptr;  // attention_paged's scratch for n rows (attention_paged.h)
+  int* attn_counters = nullptr;
+};
+
 // One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
 // logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.
 // Throws smolrt::Error for shapes the kernels do not support (e.g. head_dim 128, non-Q4_0).
+// rows != nullptr: a multi-sequence step placed by *rows (pos0 ignored; the context check is
+// the caller's, per sequence).
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const StepRows* rows = nullptr);
 
 // Whole prompt in chunks of at most `chunk` tokens starting at pos0 (the cache must already hold
 // [0, pos0)). Returns the logits: of the last token ([vocab]) or, when all_logits, of every token

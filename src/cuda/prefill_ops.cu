@@ -25,7 +25,22 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) out[blockIdx.x] = bi == INT_MAX ? 0 : bi;  // all NaN: 0
 }
 
+__global__ void gather_rows_kernel(const float* x, int ld, const int* idx, int cols, float* out) {
+  detail::pdl_wait();
+  detail::pdl_trigger();
+  const float4* src = reinterpret_cast<const float4*>(x + (size_t)idx[blockIdx.x] * ld);
+  float4* dst = reinterpret_cast<float4*>(out + (size_t)blockIdx.x * cols);
+  for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) dst[i] = src[i];
+}
+
 }  // namespace
+
+void gather_rows(const float* x, int ld, const int* idx, int m, int cols, float* out,
+                 cudaStream_t s) {
+  if (m <= 0 || cols <= 0 || cols % 4 != 0 || ld % 4 != 0 || ld < cols || !x || !idx || !out)
+    fail("gather_rows: bad arguments rows=", m, " cols=", cols, " ld=", ld);
+  detail::launch_pdl(gather_rows_kernel, dim3(m), dim3(128), s, x, ld, idx, cols, out);
+}
 
 void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out, cudaStream_t s) {
   if (n_rows <= 0 || n_cols <= 0 || ld < n_cols || !logits || !out)

@@ -1,4 +1,5 @@
-// Whole-batch argmax of the prefill path: one launch over all logits rows of a chunk.
+// Whole-batch row operations of the prefill and multi-sequence paths: argmax over every logits
+// row of a chunk in one launch, and the gather of the rows that need logits.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +9,11 @@ namespace smolrt::cuda {
 // out[i] = argmax of logits[i*ld + 0 .. n_cols): ties -> lowest index, NaN never wins
 // (an all-NaN row -> 0). One block per row.
 void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out,
+                 cudaStream_t stream);
+
+// out[i][0..cols) = x[idx[i]][0..cols) for i < m (rows of a step that need logits). One block
+// per row; ld and cols multiples of 4, 16-byte aligned rows.
+void gather_rows(const float* x, int ld, const int* idx, int m, int cols, float* out,
                  cudaStream_t stream);
 
 }  // namespace smolrt::cuda

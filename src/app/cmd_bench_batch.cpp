@@ -1,0 +1,139 @@
+// `smolrt bench-batch` (hidden): the multi-sequence engine alone, without HTTP. For each batch
+// size C: C sequences with distinct ~100-token prompts are prefilled in shared steps (at most
+// max-step tokens each), then decode together for --gen tokens (greedy). Reports the decode
+// steps' generated tok/s in total and per step, and the prefill tok/s; the serving benchmark
+// (scripts/bench_serve.py) measures the same engine behind the server.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app/command.h"
+#include "backend/batch.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "model/model.h"
+
+namespace smolrt::app {
+namespace {
+
+struct Opts {
+  std::string model;
+  std::string backend = "auto";
+  std::string json;
+  std::string sizes = "1,8,64,256";
+  int prompt = 100;
+  int gen = 128;
+  bool kv_half = false;
+};
+
+double secs(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run(const Opts& o) {
+  std::vector<int> sizes;
+  {
+    std::stringstream ss(o.sizes);
+    std::string tok;
+    while (std::getline(ss, tok, ',')) {
+      int c = 0;
+      try {
+        c = std::stoi(tok);
+      } catch (const std::exception&) {
+      }
+      if (c <= 0) fail("--sizes '", o.sizes, "' must be a comma list of positive counts");
+      sizes.push_back(c);
+    }
+  }
+  if (o.prompt <= 0 || o.gen <= 0) fail("--prompt and --gen must be positive");
+  Model m = load_model(resolve_model_path(o.model));
+  BatchOptions bo;
+  bo.kind = o.backend;
+  bo.max_seqs = *std::max_element(sizes.begin(), sizes.end());
+  bo.seq_ctx = o.prompt + o.gen + 1;
+  bo.kv_tokens = bo.max_seqs * (bo.seq_ctx + 16);
+  bo.kv_half = o.kv_half;
+  auto b = make_batch_backend(m, bo);
+  std::ofstream js;
+  if (!o.json.empty()) js.open(o.json, std::ios::app);
+  std::printf("%s on %s, prompt %d, gen %d%s\n", b->name().c_str(), b->device_name().c_str(),
+              o.prompt, o.gen, o.kv_half ? ", fp16 KV" : "");
+  std::printf("%6s %14s %12s %16s\n", "C", "decode tok/s", "ms/step", "prefill tok/s");
+  const int V = m.config.vocab_size;
+  for (int rep = 0; rep < 2; ++rep) {  // rep 0: warm-up (graph captures)
+    for (int C : sizes) {
+      std::vector<int> ids(C);
+      std::vector<std::vector<int>> prompts(C);
+      for (int s = 0; s < C; ++s) {
+        ids[s] = b->add_sequence();
+        prompts[s].resize(o.prompt);
+        for (int i = 0; i < o.prompt; ++i) prompts[s][i] = 1 + (s * 7919 + i * 104729) % (V - 1);
+      }
+      std::vector<int> last(C);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int s0 = 0; s0 < C;) {  // whole prompts, as many as fit one step
+        std::vector<SeqStep> st;
+        int used = 0;
+        for (; s0 < C && used + o.prompt <= b->max_step_tokens(); ++s0, used += o.prompt) {
+          SeqStep x;
+          x.seq = ids[s0], x.tokens = prompts[s0], x.params.temp = 0.f;
+          st.push_back(x);
+        }
+        if (st.empty()) fail("--prompt ", o.prompt, " exceeds the step size");
+        const auto r = b->step(st);
+        for (size_t i = 0; i < st.size(); ++i) last[s0 - st.size() + i] = r[i].token;
+      }
+      const double pre_s = secs(t0);
+      const auto t1 = std::chrono::steady_clock::now();
+      for (int g = 1; g < o.gen; ++g) {
+        std::vector<SeqStep> st(C);
+        for (int s = 0; s < C; ++s) {
+          st[s].seq = ids[s], st[s].tokens = std::span<const int>(&last[s], 1);
+          st[s].params.temp = 0.f;
+        }
+        const auto r = b->step(st);
+        for (int s = 0; s < C; ++s) last[s] = r[s].token;
+      }
+      const double dec_s = secs(t1);
+      for (int id : ids) b->free_sequence(id);
+      if (rep == 0) continue;
+      const double tps = double(C) * (o.gen - 1) / dec_s;
+      const double ms = 1e3 * dec_s / (o.gen - 1);
+      const double pps = double(C) * o.prompt / pre_s;
+      std::printf("%6d %14.0f %12.3f %16.0f\n", C, tps, ms, pps);
+      if (js)
+        js << nlohmann::json{{"bench", "batch"},     {"device", b->device_name()},
+                             {"backend", b->name()}, {"commit", build_commit()},
+                             {"model", o.model},     {"C", C},
+                             {"prompt", o.prompt},   {"gen", o.gen},
+                             {"kv_half", o.kv_half}, {"decode_tok_s", tps},
+                             {"ms_per_step", ms},    {"prefill_tok_s", pps}}
+                  .dump()
+           << "\n";
+    }
+  }
+  return 0;
+}
+
+REGISTER_COMMAND(Command{"bench-batch", "multi-sequence engine benchmark (developer tool)", 991,
+                         [](CLI::App& sub) -> std::function<int()> {
+                           auto o = std::make_shared<Opts>();
+                           sub.group("");  // hidden from --help
+                           sub.add_option("-m,--model", o->model, "GGUF model");
+                           sub.add_option("--backend", o->backend, "cpu | cuda | auto")
+                               ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+                           sub.add_option("--sizes", o->sizes, "batch sizes, comma-separated");
+                           sub.add_option("--prompt", o->prompt, "prompt tokens per sequence");
+                           sub.add_option("--gen", o->gen, "generated tokens per sequence");
+                           sub.add_flag("--kv-half", o->kv_half, "fp16 KV pool");
+                           sub.add_option("--json", o->json, "append JSON lines here");
+                           return [o] { return run(*o); };
+                         }});
+
+}  // namespace
+}  // namespace smolrt::app

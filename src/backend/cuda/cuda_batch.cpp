@@ -1,0 +1,350 @@
+// CudaBatchBackend: the multi-sequence backend (backend/batch.h) on one GPU.
+//
+// One step() = one pass over the weights for every row of the step (decode tokens and prompt
+// chunks of many sequences together): the batched prefill's layer kernels (prefill_forward with
+// StepRows: per-row positions, K/V written to paged pool slots, attention_paged over each row's
+// own sequence), then the rows that need an output are gathered and go through the final norm +
+// lm_head as one tensor-core GEMM, and greedy rows are argmaxed on the GPU. Sampled rows run the
+// GPU sampler (cuda/sample.h) per row; only token ids (and logits where asked) come back.
+//
+// Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
+// bucket is captured once as a CUDA graph and replayed (the per-step data travel in one H2D
+// copy of a pinned staging block before the launch). Padding rows are token 0 at position 0 of
+// a scratch "sequence" whose one page is outside the pool, so they touch nothing real.
+//
+// Weights: the decode backend's device image (upload_weights), read by the prefill GEMMs as is.
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "backend/batch.h"
+#include "backend/cpu/sample.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/kv_pages.h"
+#include "core/cuda_check.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "cuda/attention_paged.h"
+#include "cuda/embed_batch.h"
+#include "cuda/gemm_q4.h"
+#include "cuda/prefill_model.h"
+#include "cuda/prefill_ops.h"
+#include "cuda/sample.h"
+
+namespace smolrt {
+
+namespace {
+
+// Row counts a step is padded to (graph buckets).
+constexpr int kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
+
+int bucket(int n) {
+  for (int b : kBuckets)
+    if (b >= n) return b;
+  return n;
+}
+
+class CudaBatchBackend final : public BatchBackend {
+ public:
+  CudaBatchBackend(const Model& m, const BatchOptions& opt);
+  ~CudaBatchBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  std::string device_name() const override;
+  const LlamaConfig& config() const override { return c_; }
+  int max_seqs() const override { return kv_->max_seqs(); }
+  int seq_ctx() const override { return kv_->seq_ctx(); }
+  int max_step_tokens() const override { return max_step_; }
+  int page_size() const override { return kv_->page_size(); }
+  int kv_pages_total() const override { return kv_->pages_total(); }
+  int kv_pages_free() const override { return kv_->pages_free(); }
+
+  int add_sequence() override { return kv_->add(); }
+  void free_sequence(int seq) override { kv_->remove(seq); }
+  int position(int seq) const override { return kv_->position(seq); }
+  void rollback(int seq, int pos) override { kv_->truncate(seq, pos); }
+
+  std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
+
+ private:
+  // The launches of one step of nb rows, mb output rows (captured per bucket).
+  void forward(int nb, int mb);
+  void upload_tables(int seq);
+
+  LlamaConfig c_;
+  int max_step_ = 0;
+  int table_stride_ = 0;
+  std::unique_ptr<KvPages> kv_;
+  cuda::DeviceWeights dw_;
+  cuda::DeviceBuffer pool_;  // K and V per layer: [n_layers][2][slots + page][kv_dim]
+  cuda::PrefillWeights pw_;
+  cuda::PrefillWorkspace ws_;
+  cuda::DeviceBuffer dev_;   // staging mirror + tables + gathered rows + sampled ids + history
+  cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids
+  // Staging layout (ints, both sides): tokens | pos | slot | seq [cap] each, out rows [cap].
+  int* st_ = nullptr;
+  int* d_st_ = nullptr;
+  int* tables_host_ = nullptr;  // [max_seqs + 1][table_stride]
+  int* d_tables_ = nullptr;
+  float* d_xo_ = nullptr;        // [cap][dim] gathered output rows
+  int* d_out_ = nullptr;         // [cap] chosen ids
+  int* out_host_ = nullptr;      // [cap]
+  int* d_hist_ = nullptr;        // penalty windows of the sampled rows
+  float* d_partials_ = nullptr;  // attention_paged scratch
+  int* d_counters_ = nullptr;
+  std::vector<int> hist_host_;
+  cuda::PinnedBuffer hist_pinned_;
+  std::vector<int> uploaded_;  // pages of each sequence's table already on the device
+  cudaStream_t stream_ = nullptr;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  bool use_graph_ = true;
+  cpu::SampleScratch scratch_;
+};
+
+CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_(m.config) {
+  if (opt.max_seqs <= 0) fail("--parallel ", opt.max_seqs, " is invalid: use 1 or more");
+  if (opt.page_size <= 0) fail("KV page size ", opt.page_size, " is invalid: use 1 or more");
+  if (opt.max_step_tokens <= 0 || opt.max_step_tokens > kBuckets[std::size(kBuckets) - 1])
+    fail("max step tokens ", opt.max_step_tokens, " is invalid: use 1..",
+         kBuckets[std::size(kBuckets) - 1]);
+  if (opt.seq_ctx < 0 || opt.kv_tokens < 0) fail("--ctx and --kv-size must not be negative");
+  const int seq_ctx = opt.seq_ctx > 0 ? opt.seq_ctx : c_.n_ctx_train;
+  if (seq_ctx <= 0) fail("the model declares no context length; pass --ctx N");
+  if (c_.n_ctx_train > 0 && seq_ctx > c_.n_ctx_train)
+    fail("--ctx ", seq_ctx, " exceeds the model's training context of ", c_.n_ctx_train,
+         " tokens; use --ctx ", c_.n_ctx_train, " or less");
+  if (!cuda::attention_paged_supports(c_.head_dim, c_.n_heads / std::max(c_.n_kv_heads, 1)))
+    fail("head_dim ", c_.head_dim,
+         " has no CUDA multi-sequence attention kernel; use --backend cpu");
+  if (!cuda::prefill_fits(c_, m.weights) || !cuda::gemm_takes(m.weights.output.type) ||
+      c_.dim % 4 != 0)
+    fail(
+        "the CUDA multi-sequence backend needs every layer matrix and the output matrix in a "
+        "format its GEMM takes (all but F32) and dim a multiple of 4; use --backend cpu");
+  max_step_ = opt.max_step_tokens;
+  const int cap = bucket(max_step_);
+  dw_ = cuda::upload_weights(m.weights, c_);
+
+  // KV pool: what was asked, else every sequence's full context, capped by half the free memory.
+  const size_t elt = opt.kv_half ? 2 : 4;
+  const size_t per_token = size_t(c_.n_layers) * 2 * c_.kv_dim() * elt;
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const size_t ws_guess = size_t(cap) * (size_t(c_.vocab_size) + 8 * c_.hidden_dim) * 4;
+  const size_t budget = free_b / 2 > ws_guess ? free_b / 2 - ws_guess : 0;
+  long want = opt.kv_tokens > 0 ? opt.kv_tokens : long(seq_ctx) * opt.max_seqs;
+  if (opt.kv_tokens == 0) want = std::min<long>(want, long(budget / per_token));
+  if (want < seq_ctx && opt.kv_tokens == 0)
+    want = std::min<long>(seq_ctx, long(budget / per_token));
+  if (want <= 0) fail("no GPU memory is left for a KV pool; pass a smaller --kv-size");
+  const int pages = int((want + opt.page_size - 1) / opt.page_size);
+  kv_ = std::make_unique<KvPages>(pages, opt.page_size, opt.max_seqs, seq_ctx);
+  table_stride_ = (seq_ctx + opt.page_size - 1) / opt.page_size;
+
+  const size_t slots = size_t(pages + 1) * opt.page_size;  // + the padding rows' page
+  const size_t layer = slots * c_.kv_dim() * elt;
+  pool_ = cuda::DeviceBuffer(layer * 2 * c_.n_layers, "KV pool (pass a smaller --kv-size)");
+  std::vector<void*> k, v;
+  for (int l = 0; l < c_.n_layers; ++l) {
+    k.push_back(static_cast<char*>(pool_.get()) + (2 * l) * layer);
+    v.push_back(static_cast<char*>(pool_.get()) + (2 * l + 1) * layer);
+  }
+  pw_ = cuda::prefill_view(c_, dw_, seq_ctx, opt.kv_half, k, v);
+  pw_.token_embd = cuda::DevMat{};  // step() embeds from its own staging
+  ws_.reserve(c_, cap, cap);
+
+  const size_t tables = size_t(opt.max_seqs + 1) * table_stride_;
+  cuda::Carver sizer;
+  auto carve = [&](cuda::Carver& cv) {
+    d_st_ = cv.take<int>(5 * size_t(cap));
+    d_tables_ = cv.take<int>(tables);
+    d_xo_ = cv.take<float>(size_t(cap) * c_.dim);
+    d_out_ = cv.take<int>(cap);
+    d_hist_ = cv.take<int>(size_t(cap) * seq_ctx);
+    d_partials_ =
+        cv.take<float>(size_t(cap) * c_.n_heads * cuda::kAttnPagedSplits * (c_.head_dim + 2));
+    d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
+  };
+  carve(sizer);
+  dev_ = cuda::DeviceBuffer(sizer.used(), "multi-sequence step buffers");
+  cuda::Carver placer(static_cast<char*>(dev_.get()));
+  carve(placer);
+  CUDA_CHECK(cudaMemset(d_counters_, 0, sizeof(int) * size_t(cap) * c_.n_kv_heads));
+  host_ = cuda::PinnedBuffer(sizeof(int) * (6 * size_t(cap) + tables), "step staging");
+  st_ = static_cast<int*>(host_.get());
+  out_host_ = st_ + 5 * cap;
+  tables_host_ = out_host_ + cap;
+  // The padding "sequence" (row max_seqs) owns the page past the pool.
+  std::fill(tables_host_, tables_host_ + tables, 0);
+  tables_host_[size_t(opt.max_seqs) * table_stride_] = pages;
+  CUDA_CHECK(cudaMemcpy(d_tables_, tables_host_, sizeof(int) * tables, cudaMemcpyHostToDevice));
+  uploaded_.assign(opt.max_seqs, 0);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  use_graph_ = env_flag("SMOLRT_CUDA_GRAPH", true);
+}
+
+CudaBatchBackend::~CudaBatchBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBatchBackend::device_name() const {
+  int dev = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+    return "cuda";
+  return prop.name;
+}
+
+void CudaBatchBackend::upload_tables(int seq) {
+  const std::span<const int> bt = kv_->block_table(seq);
+  int* row = tables_host_ + size_t(seq) * table_stride_;
+  int from = 0;
+  while (from < uploaded_[seq] && from < (int)bt.size() && row[from] == bt[from]) ++from;
+  if (from == (int)bt.size()) return;
+  std::copy(bt.begin() + from, bt.end(), row + from);
+  CUDA_CHECK(cudaMemcpyAsync(d_tables_ + size_t(seq) * table_stride_ + from, row + from,
+                             sizeof(int) * (bt.size() - from), cudaMemcpyHostToDevice, stream_));
+  uploaded_[seq] = (int)bt.size();
+}
+
+void CudaBatchBackend::forward(int nb, int mb) {
+  const int cap = bucket(max_step_);
+  cuda::StepRows rows;
+  rows.pos = d_st_ + cap, rows.slot = d_st_ + 2 * cap, rows.seq = d_st_ + 3 * cap;
+  rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
+  rows.attn_partials = d_partials_, rows.attn_counters = d_counters_;
+  cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_);
+  cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, stream_, &rows);
+  cuda::gather_rows(ws_.x, c_.dim, d_st_ + 4 * cap, mb, c_.dim, d_xo_, stream_);
+  cuda::GemmQ4Args h;
+  h.t = mb, h.w0 = dw_.output, h.x = d_xo_, h.ldx = c_.dim, h.norm_w = dw_.output_norm;
+  h.eps = c_.norm_eps;
+  cuda::GemmOut o;
+  o.y = ws_.logits, o.ldy = c_.vocab_size;
+  cuda::gemm_q4(h, cuda::GemmEpilogue::Store, o, stream_);
+  cuda::argmax_rows(ws_.logits, c_.vocab_size, c_.vocab_size, mb, d_out_, stream_);
+}
+
+std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
+  check_step(batch);
+  const int cap = bucket(max_step_);
+  int n = 0, m = 0;
+  // out rows of each entry: [first, first + count) of the gathered rows
+  std::vector<std::pair<int, int>> outs(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqStep& s = batch[i];
+    const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
+    kv_->grow(s.seq, len);
+    upload_tables(s.seq);
+    const int first = s.logits == 2 ? n : n + len - 1;
+    const int count = s.logits == 2 ? len : (s.sample || s.logits == 1 ? 1 : 0);
+    outs[i] = {m, count};
+    for (int j = 0; j < len; ++j, ++n) {
+      st_[n] = s.tokens[j];
+      st_[cap + n] = p0 + j;
+      st_[2 * cap + n] = kv_->slot(s.seq, p0 + j);
+      st_[3 * cap + n] = s.seq;
+    }
+    for (int j = 0; j < count; ++j) st_[4 * cap + m++] = first + j;
+  }
+  const int nb = bucket(n), mb = bucket(std::max(m, 1));
+  const int pad_slot = kv_->pages_total() * kv_->page_size();
+  for (int r = n; r < nb; ++r) {
+    st_[r] = 0, st_[cap + r] = 0, st_[2 * cap + r] = pad_slot, st_[3 * cap + r] = max_seqs();
+  }
+  for (int r = m; r < mb; ++r) st_[4 * cap + r] = 0;
+  CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * 5 * cap, cudaMemcpyHostToDevice, stream_));
+
+  if (use_graph_) {
+    cudaGraphExec_t& g = graphs_[{nb, mb}];
+    if (!g) {
+      cudaGraph_t graph;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      forward(nb, mb);
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    CUDA_CHECK(cudaGraphLaunch(g, stream_));
+  } else {
+    forward(nb, mb);
+  }
+
+  // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
+  // one copy); a row it cannot take (vocab or candidates past its limits: -1) samples on the host.
+  const int V = c_.vocab_size;
+  std::vector<int> hist_off(batch.size(), 0);
+  size_t hist_n = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqStep& s = batch[i];
+    if (!s.sample || (s.params.greedy() && !s.params.has_penalties())) continue;
+    hist_off[i] = (int)hist_n;
+    hist_n += cpu::penalty_window(s.history, s.params).size();
+  }
+  if (hist_n > 0) {
+    if (hist_pinned_.size() < hist_n * sizeof(int))
+      hist_pinned_ = cuda::PinnedBuffer(std::max(hist_n * sizeof(int), size_t{4096}), "history");
+    int* hh = static_cast<int*>(hist_pinned_.get());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const SeqStep& s = batch[i];
+      if (!s.sample || (s.params.greedy() && !s.params.has_penalties())) continue;
+      const std::span<const int> w = cpu::penalty_window(s.history, s.params);
+      std::copy(w.begin(), w.end(), hh + hist_off[i]);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(d_hist_, hh, sizeof(int) * hist_n, cudaMemcpyHostToDevice, stream_));
+  }
+  const bool gpu_sampler = V <= cuda::sample_max_vocab();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqStep& s = batch[i];
+    if (!s.sample || (s.params.greedy() && !s.params.has_penalties()) || !gpu_sampler) continue;
+    const int r = outs[i].first + outs[i].second - 1;
+    const int nh = (int)cpu::penalty_window(s.history, s.params).size();
+    cuda::sample(ws_.logits + size_t(r) * V, V, s.params, s.u, d_hist_ + hist_off[i], nh,
+                 d_out_ + r, stream_);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(out_host_, d_out_, sizeof(int) * mb, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+  std::vector<SeqResult> res(batch.size());
+  std::vector<float> row;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqStep& s = batch[i];
+    const auto [first, count] = outs[i];
+    const bool plain = s.params.greedy() && !s.params.has_penalties();
+    const int last = first + count - 1;
+    if (s.logits > 0) {
+      res[i].logits.resize(size_t(count) * V);
+      CUDA_CHECK(cudaMemcpy(res[i].logits.data(), ws_.logits + size_t(first) * V,
+                            sizeof(float) * count * V, cudaMemcpyDeviceToHost));
+    }
+    if (!s.sample) continue;
+    int tok = (plain || gpu_sampler) ? out_host_[last] : -1;
+    if (tok < 0) {  // the host sampler on this row's logits
+      std::span<const float> l;
+      if (s.logits > 0) {
+        l = std::span<const float>(res[i].logits).last(V);
+      } else {
+        row.resize(V);
+        CUDA_CHECK(cudaMemcpy(row.data(), ws_.logits + size_t(last) * V, sizeof(float) * V,
+                              cudaMemcpyDeviceToHost));
+        l = row;
+      }
+      tok = cpu::sample(l, s.params, s.u, s.history, scratch_);
+    }
+    res[i].token = tok;
+  }
+  return res;
+}
+
+}  // namespace
+
+std::unique_ptr<BatchBackend> make_cuda_batch_backend(const Model& m, const BatchOptions& opt) {
+  if (!cuda_device_available())
+    fail("the CUDA backend was asked for but no CUDA GPU is visible; use --backend cpu");
+  return std::make_unique<CudaBatchBackend>(m, opt);
+}
+
+}  // namespace smolrt

@@ -1,0 +1,309 @@
+// Paged multi-sequence attention (see attention_paged.h).
+#include "cuda/attention_paged.h"
+
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "core/error.h"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.cuh"
+
+namespace smolrt::cuda {
+namespace {
+
+constexpr int kTile = 32;  // positions per warp tile (one per lane when scoring)
+constexpr int kWarps = 4;  // warps per block, one tile each at a time
+
+// K tile rows in shared memory: the pool's element type, padded by 16 bytes per row so the
+// lanes' row reads (lane = position) hit distinct banks.
+template <int HD, bool HALF>
+constexpr int k_ld() {
+  return HALF ? HD + 8 : HD + 4;
+}
+template <int HD, bool HALF>
+constexpr size_t smem_bytes() {
+  return (HALF ? 2 : 4) * size_t(kWarps) * kTile * k_ld<HD, HALF>();
+}
+
+template <bool HALF>
+__device__ __forceinline__ float kv_at(const void* pool, size_t i) {
+  if constexpr (HALF) {
+    return __half2float(reinterpret_cast<const __half*>(pool)[i]);
+  } else {
+    return reinterpret_cast<const float*>(pool)[i];
+  }
+}
+
+// One block per (row, KV head, split); see attention_paged.h.
+template <int HD, int G, bool HALF>
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_paged_kernel(const PagedAttnArgs a, float* partials, int* counters) {
+  using E = typename std::conditional<HALF, __half, float>::type;
+  constexpr int DPL = HD >= 32 ? HD / 32 : 1;              // output dims per lane
+  constexpr int LD = k_ld<HD, HALF>();                     // K tile row pitch (elements)
+  constexpr int EPC = 16 / sizeof(E);                      // elements per 16-byte chunk
+  constexpr int CPR = HD / EPC;                            // chunks per K row
+  constexpr int VR = 64 / DPL < kTile ? 64 / DPL : kTile;  // V rows loaded together
+  extern __shared__ float4 smem4[];
+  __shared__ float sq[G][HD];
+  __shared__ float sp[kWarps][G][kTile];
+  __shared__ float sm[kWarps][G], sl[kWarps][G];
+  __shared__ float sacc[kWarps][G][HD];
+  __shared__ int last;
+  const int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  E* kt = reinterpret_cast<E*>(smem4) + warp * kTile * LD;
+
+  detail::pdl_wait();  // q and this step's K/V rows come from the QKV GEMM
+  detail::pdl_trigger();
+  const int n_pos = a.row_pos[row] + 1;
+  const int tiles = (n_pos + kTile - 1) / kTile;
+  const int per = max(kWarps, (tiles + kAttnPagedSplits - 1) / kAttnPagedSplits);
+  const int n_split = (tiles + per - 1) / per;
+  if (split >= n_split) return;
+  const int tile_end = min(tiles, (split + 1) * per);
+  const int* table = a.tables + (size_t)a.row_seq[row] * a.table_stride;
+  const size_t kv_dim = (size_t)a.n_kv_heads * HD;
+  const float scale = a.scale > 0.f ? a.scale : rsqrtf((float)HD);
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
+    sq[i / HD][i % HD] = a.q[(size_t)row * a.ldq + (kvh * G + i / HD) * HD + i % HD] * scale;
+  __syncthreads();
+
+  float m_run[G], l_run[G], acc[G][DPL];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m_run[g] = -INFINITY, l_run[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[g][i] = 0.f;
+  }
+  for (int tile = split * per + warp; tile < tile_end; tile += kWarps) {
+    const int t0 = tile * kTile, t = t0 + lane;
+    const int slot = t < n_pos ? table[t / a.page_size] * a.page_size + t % a.page_size : -1;
+    // K rows into shared memory (cp.async, coalesced 16-byte chunks; zero past the context).
+#pragma unroll
+    for (int k = 0; k < (kTile * CPR + 31) / 32; ++k) {
+      const int c = lane + 32 * k, r = c / CPR, e = (c % CPR) * EPC;
+      const int s = __shfl_sync(0xffffffffu, slot, r & 31);
+      if (c < kTile * CPR) {
+        const E* src =
+            reinterpret_cast<const E*>(a.k_pool) + (size_t)max(s, 0) * kv_dim + kvh * HD + e;
+        cp_async16(kt + r * LD + e, src, s >= 0 ? 16 : 0);
+      }
+    }
+    cp_async_commit();
+    // V rows straight into registers, lane = dimension (coalesced), in the same round trip.
+    float vv[VR][DPL];
+    auto load_v = [&](int j0) {
+#pragma unroll
+      for (int jj = 0; jj < VR; ++jj) {
+        const int sj = __shfl_sync(0xffffffffu, slot, (j0 + jj) & 31);
+        const size_t vo = (size_t)sj * kv_dim + kvh * HD;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+          const int d = lane + 32 * i;
+          vv[jj][i] = sj >= 0 && d < HD ? kv_at<HALF>(a.v_pool, vo + d) : 0.f;
+        }
+      }
+    };
+    load_v(0);
+    cp_async_wait<0>();
+    __syncwarp();
+    // Scores: lane = position, its K row read once for every head of the group.
+    float s[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) s[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < HD; i += EPC) {
+      float k[EPC];
+      const uint4 u = *reinterpret_cast<const uint4*>(kt + lane * LD + i);
+      if constexpr (HALF) {
+        const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __half22float2(h[e]);
+          k[2 * e] = f.x, k[2 * e + 1] = f.y;
+        }
+      } else {
+        const float* f = reinterpret_cast<const float*>(&u);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) k[e] = f[e];
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) s[g] += sq[g][i + e] * k[e];
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float sg = slot >= 0 ? s[g] : -INFINITY;
+      const float m_new = fmaxf(m_run[g], warp_max(sg));  // finite: lane 0 is in the context
+      const float corr = expf(m_run[g] - m_new);
+      const float p = slot >= 0 ? expf(sg - m_new) : 0.f;
+      l_run[g] = l_run[g] * corr + warp_sum(p);
+      m_run[g] = m_new;
+      sp[warp][g][lane] = p;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[g][i] *= corr;
+    }
+    __syncwarp();
+    // P·V: lane = output dimension; rows past the context have p = 0 and v = 0.
+    const int nv = min(kTile, n_pos - t0);
+    for (int j0 = 0; j0 < nv; j0 += VR) {
+      if (j0 > 0) load_v(j0);
+#pragma unroll
+      for (int jj = 0; jj < VR; ++jj) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float p = sp[warp][g][(j0 + jj) & 31];
+#pragma unroll
+          for (int i = 0; i < DPL; ++i) acc[g][i] += p * vv[jj][i];
+        }
+      }
+    }
+    __syncwarp();  // the K tile and sp are rewritten by the next tile
+  }
+  // This block's state: the warps' states combined (a warp without a tile has m = -inf: weight 0).
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) sm[warp][g] = m_run[g], sl[warp][g] = l_run[g];
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i)
+      if (lane + 32 * i < HD) sacc[warp][g][lane + 32 * i] = acc[g][i];
+  }
+  __syncthreads();
+  const int h0 = kvh * G;
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm[w][g]);
+    float num = 0.f, den = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = sm[w][g] == -INFINITY ? 0.f : expf(sm[w][g] - mm);
+      den += wt * sl[w][g];
+      num += wt * sacc[w][g][d];
+    }
+    if (n_split == 1) {
+      a.out[(size_t)row * a.ldo + (h0 + g) * HD + d] = num / den;
+    } else {
+      float* part =
+          partials + (((size_t)row * a.n_heads + h0 + g) * kAttnPagedSplits + split) * (HD + 2);
+      part[2 + d] = num;
+      if (d == 0) part[0] = mm, part[1] = den;
+    }
+  }
+  if (n_split == 1) return;
+  // The last block of this (row, KV head) to finish combines the splits' partials.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* cnt = counters + (size_t)row * a.n_kv_heads + kvh;
+    last = atomicAdd(cnt, 1) == n_split - 1;
+    if (last) *cnt = 0;  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    const float* ph = partials + ((size_t)row * a.n_heads + h0 + g) * kAttnPagedSplits * (HD + 2);
+    float mm = -INFINITY;
+    for (int sp_ = 0; sp_ < n_split; ++sp_) mm = fmaxf(mm, __ldcg(ph + sp_ * (HD + 2)));
+    float num = 0.f, den = 0.f;
+    for (int sp_ = 0; sp_ < n_split; ++sp_) {
+      const float w = expf(__ldcg(ph + sp_ * (HD + 2)) - mm);
+      den += w * __ldcg(ph + sp_ * (HD + 2) + 1);
+      num += w * __ldcg(ph + sp_ * (HD + 2) + 2 + d);
+    }
+    a.out[(size_t)row * a.ldo + (h0 + g) * HD + d] = num / den;
+  }
+}
+
+template <int HD, int G, bool HALF>
+void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
+  static bool configured = false;
+  if (!configured) {
+    configure_prefill_kernel(attention_paged_kernel<HD, G, HALF>, (int)smem_bytes<HD, HALF>());
+    configured = true;
+  }
+  launch_kernel_pdl(s != nullptr, attention_paged_kernel<HD, G, HALF>,
+                    dim3(a.n, a.n_kv_heads, kAttnPagedSplits), dim3(32 * kWarps),
+                    smem_bytes<HD, HALF>(), s, a, a.partials, a.counters);
+}
+
+template <int HD, int G>
+void launch_g(const PagedAttnArgs& a, cudaStream_t s) {
+  if (a.kv_half) {
+    launch_t<HD, G, true>(a, s);
+  } else {
+    launch_t<HD, G, false>(a, s);
+  }
+}
+
+template <int HD>
+void launch_hd(const PagedAttnArgs& a, cudaStream_t s) {
+  switch (a.n_heads / a.n_kv_heads) {
+    case 1:
+      return launch_g<HD, 1>(a, s);
+    case 2:
+      return launch_g<HD, 2>(a, s);
+    case 3:
+      return launch_g<HD, 3>(a, s);
+    case 4:
+      return launch_g<HD, 4>(a, s);
+    case 5:
+      return launch_g<HD, 5>(a, s);
+    case 6:
+      return launch_g<HD, 6>(a, s);
+    case 7:
+      return launch_g<HD, 7>(a, s);
+    case 8:
+      return launch_g<HD, 8>(a, s);
+  }
+}
+
+}  // namespace
+
+bool attention_paged_supports(int head_dim, int group) {
+  return (head_dim == 8 || head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 ||
+          head_dim == 256) &&
+         group >= 1 && group <= kAttnPagedMaxGroup;
+}
+
+void attention_paged(const PagedAttnArgs& a, cudaStream_t s) {
+  if (!a.q || !a.k_pool || !a.v_pool || !a.out || !a.row_pos || !a.row_seq || !a.tables ||
+      !a.partials || !a.counters)
+    fail("attention_paged: null pointer");
+  if (a.n <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
+      a.page_size <= 0 || a.table_stride <= 0)
+    fail("attention_paged: bad shape (rows ", a.n, ", heads ", a.n_heads, "/", a.n_kv_heads,
+         ", page size ", a.page_size, ")");
+  if (!attention_paged_supports(a.head_dim, a.n_heads / a.n_kv_heads))
+    fail("attention_paged: head_dim ", a.head_dim, " with ", a.n_heads / a.n_kv_heads,
+         " query heads per KV head is not supported (head_dim 8..256, powers of two; at most ",
+         kAttnPagedMaxGroup, " heads per KV head)");
+  if (a.ldq < a.n_heads * a.head_dim || a.ldo < a.n_heads * a.head_dim)
+    fail("attention_paged: ldq/ldo smaller than n_heads * head_dim");
+  switch (a.head_dim) {
+    case 8:
+      return launch_hd<8>(a, s);
+    case 16:
+      return launch_hd<16>(a, s);
+    case 32:
+      return launch_hd<32>(a, s);
+    case 64:
+      return launch_hd<64>(a, s);
+    case 128:
+      return launch_hd<128>(a, s);
+    case 256:
+      return launch_hd<256>(a, s);
+  }
+}
+
+}  // namespace smolrt::cuda

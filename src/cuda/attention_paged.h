@@ -1,0 +1,50 @@
+// Attention for a multi-sequence step over a paged KV pool: every row of the step is one query
+// token of some sequence at some position; it attends to positions [0, pos] of its own sequence,
+// found through that sequence's block table (position p -> pool slot
+// tables[seq * table_stride + p / page_size] * page_size + p % page_size). Rows of one sequence's
+// prompt chunk are causal by their own positions, since the step's QKV GEMM wrote all their K/V
+// rows before this kernel runs.
+//
+// One block per (row, KV head, split): the query heads sharing a KV head read each K/V row once,
+// and a context is cut into at most kAttnPagedSplits splits of >= 4 tiles of 32 positions (flash-
+// decoding style; the last block of a (row, KV head) to finish combines the splits' partials), so
+// a short served batch still spreads over the GPU. Each of the block's 4 warps takes one tile at
+// a time: its K rows are copied into shared memory (cp.async, coalesced) and scored one position
+// per lane; its V rows are read coalesced (lane = dimension) in the same memory round trip; an
+// online softmax per head; the warps' states are combined at the end of the block.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace smolrt::cuda {
+
+constexpr int kAttnPagedSplits = 8;    // blocks per (row, KV head) at most
+constexpr int kAttnPagedMaxGroup = 8;  // query heads per KV head at most
+
+struct PagedAttnArgs {
+  const float* q = nullptr;  // device [n][ldq], roped; head h at columns [h*head_dim, ...)
+  int ldq = 0;
+  const void* k_pool = nullptr;  // device [slots][n_kv_heads*head_dim] of this layer
+  const void* v_pool = nullptr;
+  bool kv_half = false;  // pool element type: fp16 or fp32
+  float* out = nullptr;  // device [n][ldo]
+  int ldo = 0;
+  int n = 0;                     // rows (>= 1)
+  const int* row_pos = nullptr;  // device [n]: the row's position (attends to [0, pos])
+  const int* row_seq = nullptr;  // device [n]: the row's block-table row
+  const int* tables = nullptr;   // device [..][table_stride] page ids
+  int table_stride = 0, page_size = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;  // head_dim in {8, 16, 32, 64, 128, 256}
+  float scale = 0.f;                              // 0: 1/sqrt(head_dim)
+  // Scratch: partials [n][n_heads][kAttnPagedSplits][head_dim + 2] floats; counters
+  // [n][n_kv_heads] ints, zero before the first launch (the kernel leaves them zero).
+  float* partials = nullptr;
+  int* counters = nullptr;
+};
+
+void attention_paged(const PagedAttnArgs& a, cudaStream_t stream);
+
+// head_dim 8..256 (powers of two) and n_heads / n_kv_heads <= kAttnPagedMaxGroup.
+bool attention_paged_supports(int head_dim, int group);
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,377 @@
+// The CUDA multi-sequence backend (backend/cuda/cuda_batch.cpp) and its paged attention kernel:
+//   - attention_paged against its CPU twin (cpu::attention over the row's gathered K/V) on random
+//     data, fp32 and fp16 pools, several head sizes, scattered pages, poisoned outputs;
+//   - CudaBatchBackend on the synthetic SmolLM-135M-shaped Q4_0 model: each sequence's logits in
+//     a shared step vs the single-sequence CudaBackend (prefill + decode kernels), a sequence
+//     alone vs with neighbours, interleaved prompt chunks, fp16 pool accuracy, GPU sampling per
+//     row vs the host sampler on the same logits, prompt scoring rows, page reuse after free.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/batch.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/sample.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "cuda/attention_paged.h"
+#include "cuda/gemm_q4.h"
+#include "cuda_test_util.h"
+#include "quant/formats.h"
+
+namespace smolrt {
+namespace {
+
+using test::Dev;
+
+double rel_l2(const float* g, const float* r, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += ((double)g[i] - r[i]) * ((double)g[i] - r[i]);
+    den += (double)r[i] * r[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// --- attention_paged vs cpu::attention -----------------------------------------------------------
+
+void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
+  const int page = 16, n_pages = 200, kv_dim = n_kv_heads * head_dim;
+  const int slots = n_pages * page;
+  std::mt19937 rng(head_dim * 31 + n_heads + half);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> k(size_t(slots) * kv_dim), v(k.size());
+  for (float& x : k) x = nd(rng);
+  for (float& x : v) x = nd(rng);
+  if (half)  // the reference sees the values the kernel reads
+    for (auto* a : {&k, &v})
+      for (float& x : *a) x = fp16_to_f32(f32_to_fp16(x));
+  // 3 sequences over shuffled pages; rows: a prompt chunk of seq 0 (causal), decode rows.
+  std::vector<int> perm(n_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const int stride = 64;  // up to 1024 positions: every split count occurs
+  std::vector<int> tables(3 * stride);
+  for (int s = 0; s < 3; ++s)
+    for (int j = 0; j < stride; ++j) tables[s * stride + j] = perm[s * stride + j];
+  std::vector<int> row_seq, row_pos;
+  for (int p = 0; p < 20; ++p) row_seq.push_back(0), row_pos.push_back(p);
+  for (int p : {0, 1, 31, 32, 33, 127, 128, 190, 255, 256, 300, 511, 700})
+    row_seq.push_back(1), row_pos.push_back(p);
+  row_seq.push_back(2), row_pos.push_back(stride * page - 1);
+  const int n = (int)row_seq.size(), q_dim = n_heads * head_dim;
+  std::vector<float> q(size_t(n) * q_dim);
+  for (float& x : q) x = nd(rng);
+
+  std::vector<uint16_t> kh, vh;
+  for (float x : k) kh.push_back(f32_to_fp16(x));
+  for (float x : v) vh.push_back(f32_to_fp16(x));
+  Dev<float> dq(q), dk(k), dv(v);
+  Dev<uint16_t> dkh(kh), dvh(vh);
+  Dev<int> dt(tables), ds(row_seq), dp(row_pos);
+  Dev<float> out(size_t(n) * q_dim);  // poisoned
+  cuda::PagedAttnArgs a;
+  a.q = dq.p(), a.ldq = q_dim;
+  a.k_pool = half ? (const void*)dkh.p() : dk.p();
+  a.v_pool = half ? (const void*)dvh.p() : dv.p();
+  a.kv_half = half, a.out = out.p(), a.ldo = q_dim, a.n = n;
+  a.row_pos = dp.p(), a.row_seq = ds.p(), a.tables = dt.p(), a.table_stride = stride;
+  a.page_size = page, a.n_heads = n_heads, a.n_kv_heads = n_kv_heads, a.head_dim = head_dim;
+  Dev<float> partials(size_t(n) * n_heads * cuda::kAttnPagedSplits * (head_dim + 2));
+  Dev<int> counters(std::vector<int>(size_t(n) * n_kv_heads, 0));
+  a.partials = partials.p(), a.counters = counters.p();
+  cuda::attention_paged(a, nullptr);
+  cuda::attention_paged(a, nullptr);  // again: the counters were left at zero
+  const std::vector<float> got = out.get();
+
+  std::vector<float> kc, vc, ref(q_dim), att(stride * page);
+  for (int r = 0; r < n; ++r) {
+    const int np = row_pos[r] + 1;
+    kc.resize(size_t(np) * kv_dim), vc.resize(kc.size());
+    for (int p = 0; p < np; ++p) {
+      const int slot = tables[row_seq[r] * stride + p / page] * page + p % page;
+      std::copy_n(&k[size_t(slot) * kv_dim], kv_dim, &kc[size_t(p) * kv_dim]);
+      std::copy_n(&v[size_t(slot) * kv_dim], kv_dim, &vc[size_t(p) * kv_dim]);
+    }
+    cpu::attention(ref.data(), &q[size_t(r) * q_dim], kc.data(), vc.data(), np, n_heads, n_kv_heads,
+                   head_dim, att.data());
+    for (int i = 0; i < q_dim; ++i) {
+      const float g = got[size_t(r) * q_dim + i];
+      ASSERT_TRUE(std::isfinite(g)) << "row " << r << " col " << i;
+      // fp32 math in a different order than the CPU twin: outputs are O(1) averages of O(1)
+      // values, so 2e-5 absolute is a few ulps of accumulated rounding.
+      ASSERT_NEAR(g, ref[i], 2e-5 + 2e-5 * std::fabs(ref[i]))
+          << "row " << r << " (pos " << row_pos[r] << ") col " << i << " hd " << head_dim;
+    }
+  }
+}
+
+TEST(AttentionPaged, MatchesCpuTwin) {
+  REQUIRE_GPU();
+  for (bool half : {false, true}) {
+    check_paged(64, 9, 3, half);   // SmolLM2
+    check_paged(64, 14, 2, half);  // Qwen2.5-0.5B
+    check_paged(8, 8, 4, half);    // stories260K
+    check_paged(128, 8, 2, half);  // Llama 3.2 1B-like
+    check_paged(256, 4, 1, half);  // Gemma 3 270M
+  }
+}
+
+// --- CudaBatchBackend on the synthetic model -----------------------------------------------------
+
+std::vector<int> prompt_of(int n, int vocab, unsigned seed) {
+  std::vector<int> t(n);
+  unsigned x = seed * 2654435761u + 12345u;
+  for (int& v : t) {
+    x = x * 1664525u + 1013904223u;
+    v = (int)((x >> 8) % (unsigned)vocab);
+  }
+  return t;
+}
+
+std::unique_ptr<BatchBackend> make_batch(const Model& m, bool kv_half = false) {
+  BatchOptions o;
+  o.kind = "cuda";
+  o.max_seqs = 16;
+  o.seq_ctx = 512;
+  o.kv_tokens = 4096;
+  o.kv_half = kv_half;
+  return make_cuda_batch_backend(m, o);
+}
+
+SeqStep greedy(int seq, std::span<const int> toks, int logits = 1) {
+  SeqStep s;
+  s.seq = seq, s.tokens = toks, s.params.temp = 0.f, s.logits = logits;
+  return s;
+}
+
+// Logits of one sequence through the single-sequence CudaBackend: prompt (batched prefill), then
+// one decode step per continuation token.
+std::vector<std::vector<float>> single_path(const Model& m, const std::vector<int>& prompt,
+                                            const std::vector<int>& cont) {
+  BackendOptions o;
+  o.kind = "cuda";
+  o.n_ctx = 512;
+  auto b = make_cuda_backend(m, o);
+  std::vector<std::vector<float>> out;
+  std::span<const float> l = b->forward_prompt(prompt);
+  out.emplace_back(l.begin(), l.end());
+  for (int t : cont) {
+    l = b->forward_token(t, b->position());
+    out.emplace_back(l.begin(), l.end());
+  }
+  return out;
+}
+
+// The bound between the multi-sequence step and the single-sequence kernels: the step's linear
+// layers and lm_head are the prefill's tensor-core GEMMs (fp16 operands) and the single path's
+// decode steps are DP4A GEMVs, so the prefill-vs-decode bound of test_cuda_prefill.cpp, 2e-2
+// relative L2 per logits row over 30 layers, applies.
+constexpr double kVsSingle = 2e-2;
+
+TEST(CudaBatch, SharedStepMatchesSingleSequencePath) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  const int ns = 6;
+  std::vector<std::vector<int>> prompts;
+  std::vector<int> ids;
+  for (int s = 0; s < ns; ++s) {
+    prompts.push_back(prompt_of(3 + 7 * s, V, 100 + s));
+    ids.push_back(b->add_sequence());
+  }
+  std::vector<std::vector<std::vector<float>>> got(ns);
+  std::vector<std::vector<int>> conts(ns);
+  {
+    std::vector<SeqStep> st;
+    for (int s = 0; s < ns; ++s) st.push_back(greedy(ids[s], prompts[s]));
+    const std::vector<SeqResult> r = b->step(st);
+    for (int s = 0; s < ns; ++s) {
+      ASSERT_EQ(r[s].logits.size(), size_t(V));
+      got[s].push_back(r[s].logits);
+      conts[s].push_back(r[s].token);
+    }
+  }
+  for (int it = 0; it < 8; ++it) {
+    std::vector<SeqStep> st;
+    std::vector<int> last(ns);
+    for (int s = 0; s < ns; ++s) last[s] = conts[s].back();
+    for (int s = 0; s < ns; ++s) st.push_back(greedy(ids[s], std::span<const int>(&last[s], 1)));
+    const std::vector<SeqResult> r = b->step(st);
+    for (int s = 0; s < ns; ++s) {
+      got[s].push_back(r[s].logits);
+      const auto& l = r[s].logits;
+      // the sampled id is the argmax of the returned logits (ties -> lowest id)
+      EXPECT_EQ(r[s].token, int(std::max_element(l.begin(), l.end()) - l.begin()));
+      conts[s].push_back(r[s].token);
+    }
+  }
+  double worst = 0;
+  for (int s = 0; s < ns; ++s) {
+    conts[s].pop_back();
+    const auto ref = single_path(model, prompts[s], conts[s]);
+    ASSERT_EQ(ref.size(), got[s].size());
+    for (size_t i = 0; i < ref.size(); ++i)
+      worst = std::max(worst, rel_l2(got[s][i].data(), ref[i].data(), V));
+    EXPECT_EQ(b->position(ids[s]), (int)(prompts[s].size() + conts[s].size()));
+  }
+  std::cout << "[ measure ] multi-sequence step vs single-sequence kernels: worst rel L2 " << worst
+            << "\n";
+  EXPECT_LT(worst, kVsSingle);
+}
+
+// A sequence alone in its steps vs the same sequence sharing every step with others (and its
+// prompt split into chunks while the others decode).
+TEST(CudaBatch, NeighboursDoNotChangeASequence) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  const std::vector<int> prompt = prompt_of(37, V, 7);
+  auto alone = make_batch(model);
+  const int a = alone->add_sequence();
+  std::vector<std::vector<float>> ref;
+  std::vector<int> toks;
+  {
+    auto r = alone->step(std::vector<SeqStep>{greedy(a, prompt)});
+    ref.push_back(r[0].logits);
+    toks.push_back(r[0].token);
+    for (int i = 0; i < 6; ++i) {
+      r = alone->step(std::vector<SeqStep>{greedy(a, std::span<const int>(&toks.back(), 1))});
+      ref.push_back(r[0].logits);
+      toks.push_back(r[0].token);
+    }
+  }
+  auto b = make_batch(model);
+  std::vector<int> others;
+  for (int i = 0; i < 5; ++i) others.push_back(b->add_sequence());
+  const int x = b->add_sequence();
+  std::vector<std::vector<int>> op(5);
+  for (int i = 0; i < 5; ++i) op[i] = prompt_of(11 + i, V, 50 + i);
+  std::vector<int> otok(5);
+  {  // the others' prompts and the first 20 tokens of x's prompt (no output for x)
+    std::vector<SeqStep> st;
+    for (int i = 0; i < 5; ++i) st.push_back(greedy(others[i], op[i], 0));
+    SeqStep c = greedy(x, std::span<const int>(prompt).first(20), 0);
+    c.sample = false;
+    st.push_back(c);
+    const auto r = b->step(st);
+    for (int i = 0; i < 5; ++i) otok[i] = r[i].token;
+    EXPECT_EQ(r[5].token, -1);
+    EXPECT_TRUE(r[5].logits.empty());
+  }
+  std::vector<std::vector<float>> got;
+  std::vector<int> xt;
+  for (int it = 0; it < 7; ++it) {
+    std::vector<SeqStep> st;
+    for (int i = 0; i < 5; ++i)
+      st.push_back(greedy(others[i], std::span<const int>(&otok[i], 1), 0));
+    st.push_back(it == 0 ? greedy(x, std::span<const int>(prompt).subspan(20))
+                         : greedy(x, std::span<const int>(&xt.back(), 1)));
+    const auto r = b->step(st);
+    for (int i = 0; i < 5; ++i) otok[i] = r[i].token;
+    got.push_back(r[5].logits);
+    xt.push_back(r[5].token);
+  }
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    worst = std::max(worst, rel_l2(got[i].data(), ref[i].data(), V));
+  std::cout << "[ measure ] sequence alone vs with 5 neighbours: worst rel L2 " << worst << "\n";
+  // Same kernels, different row counts: the GEMMs pick tile shapes and split K by batch size and
+  // the residual GEMMs add split-K partials atomically, so only the summation order differs:
+  // fp32 rounding, compounded over 30 layers, far below the kernels' own 2e-2.
+  EXPECT_LT(worst, 2e-3);
+  EXPECT_EQ(xt, toks);
+}
+
+TEST(CudaBatch, HalfPoolAccuracy) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto f = make_batch(model, false), h = make_batch(model, true);
+  const std::vector<int> prompt = prompt_of(200, V, 3);
+  const int a = f->add_sequence(), c = h->add_sequence();
+  const auto rf = f->step(std::vector<SeqStep>{greedy(a, prompt, 2)});
+  const auto rh = h->step(std::vector<SeqStep>{greedy(c, prompt, 2)});
+  ASSERT_EQ(rf[0].logits.size(), size_t(200) * V);
+  double worst = 0;
+  for (int i = 0; i < 200; ++i)
+    worst = std::max(worst, rel_l2(&rh[0].logits[size_t(i) * V], &rf[0].logits[size_t(i) * V], V));
+  std::cout << "[ measure ] fp16 vs fp32 KV pool, 200-token prompt: worst rel L2 " << worst << "\n";
+  // fp16 K/V carry a relative 2^-11 rounding per element; through softmax and 30 layers it stays
+  // within the GEMMs' own fp16-operand bound.
+  EXPECT_LT(worst, kVsSingle);
+  EXPECT_EQ(rf[0].token, rh[0].token);
+}
+
+TEST(CudaBatch, SampledRowsMatchHostSampler) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  std::vector<std::vector<int>> prompts;
+  std::vector<SeqStep> st;
+  std::vector<int> ids;
+  for (int s = 0; s < 5; ++s) prompts.push_back(prompt_of(9 + s, V, 900 + s));
+  for (int s = 0; s < 5; ++s) {
+    ids.push_back(b->add_sequence());
+    SeqStep x = greedy(ids[s], prompts[s]);
+    x.params = SamplingParams{};
+    x.params.temp = 0.5f + 0.2f * s;
+    x.params.top_k = s == 2 ? 0 : 40;
+    x.params.repeat_penalty = s == 3 ? 1.3f : 1.0f;
+    x.params.frequency_penalty = s == 4 ? 0.5f : 0.0f;
+    x.u = 0.13f + 0.17f * s;
+    x.history = prompts[s];
+    st.push_back(x);
+  }
+  st[1].params.temp = 0.f;             // greedy among sampled rows
+  st[1].params.repeat_penalty = 1.5f;  // greedy with penalties: the GPU sampler, not argmax
+  const auto r = b->step(st);
+  cpu::SampleScratch sc;
+  for (int s = 0; s < 5; ++s) {
+    ASSERT_EQ(r[s].logits.size(), size_t(V));
+    EXPECT_EQ(r[s].token, cpu::sample(r[s].logits, st[s].params, st[s].u, st[s].history, sc))
+        << "row " << s;
+  }
+}
+
+TEST(CudaBatch, FreedPagesAreReused) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  const int total = b->kv_pages_free();
+  const std::vector<int> p1 = prompt_of(40, V, 1), p2 = prompt_of(33, V, 2);
+  const int s1 = b->add_sequence();
+  const auto r1 = b->step(std::vector<SeqStep>{greedy(s1, p2)});
+  EXPECT_EQ(b->kv_pages_free(), total - 3);
+  b->free_sequence(s1);
+  EXPECT_EQ(b->kv_pages_free(), total);
+  const int s2 = b->add_sequence();
+  b->step(std::vector<SeqStep>{greedy(s2, p1)});  // overwrites the freed pages
+  const int s3 = b->add_sequence();
+  const auto r3 = b->step(std::vector<SeqStep>{greedy(s3, p2)});
+  EXPECT_EQ(r3[0].token, r1[0].token);
+  EXPECT_LT(rel_l2(r3[0].logits.data(), r1[0].logits.data(), V), 2e-3);
+}
+
+TEST(CudaBatch, BadStepsAreRefusedWithoutChange) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  const int s = b->add_sequence();
+  const std::vector<int> bad = {1, V};
+  EXPECT_THROW(b->step(std::vector<SeqStep>{greedy(s, bad)}), Error);
+  EXPECT_THROW(b->step(std::vector<SeqStep>{greedy(s + 1, bad)}), Error);
+  const std::vector<int> big(600, 1);  // past seq_ctx 512 and the 512-token step
+  EXPECT_THROW(b->step(std::vector<SeqStep>{greedy(s, big)}), Error);
+  EXPECT_EQ(b->position(s), 0);
+  const std::vector<int> ok = {1, 2, 3};
+  const auto r = b->step(std::vector<SeqStep>{greedy(s, ok)});
+  EXPECT_GE(r[0].token, 0);
+  EXPECT_EQ(b->position(s), 3);
+}
+
+}  // namespace
+}  // namespace smolrt
