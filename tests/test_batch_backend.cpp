@@ -46,6 +46,7 @@ TEST(KvPages, AddRemoveReusesTheLowestId) {
   expect_error([&] { kv.remove(7); }, "does not exist");
   expect_error([&] { kv.position(-1); }, "does not exist");
   expect_error([] { KvPages(0, 4, 1, 8); }, "must all be positive");
+  expect_error([] { KvPages(1 << 20, 1 << 12, 1, 8); }, "exceed 2^31 slots");
 }
 
 TEST(KvPages, GrowTakesPagesAndRemoveReturnsThem) {
@@ -55,6 +56,8 @@ TEST(KvPages, GrowTakesPagesAndRemoveReturnsThem) {
   EXPECT_EQ(kv.pages_needed(a, 1), 1);
   EXPECT_EQ(kv.pages_needed(a, 4), 1);
   EXPECT_EQ(kv.pages_needed(a, 5), 2);
+  EXPECT_EQ(kv.pages_needed(a, INT32_MAX), INT32_MAX / 4 + 1);  // no overflow
+  EXPECT_EQ(kv.pages_needed(a, -3), 0);
   kv.grow(a, 3);
   EXPECT_EQ(kv.position(a), 3);
   EXPECT_EQ(kv.pages_free(), 7);
