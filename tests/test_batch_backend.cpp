@@ -302,39 +302,55 @@ void check_prompts_then_decode(const Model& m, int page_size) {
   }
 }
 
-TEST(CpuBatch, TinyModelPromptsThenDecodeMatchAlone) {
-  const auto tm = test::make_tiny_model({}, 7);
-  check_prompts_then_decode(tm->model, 16);
-  check_prompts_then_decode(tm->model, 3);  // pages smaller than any chunk
-}
+// The same checks on stories260K (a trained model, vocab 512) and on a tiny random model (GQA,
+// mixed weight types; needs no fixtures).
+class CpuBatchModel : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "tiny") {
+      tiny_ = test::make_tiny_model({}, 7);
+      m_ = &tiny_->model;
+      return;
+    }
+    REQUIRE_FIXTURE(path, "models/stories260K.gguf");
+    loaded_ = load_model(path.string());
+    m_ = &loaded_;
+  }
+  const Model& m() const { return *m_; }
+  int vocab() const { return m_->config.vocab_size; }
 
-TEST(CpuBatch, StoriesPromptsThenDecodeMatchAlone) {
-  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const Model m = load_model(path.string());
-  check_prompts_then_decode(m, 16);
+ private:
+  std::unique_ptr<test::TinyModel> tiny_;
+  Model loaded_;
+  const Model* m_ = nullptr;
+};
+INSTANTIATE_TEST_SUITE_P(Models, CpuBatchModel, ::testing::Values("tiny", "stories260K"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST_P(CpuBatchModel, PromptsThenDecodeMatchAlone) {
+  check_prompts_then_decode(m(), 16);
+  check_prompts_then_decode(m(), 3);  // pages smaller than any chunk
 }
 
 // (b) A prompt chunked across steps while others decode.
-TEST(CpuBatch, StoriesChunkedPromptInterleavedWithDecodes) {
-  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const Model m = load_model(path.string());
+TEST_P(CpuBatchModel, ChunkedPromptInterleavedWithDecodes) {
+  const Model& m = this->m();
   auto be = make_batch_backend(m, cpu_opts(4, 5));
-  Driven a(*be, some_tokens(40, 512, 1), 12, greedy(), 7);
-  Driven b(*be, some_tokens(6, 512, 2), 25, greedy(), 64);
-  Driven c(*be, some_tokens(11, 512, 3), 25, greedy(), 4);
+  Driven a(*be, some_tokens(40, vocab(), 1), 12, greedy(), 7);
+  Driven b(*be, some_tokens(6, vocab(), 2), 25, greedy(), 64);
+  Driven c(*be, some_tokens(11, vocab(), 3), 25, greedy(), 4);
   step_once(*be, {&b});
   step_until_done(*be, {&a, &b, &c});
   for (const Driven* x : {&a, &b, &c}) expect_same_as_alone(m, *x);
 }
 
 // (c) A freed id and its pages, reused, behave as a fresh sequence.
-TEST(CpuBatch, StoriesFreedSequenceReusedMatchesFresh) {
-  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const Model m = load_model(path.string());
+TEST_P(CpuBatchModel, FreedSequenceReusedMatchesFresh) {
+  const Model& m = this->m();
   auto be = make_batch_backend(m, cpu_opts(2, 4));
   const int total = be->kv_pages_free();
-  auto x = std::make_unique<Driven>(*be, some_tokens(13, 512, 4), 10, greedy(), 64);
-  Driven y(*be, some_tokens(9, 512, 5), 30, greedy(), 3);
+  auto x = std::make_unique<Driven>(*be, some_tokens(13, vocab(), 4), 10, greedy(), 64);
+  Driven y(*be, some_tokens(9, vocab(), 5), 30, greedy(), 3);
   step_until_done(*be, {x.get(), &y});
   const int x_id = x->id;
   EXPECT_LT(be->kv_pages_free(), total);
@@ -342,7 +358,7 @@ TEST(CpuBatch, StoriesFreedSequenceReusedMatchesFresh) {
   expect_error([&] { be->position(x_id); }, "does not exist");
   expect_error([&] { be->free_sequence(x_id); }, "does not exist");
   // The reused pages come back in another order, interleaved with y's.
-  Driven z(*be, some_tokens(21, 512, 6), 15, greedy(), 8);
+  Driven z(*be, some_tokens(21, vocab(), 6), 15, greedy(), 8);
   EXPECT_EQ(z.id, x_id);
   y.n_gen += 15;
   step_until_done(*be, {&z, &y});
@@ -354,14 +370,13 @@ TEST(CpuBatch, StoriesFreedSequenceReusedMatchesFresh) {
 }
 
 // (d) Sampled tokens (temp 0.8, penalties, seeded draws) equal the single-sequence path.
-TEST(CpuBatch, StoriesSampledMatchesForwardTokenSample) {
-  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const Model m = load_model(path.string());
+TEST_P(CpuBatchModel, SampledMatchesForwardTokenSample) {
+  const Model& m = this->m();
   auto be = make_batch_backend(m, cpu_opts(3, 16));
   std::vector<Driven> d;
   d.reserve(3);
   for (int i = 0; i < 3; ++i)
-    d.emplace_back(*be, some_tokens(8 + 5 * i, 512, 20 + i), 24, sampled(1234 + i), 6);
+    d.emplace_back(*be, some_tokens(8 + 5 * i, vocab(), 20 + i), 24, sampled(1234 + i), 6);
   step_until_done(*be, {&d[0], &d[1], &d[2]});
   for (const Driven& x : d) {
     expect_same_as_alone(m, x);
@@ -370,10 +385,9 @@ TEST(CpuBatch, StoriesSampledMatchesForwardTokenSample) {
 }
 
 // (e) logits = 2 returns every row of the chunk, as forward_prompt_all.
-TEST(CpuBatch, StoriesEveryRowLogitsEqualForwardPromptAll) {
-  REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const Model m = load_model(path.string());
-  const std::vector<int> prompt = some_tokens(30, 512, 9), other = some_tokens(7, 512, 10);
+TEST_P(CpuBatchModel, EveryRowLogitsEqualForwardPromptAll) {
+  const Model& m = this->m();
+  const std::vector<int> prompt = some_tokens(30, vocab(), 9), other = some_tokens(7, vocab(), 10);
   auto single = make_cpu_backend(m, BackendOptions{"cpu", 0, 2});
   const std::vector<float> want = single->forward_prompt_all(prompt);
 
@@ -390,7 +404,7 @@ TEST(CpuBatch, StoriesEveryRowLogitsEqualForwardPromptAll) {
     sb.tokens = from == 0 ? std::span<const int>(other) : std::span<const int>(other).first(1);
     const std::vector<SeqResult> r = be->step(std::vector<SeqStep>{sb, sa});
     EXPECT_EQ(r[1].token, -1);
-    EXPECT_EQ(r[1].logits.size(), size_t(to - from) * 512);
+    EXPECT_EQ(r[1].logits.size(), size_t(to - from) * vocab());
     EXPECT_TRUE(r[0].logits.empty());
     EXPECT_GE(r[0].token, 0);
     got.insert(got.end(), r[1].logits.begin(), r[1].logits.end());
