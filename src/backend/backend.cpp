@@ -46,28 +46,37 @@ void Backend::check_pos(int pos) const {
   }
 }
 
-std::unique_ptr<Backend> make_backend(const Model& m, const BackendOptions& opt) {
-  if (opt.kind == "cpu") return make_cpu_backend(m, opt);
-  if (opt.kind == "cuda") {
+bool use_cuda(const std::string& kind) {
+  if (kind == "cpu") return false;
+  if (kind == "cuda") {
 #if defined(SMOLRT_HAVE_CUDA)
     if (!cuda_device_available()) {
       fail("--backend cuda was asked for but no CUDA GPU is visible; use --backend cpu");
     }
-    return make_cuda_backend(m, opt);
+    return true;
 #else
     fail(
         "--backend cuda was asked for but this build has no CUDA support; rebuild with nvcc "
         "present (cmake -DSMOLRT_CUDA=ON) or use --backend cpu");
 #endif
   }
-  if (opt.kind == "auto") {
+  if (kind == "auto") {
 #if defined(SMOLRT_HAVE_CUDA)
-    if (cuda_device_available()) return make_cuda_backend(m, opt);
+    if (cuda_device_available()) return true;
     std::fprintf(stderr, "smolrt: no CUDA GPU found, using the CPU backend\n");
 #endif
-    return make_cpu_backend(m, opt);
+    return false;
   }
-  fail("unknown backend '", opt.kind, "'; use cpu, cuda or auto");
+  fail("unknown backend '", kind, "'; use cpu, cuda or auto");
+}
+
+std::unique_ptr<Backend> make_backend(const Model& m, const BackendOptions& opt) {
+  if (use_cuda(opt.kind)) {
+#if defined(SMOLRT_HAVE_CUDA)
+    return make_cuda_backend(m, opt);
+#endif
+  }
+  return make_cpu_backend(m, opt);
 }
 
 }  // namespace smolrt

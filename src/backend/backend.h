@@ -80,6 +80,11 @@ struct BackendOptions {
   int n_threads = 0;          // CPU backend: 0 = hardware concurrency
 };
 
+// Resolves a backend kind ("cpu" | "cuda" | "auto"): true for CUDA. Throws Error for an unknown
+// kind, "cuda" without a GPU or without CUDA support in this build; "auto" without a GPU says on
+// stderr that it falls back to the CPU.
+bool use_cuda(const std::string& kind);
+
 // Throws Error for an unknown kind, "cuda" without a GPU or without CUDA support in this build.
 std::unique_ptr<Backend> make_backend(const Model& m, const BackendOptions& opt);
 std::unique_ptr<Backend> make_cpu_backend(const Model& m, const BackendOptions& opt);

@@ -10,6 +10,7 @@
 // free_sequence. pages_needed() tells the scheduler whether a step fits before it asks.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,6 +32,17 @@ struct BatchOptions {
   int n_threads = 0;          // CPU: 0 = hardware concurrency
   bool kv_half = false;       // CUDA: fp16 KV pool (halves attention bytes); CPU ignores it
 };
+
+// BatchOptions resolved against a model, shared by the implementations so their defaults agree:
+// seq_ctx 0 -> the training context; kv_tokens 0 -> seq_ctx * max_seqs, capped at what
+// kv_cap_bytes of KV (kv_bytes_per_token: K and V of every layer) hold but at least seq_ctx;
+// rounded up to whole pages. Throws Error naming the option for a count out of range.
+struct BatchGeometry {
+  int seq_ctx = 0;
+  int n_pages = 0;
+};
+BatchGeometry batch_geometry(const LlamaConfig& c, const BatchOptions& opt,
+                             int64_t kv_bytes_per_token, int64_t kv_cap_bytes = int64_t(1) << 30);
 
 // One sequence's part of a step.
 struct SeqStep {

@@ -1,5 +1,8 @@
 #include "backend/kv_pages.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "core/error.h"
 
 namespace smolrt {
@@ -9,6 +12,9 @@ KvPages::KvPages(int n_pages, int page_size, int max_seqs, int seq_ctx)
   if (n_pages <= 0 || page_size <= 0 || max_seqs <= 0 || seq_ctx <= 0)
     fail("KV pool: pages ", n_pages, ", page size ", page_size, ", sequences ", max_seqs,
          ", context ", seq_ctx, " must all be positive");
+  // slot() returns an int.
+  if (int64_t(n_pages) * page_size > INT32_MAX)
+    fail("KV pool: ", n_pages, " pages of ", page_size, " tokens exceed 2^31 slots");
   free_.reserve(n_pages);
   for (int p = n_pages - 1; p >= 0; --p) free_.push_back(p);  // page 0 is taken first
   seqs_.resize(max_seqs);
@@ -48,9 +54,10 @@ int KvPages::position(int seq) const {
 int KvPages::pages_needed(int seq, int n) const {
   check(seq);
   const Seq& s = seqs_[seq];
-  const int want = (s.pos + n + page_size_ - 1) / page_size_;
-  const int have = static_cast<int>(s.pages.size());
-  return want > have ? want - have : 0;
+  // 64-bit: a caller may ask about any n (check_step sums these before rejecting the step).
+  const int64_t want = (s.pos + std::max<int64_t>(n, 0) + page_size_ - 1) / page_size_;
+  const int64_t have = static_cast<int64_t>(s.pages.size());
+  return want > have ? static_cast<int>(std::min<int64_t>(want - have, INT32_MAX)) : 0;
 }
 
 void KvPages::grow(int seq, int n) {

@@ -41,4 +41,9 @@ struct SamplingParams {
   }
 };
 
+// Throws Error naming the flag (--temp, --top-p, ...) and its valid range when a value is out of
+// range or not finite. Here rather than in runtime/ so backends (BatchBackend::step) can check
+// the parameters each request brings.
+void validate(const SamplingParams& p);
+
 }  // namespace smolrt

@@ -1,4 +1,4 @@
-// The host side of sampling: parameter validation, the seeded PRNG that produces one uniform
+// The host side of sampling: the seeded PRNG that produces one uniform
 // draw per sampled token (so the CPU and GPU backends see the same draws for the same seed), and
 // the token history the penalties look at. The pipeline itself is backend/sampling.h.
 #pragma once
@@ -12,10 +12,6 @@
 #include "backend/sampling.h"
 
 namespace smolrt {
-
-// Throws Error naming the flag (--temp, --top-p, ...) and its valid range when a value is out of
-// range or not finite.
-void validate(const SamplingParams& p);
 
 // A seed from std::random_device, for seed == -1.
 uint64_t random_seed();

@@ -291,23 +291,34 @@ void rope(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base
   }
 }
 
-void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int n_pos,
-               int n_heads, int n_kv_heads, int head_dim, float* scratch) {
+void attention_paged(float* out, const float* q, const float* k_pool, const float* v_pool,
+                     const int* pages, int page_size, int n_pos, int n_heads, int n_kv_heads,
+                     int head_dim, float* scratch) {
   const int group = n_heads / n_kv_heads;
   const int kv_dim = n_kv_heads * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  // Visits positions 0..n_pos-1 in order with the offset of their row: page by page, so the
+  // summation order (and every result bit) is that of a contiguous cache, and the rows of one page
+  // are read sequentially.
+  auto each_row = [&](auto&& fn) {
+    for (int t0 = 0, i = 0; t0 < n_pos; t0 += page_size, ++i) {
+      const size_t base = static_cast<size_t>(pages[i]) * page_size * kv_dim;
+      const int n = std::min(page_size, n_pos - t0);
+      for (int r = 0; r < n; ++r) fn(t0 + r, base + static_cast<size_t>(r) * kv_dim);
+    }
+  };
   for (int h = 0; h < n_heads; ++h) {
     const float* qh = q + static_cast<size_t>(h) * head_dim;
     const int kvh = h / group;
     float mx = -INFINITY;
-    for (int t = 0; t < n_pos; ++t) {
-      const float* kt = k_cache + static_cast<size_t>(t) * kv_dim + kvh * head_dim;
+    each_row([&](int t, size_t row) {
+      const float* kt = k_pool + row + kvh * head_dim;
       float s = 0.0f;
       for (int d = 0; d < head_dim; ++d) s += qh[d] * kt[d];
       s *= scale;
       scratch[t] = s;
       mx = std::max(mx, s);
-    }
+    });
     float sum = 0.0f;
     for (int t = 0; t < n_pos; ++t) {
       scratch[t] = std::exp(scratch[t] - mx);
@@ -316,12 +327,19 @@ void attention(float* out, const float* q, const float* k_cache, const float* v_
     const float inv = 1.0f / sum;
     float* oh = out + static_cast<size_t>(h) * head_dim;
     for (int d = 0; d < head_dim; ++d) oh[d] = 0.0f;
-    for (int t = 0; t < n_pos; ++t) {
+    each_row([&](int t, size_t row) {
       const float p = scratch[t] * inv;
-      const float* vt = v_cache + static_cast<size_t>(t) * kv_dim + kvh * head_dim;
+      const float* vt = v_pool + row + kvh * head_dim;
       for (int d = 0; d < head_dim; ++d) oh[d] += p * vt[d];
-    }
+    });
   }
+}
+
+void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int n_pos,
+               int n_heads, int n_kv_heads, int head_dim, float* scratch) {
+  const int whole = 0;  // one page holding every position
+  attention_paged(out, q, k_cache, v_cache, &whole, std::max(n_pos, 1), n_pos, n_heads, n_kv_heads,
+                  head_dim, scratch);
 }
 
 void silu_mul(float* out, const float* gate, const float* up, int n) {

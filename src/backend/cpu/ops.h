@@ -33,6 +33,12 @@ void rope(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base
 // scratch: at least n_pos floats.
 void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int n_pos,
                int n_heads, int n_kv_heads, int head_dim, float* scratch);
+// The same over a paged KV pool (bit-identical results): position t's row is row t % page_size
+// of page pages[t / page_size], i.e. at pool + (pages[t / page_size] * page_size + t % page_size)
+// * n_kv_heads*head_dim. pages: at least ceil(n_pos / page_size) entries.
+void attention_paged(float* out, const float* q, const float* k_pool, const float* v_pool,
+                     const int* pages, int page_size, int n_pos, int n_heads, int n_kv_heads,
+                     int head_dim, float* scratch);
 
 // out[i] = silu(gate[i]) * up[i]; silu(x) = x / (1 + exp(-x)).
 void silu_mul(float* out, const float* gate, const float* up, int n);

@@ -1,0 +1,94 @@
+// The CPU BatchBackend: cpu::Forward (the fp32 oracle's forward pass) over a paged KV pool whose
+// pages KvPages hands out. Sequences run one after another, token by token: each token's
+// arithmetic is that of the single-sequence CpuBackend, so a sequence's results are bit-identical
+// whatever else shares its step.
+#include <algorithm>
+
+#include "backend/batch.h"
+#include "backend/cpu/cpu_forward.h"
+#include "backend/cpu/sample.h"
+#include "backend/kv_pages.h"
+#include "core/error.h"
+
+namespace smolrt {
+
+namespace {
+
+class CpuBatchBackend final : public BatchBackend {
+ public:
+  CpuBatchBackend(const Model& m, const BatchOptions& opt, const BatchGeometry& g)
+      : kv_(g.n_pages, opt.page_size, opt.max_seqs, g.seq_ctx),
+        max_step_tokens_(opt.max_step_tokens),
+        f_(m, g.n_pages * opt.page_size, g.seq_ctx, opt.n_threads) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string device_name() const override { return f_.device_name(); }
+  const LlamaConfig& config() const override { return f_.config(); }
+  int max_seqs() const override { return kv_.max_seqs(); }
+  int seq_ctx() const override { return kv_.seq_ctx(); }
+  int max_step_tokens() const override { return max_step_tokens_; }
+  int page_size() const override { return kv_.page_size(); }
+  int kv_pages_total() const override { return kv_.pages_total(); }
+  int kv_pages_free() const override { return kv_.pages_free(); }
+
+  int add_sequence() override { return kv_.add(); }
+  void free_sequence(int seq) override { kv_.remove(seq); }
+  int position(int seq) const override { return kv_.position(seq); }
+  void rollback(int seq, int pos) override { kv_.truncate(seq, pos); }
+
+  std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
+
+ private:
+  // Runs s.tokens at positions start.. (already taken from the pool) and fills r.
+  void run(const SeqStep& s, int start, SeqResult& r);
+
+  KvPages kv_;
+  int max_step_tokens_;
+  cpu::Forward f_;
+  cpu::SampleScratch scratch_;
+};
+
+std::vector<SeqResult> CpuBatchBackend::step(std::span<const SeqStep> batch) {
+  check_step(batch);
+  std::vector<int> start(batch.size());
+  size_t grown = 0;
+  try {
+    for (; grown < batch.size(); ++grown) {
+      const SeqStep& s = batch[grown];
+      start[grown] = kv_.position(s.seq);
+      kv_.grow(s.seq, static_cast<int>(s.tokens.size()));
+    }
+    std::vector<SeqResult> out(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) run(batch[i], start[i], out[i]);
+    return out;
+  } catch (...) {
+    // check_step makes this unreachable in practice; still, an Error must leave every sequence
+    // as it was (batch.h), and the KV rows before `start` were never touched.
+    for (size_t i = 0; i < grown; ++i) kv_.truncate(batch[i].seq, start[i]);
+    throw;
+  }
+}
+
+void CpuBatchBackend::run(const SeqStep& s, int start, SeqResult& r) {
+  const std::span<const int> table = kv_.block_table(s.seq);
+  const int n = static_cast<int>(s.tokens.size());
+  if (s.logits == 2) r.logits.reserve(size_t(n) * config().vocab_size);
+  std::span<const float> logits;
+  for (int i = 0; i < n; ++i) {
+    logits = f_.forward(s.tokens[i], start + i, table, kv_.page_size());
+    if (s.logits == 2) r.logits.insert(r.logits.end(), logits.begin(), logits.end());
+  }
+  if (s.logits == 1) r.logits.assign(logits.begin(), logits.end());
+  // The same call as Backend::forward_token_sample's default, so the token matches it exactly.
+  if (s.sample) r.token = cpu::sample(logits, s.params, s.u, s.history, scratch_);
+}
+
+}  // namespace
+
+std::unique_ptr<BatchBackend> make_cpu_batch_backend(const Model& m, const BatchOptions& opt) {
+  // fp32 K and V rows of every layer per token (kv_half is a CUDA option).
+  const int64_t bytes_per_token = int64_t(2) * m.config.n_layers * m.config.kv_dim() * 4;
+  return std::make_unique<CpuBatchBackend>(m, opt, batch_geometry(m.config, opt, bytes_per_token));
+}
+
+}  // namespace smolrt

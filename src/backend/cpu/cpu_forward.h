@@ -1,0 +1,74 @@
+// The fp32 llama forward pass (llama2.c style) shared by the single-sequence CpuBackend and the
+// CPU BatchBackend, so there is one oracle: weights stay in the mmap (dequantized per block inside
+// matvec); norms as f32; one token's activations and a KV pool are allocated once here, never
+// inside a forward step. The caller decides where positions live: a sequence's KV rows are pages
+// of page_size pool slots listed by its block table (the single-sequence backend uses one page of
+// its whole context).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace smolrt::cpu {
+
+class Forward {
+ public:
+  // kv_tokens: pool slots per layer; max_pos: positions one sequence may hold (attention scratch);
+  // n_threads: 0 = hardware concurrency. Throws Error for an inconsistent model or bad counts.
+  Forward(const Model& m, int kv_tokens, int max_pos, int n_threads);
+
+  const LlamaConfig& config() const { return c_; }
+  int n_threads() const { return n_threads_; }
+  std::string device_name() const;  // the CPU's model name and thread count
+
+  // Runs `token` (a valid id) at position pos (< max_pos) of a sequence whose positions
+  // 0..pos live in the pool at slot(t) = pages[t / page_size] * page_size + t % page_size (pages
+  // covers pos): writes pos's K/V rows, attends to 0..pos. Returns the vocab_size logits, valid
+  // until the next call.
+  std::span<const float> forward(int token, int pos, std::span<const int> pages, int page_size);
+
+  // Debug: when on, forward() records named per-layer activations of its token.
+  void set_debug(bool on) { debug_ = on; }
+  const std::vector<Activation>& activations() const { return acts_; }
+
+ private:
+  // Debug only: stores a copy of v as "blk.<layer>.<what>" (layer >= 0) or "<what>".
+  void record(int layer, const char* what, const float* v, int n);
+  size_t layer_offset(int layer) const { return size_t(layer) * kv_tokens_ * kv_dim_; }
+
+  LlamaConfig c_;
+  Weights w_;
+  std::shared_ptr<gguf::File> file_;  // keeps the mapping the views point into alive
+  int kv_tokens_ = 0;
+  int n_threads_ = 1;
+  int kv_dim_ = 0;
+  bool debug_ = false;
+
+  // Norm weights as f32 (any stored type), [dim] each.
+  std::vector<std::vector<float>> attn_norm_, ffn_norm_;
+  std::vector<float> out_norm_;
+
+  // Activations for one token.
+  std::vector<float> x_;       // [dim] residual stream
+  std::vector<float> xb_;      // [max(dim, q_dim)] normed input / attention output
+  std::vector<float> xb2_;     // [dim] projection output
+  std::vector<float> q_;       // [q_dim]
+  std::vector<float> hb_;      // [hidden_dim] gate, then silu(gate) * up
+  std::vector<float> hb2_;     // [hidden_dim] up
+  std::vector<float> att_;     // [max_pos] attention scores
+  std::vector<float> logits_;  // [vocab_size]
+  // KV pool: [n_layers][kv_tokens][kv_dim] each. Left uninitialized on purpose: a slot is written
+  // before it is read, and the OS commits pages only as slots get used, so a default 8192-token
+  // context (377 MB for SmolLM2) or a large multi-sequence pool costs memory only for what is
+  // filled.
+  std::unique_ptr<float[]> k_cache_, v_cache_;
+
+  std::vector<Activation> acts_;
+};
+
+}  // namespace smolrt::cpu
