@@ -34,7 +34,8 @@ struct GemvParams {
   int head_dim, rope_dim, kv_dim, rope;
   float rope_base;
   const int* pos;
-  float* part_v;  // Plain: per-block argmax partials (nullptr: none), see gemv_argmax
+  const int* slot;  // Qkv: K/V cache row (nullptr: the position)
+  float* part_v;    // Plain: per-block argmax partials (nullptr: none), see gemv_argmax
   int* part_i;
 };
 
@@ -353,8 +354,11 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   if (item < p.n_items) w.load(ItemRows<E>(p, item), lane, 0);
   pdl_wait();
   pdl_trigger();
-  int pos = 0;
-  if constexpr (E == Epi::Qkv) pos = *p.pos;  // issued early: overlaps the x staging
+  int pos = 0, kv_row = 0;
+  if constexpr (E == Epi::Qkv) {  // issued early: overlaps the x staging
+    pos = *p.pos;
+    kv_row = p.slot ? *p.slot : pos;
+  }
   // The first item's epilogue inputs. Residual rows: loads issued by lane 0 before the staging,
   // in flight during it. RoPE angle: computed by every lane (the same value across the warp, no
   // divergent branch) after the staging's loads, so it interleaves with the math.
@@ -414,7 +418,7 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
         vb = a * cur.b + b * cur.a;
       }
       float* dst = seg == 0 ? p.out0 : (seg == 1 ? p.out1 : p.out2);
-      if (seg > 0 && p.rope) dst += (size_t)pos * p.kv_dim;
+      if (seg > 0 && p.rope) dst += (size_t)kv_row * p.kv_dim;
       dst[ra] = va;
       dst[ra + 1] = vb;
     }
@@ -574,6 +578,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
   p.kv_dim = a.wk.rows;
   p.rope = a.rope ? 1 : 0;
   p.pos = a.pos;
+  p.slot = a.slot;
   // [Q; K; V] as one row space of one launch.
   p.m0 = a.wq;
   p.m1 = a.wk;

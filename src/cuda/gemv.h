@@ -51,6 +51,8 @@ struct QkvArgs {
   float rope_base;
   const int* pos;  // device: position of this token
   bool rope;
+  // rope=true: device K/V cache row to write (a paged pool's slot), or nullptr: the position.
+  const int* slot = nullptr;
   float* q_out;  // [q_dim]
   float* k_out;  // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
   float* v_out;  // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]

@@ -57,6 +57,19 @@ void PrefillWorkspace::reserve(const LlamaConfig& c, int max_tokens, int max_log
 
 // --- forward -------------------------------------------------------------------------------------
 
+void attention_rows(const PrefillWeights& w, const PrefillLayerWeights& L, PrefillWorkspace& ws,
+                    int n, const StepRows& rows, cudaStream_t s) {
+  const LlamaConfig& c = w.cfg;
+  PagedAttnArgs pa;
+  pa.q = ws.q, pa.ldq = c.q_dim(), pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
+  pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = c.q_dim(), pa.n = n;
+  pa.row_pos = rows.pos, pa.row_seq = rows.seq, pa.tables = rows.tables;
+  pa.table_stride = rows.table_stride, pa.page_size = rows.page_size;
+  pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;
+  pa.partials = rows.attn_partials, pa.counters = rows.attn_counters;
+  attention_paged(pa, s);
+}
+
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
                      cudaStream_t s, const StepRows* rows) {
   const LlamaConfig& c = w.cfg;
@@ -103,14 +116,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     gemm_q4(a, GemmEpilogue::QkvRope, o, s);
     // 2. attention
     if (rows) {
-      PagedAttnArgs pa;
-      pa.q = ws.q, pa.ldq = q_dim, pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
-      pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = q_dim, pa.n = n;
-      pa.row_pos = rows->pos, pa.row_seq = rows->seq, pa.tables = rows->tables;
-      pa.table_stride = rows->table_stride, pa.page_size = rows->page_size;
-      pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;
-      pa.partials = rows->attn_partials, pa.counters = rows->attn_counters;
-      attention_paged(pa, s);
+      attention_rows(w, L, ws, n, *rows, s);
     } else {
       AttentionPrefillArgs at;
       at.q = ws.q, at.ldq = q_dim, at.k_cache = L.k_cache, at.v_cache = L.v_cache;

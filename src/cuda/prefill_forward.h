@@ -96,6 +96,11 @@ struct StepRows {
   int* attn_counters = nullptr;
 };
 
+// Attention of a multi-sequence step's n rows for one layer: ws.q (roped) -> ws.att over the
+// paged pool in L.k_cache / L.v_cache (attention_paged).
+void attention_rows(const PrefillWeights& w, const PrefillLayerWeights& L, PrefillWorkspace& ws,
+                    int n, const StepRows& rows, cudaStream_t stream);
+
 // One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
 // logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.
 // Throws smolrt::Error for shapes the kernels do not support (e.g. head_dim 128, non-Q4_0).

@@ -226,7 +226,8 @@ TEST(CudaBatch, SharedStepMatchesSingleSequencePath) {
 }
 
 // A sequence alone in its steps vs the same sequence sharing every step with others (and its
-// prompt split into chunks while the others decode).
+// prompt split into chunks while the others decode); alone, its decode steps take the one-row
+// GEMV path, checked against the single-sequence backend.
 TEST(CudaBatch, NeighboursDoNotChangeASequence) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
@@ -280,11 +281,21 @@ TEST(CudaBatch, NeighboursDoNotChangeASequence) {
   for (size_t i = 0; i < ref.size(); ++i)
     worst = std::max(worst, rel_l2(got[i].data(), ref[i].data(), V));
   std::cout << "[ measure ] sequence alone vs with 5 neighbours: worst rel L2 " << worst << "\n";
-  // Same kernels, different row counts: the GEMMs pick tile shapes and split K by batch size and
-  // the residual GEMMs add split-K partials atomically, so only the summation order differs:
-  // fp32 rounding, compounded over 30 layers, far below the kernels' own 2e-2.
-  EXPECT_LT(worst, 2e-3);
+  // Alone, a decode step is one row and runs the decode GEMVs; shared, the rows go through the
+  // tensor-core GEMMs: the prefill-vs-decode bound applies (kVsSingle). Greedy tokens agree.
+  EXPECT_LT(worst, kVsSingle);
   EXPECT_EQ(xt, toks);
+  // The one-row path against the single-sequence backend: the same decode GEMVs, only the
+  // attention kernel differs (paged vs contiguous); the prompt's K/V come from the prefill GEMMs,
+  // whose split-K atomics already vary ~3e-4 between runs (gemm_q4.h), so 2e-3.
+  toks.pop_back();
+  const auto single = single_path(model, prompt, toks);
+  double worst1 = 0;
+  for (size_t i = 1; i < ref.size(); ++i)
+    worst1 = std::max(worst1, rel_l2(ref[i].data(), single[i].data(), V));
+  std::cout << "[ measure ] one-row decode steps vs the single-sequence backend: worst rel L2 "
+            << worst1 << "\n";
+  EXPECT_LT(worst1, 2e-3);
 }
 
 TEST(CudaBatch, HalfPoolAccuracy) {

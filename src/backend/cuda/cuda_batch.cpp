@@ -19,15 +19,18 @@
 
 #include "backend/batch.h"
 #include "backend/cpu/sample.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/kv_pages.h"
 #include "core/cuda_check.h"
-#include "core/env.h"
 #include "core/error.h"
+#include "cuda/argmax.h"
 #include "cuda/attention_paged.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemm_q4.h"
+#include "cuda/gemv.h"
+#include "cuda/launch.h"
 #include "cuda/prefill_model.h"
 #include "cuda/prefill_ops.h"
 #include "cuda/sample.h"
@@ -93,27 +96,22 @@ class CudaBatchBackend final : public BatchBackend {
   int* d_hist_ = nullptr;        // penalty windows of the sampled rows
   float* d_partials_ = nullptr;  // attention_paged scratch
   int* d_counters_ = nullptr;
+  float* d_part_v_ = nullptr;  // one-row lm_head's argmax partials
+  int* d_part_i_ = nullptr;
   std::vector<int> hist_host_;
   cuda::PinnedBuffer hist_pinned_;
   std::vector<int> uploaded_;  // pages of each sequence's table already on the device
   cudaStream_t stream_ = nullptr;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
+  bool pdl_ = true;
   cpu::SampleScratch scratch_;
 };
 
 CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_(m.config) {
-  if (opt.max_seqs <= 0) fail("--parallel ", opt.max_seqs, " is invalid: use 1 or more");
-  if (opt.page_size <= 0) fail("KV page size ", opt.page_size, " is invalid: use 1 or more");
   if (opt.max_step_tokens <= 0 || opt.max_step_tokens > kBuckets[std::size(kBuckets) - 1])
     fail("max step tokens ", opt.max_step_tokens, " is invalid: use 1..",
          kBuckets[std::size(kBuckets) - 1]);
-  if (opt.seq_ctx < 0 || opt.kv_tokens < 0) fail("--ctx and --kv-size must not be negative");
-  const int seq_ctx = opt.seq_ctx > 0 ? opt.seq_ctx : c_.n_ctx_train;
-  if (seq_ctx <= 0) fail("the model declares no context length; pass --ctx N");
-  if (c_.n_ctx_train > 0 && seq_ctx > c_.n_ctx_train)
-    fail("--ctx ", seq_ctx, " exceeds the model's training context of ", c_.n_ctx_train,
-         " tokens; use --ctx ", c_.n_ctx_train, " or less");
   if (!cuda::attention_paged_supports(c_.head_dim, c_.n_heads / std::max(c_.n_kv_heads, 1)))
     fail("head_dim ", c_.head_dim,
          " has no CUDA multi-sequence attention kernel; use --backend cpu");
@@ -126,19 +124,16 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   const int cap = bucket(max_step_);
   dw_ = cuda::upload_weights(m.weights, c_);
 
-  // KV pool: what was asked, else every sequence's full context, capped by half the free memory.
+  // KV pool: what was asked, else every sequence's full context, capped by half the free memory
+  // left after the weights and the step's workspace.
   const size_t elt = opt.kv_half ? 2 : 4;
   const size_t per_token = size_t(c_.n_layers) * 2 * c_.kv_dim() * elt;
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const size_t ws_guess = size_t(cap) * (size_t(c_.vocab_size) + 8 * c_.hidden_dim) * 4;
   const size_t budget = free_b / 2 > ws_guess ? free_b / 2 - ws_guess : 0;
-  long want = opt.kv_tokens > 0 ? opt.kv_tokens : long(seq_ctx) * opt.max_seqs;
-  if (opt.kv_tokens == 0) want = std::min<long>(want, long(budget / per_token));
-  if (want < seq_ctx && opt.kv_tokens == 0)
-    want = std::min<long>(seq_ctx, long(budget / per_token));
-  if (want <= 0) fail("no GPU memory is left for a KV pool; pass a smaller --kv-size");
-  const int pages = int((want + opt.page_size - 1) / opt.page_size);
+  const BatchGeometry geo = batch_geometry(c_, opt, int64_t(per_token), int64_t(budget));
+  const int seq_ctx = geo.seq_ctx, pages = geo.n_pages;
   kv_ = std::make_unique<KvPages>(pages, opt.page_size, opt.max_seqs, seq_ctx);
   table_stride_ = (seq_ctx + opt.page_size - 1) / opt.page_size;
 
@@ -165,6 +160,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     d_partials_ =
         cv.take<float>(size_t(cap) * c_.n_heads * cuda::kAttnPagedSplits * (c_.head_dim + 2));
     d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
+    d_part_v_ = cv.take<float>(cuda::kGemvMaxBlocks);
+    d_part_i_ = cv.take<int>(cuda::kGemvMaxBlocks);
   };
   carve(sizer);
   dev_ = cuda::DeviceBuffer(sizer.used(), "multi-sequence step buffers");
@@ -181,7 +178,9 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   CUDA_CHECK(cudaMemcpy(d_tables_, tables_host_, sizeof(int) * tables, cudaMemcpyHostToDevice));
   uploaded_.assign(opt.max_seqs, 0);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  use_graph_ = env_flag("SMOLRT_CUDA_GRAPH", true);
+  const CudaOptions co = cuda_options_from_env();  // the switches the decode backend honours
+  use_graph_ = co.use_graph;
+  pdl_ = co.pdl;
 }
 
 CudaBatchBackend::~CudaBatchBackend() {
@@ -217,6 +216,32 @@ void CudaBatchBackend::forward(int nb, int mb) {
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_;
   cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_);
+  cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
+  if (nb == 1 && !pw_.kv_half) {
+    // One row: the decode GEMVs (weights read once at batch 1 either way, and these are built for
+    // latency: H200, synth SmolLM-135M, a step of one sequence took 0.74 ms on the GEMM path).
+    const float eps = c_.norm_eps;
+    for (size_t l = 0; l < dw_.layers.size(); ++l) {
+      const cuda::DevLayer& L = dw_.layers[l];
+      const cuda::PrefillLayerWeights& P = pw_.layers[l];
+      cuda::QkvArgs qa;
+      qa.wq = L.wq, qa.wk = L.wk, qa.wv = L.wv, qa.x = ws_.x, qa.norm_w = L.attn_norm;
+      qa.eps = eps, qa.head_dim = c_.head_dim, qa.rope_dim = c_.rope_dim;
+      qa.rope_base = c_.rope_base, qa.pos = rows.pos, qa.rope = true, qa.slot = rows.slot;
+      qa.q_out = ws_.q, qa.k_out = static_cast<float*>(P.k_cache);
+      qa.v_out = static_cast<float*>(P.v_cache);
+      cuda::gemv_qkv(qa, stream_);
+      cuda::attention_rows(pw_, P, ws_, 1, rows, stream_);
+      cuda::gemv(L.wo, ws_.att, nullptr, eps, ws_.x, /*accumulate=*/true, stream_);
+      cuda::gemv_gate_up(L.w_gate, L.w_up, ws_.x, L.ffn_norm, eps, ws_.ffh, stream_);
+      cuda::gemv(L.w_down, ws_.ffh, nullptr, eps, ws_.x, /*accumulate=*/true, stream_);
+    }
+    // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
+    const int parts = cuda::gemv_argmax(dw_.output, ws_.x, dw_.output_norm, eps, ws_.logits,
+                                        d_part_v_, d_part_i_, stream_);
+    cuda::argmax_final(d_part_v_, d_part_i_, parts, d_out_, stream_);
+    return;
+  }
   cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, stream_, &rows);
   cuda::gather_rows(ws_.x, c_.dim, d_st_ + 4 * cap, mb, c_.dim, d_xo_, stream_);
   cuda::GemmQ4Args h;
