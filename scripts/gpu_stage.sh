@@ -13,5 +13,9 @@ cp "$ROOT/scripts/gpu_check.sh" "$DEST/"
 cp "$SHARED/models/stories260K.gguf" "$DEST/fixtures/models/"
 cp "$SHARED/tokenizers/smollm2-135m/tokenizer.json" "$SHARED/tokenizers/smollm2-135m/config.json" \
   "$DEST/fixtures/tokenizers/smollm2-135m/"
+# prometheus-cpp core (`smolrt serve`'s metrics) has no static build in Debian: it goes next to
+# smolrt, which looks there first (RPATH $ORIGIN).
+prom=$(ldd "$BUILD/smolrt" | awk '/libprometheus-cpp-core/ {print $3}')
+if [ -n "$prom" ]; then cp -L "$prom" "$DEST/"; fi
 strip "$DEST/smolrt" "$DEST/smolrt_cuda_tests" "$DEST/bench_prefill" 2>/dev/null || true
 du -sh "$DEST"

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Serving benchmark for a running `smolrt serve` (python3 stdlib only).
+
+For each concurrency level C (default 1,8,64,256) it sends max(2*C, 16) streaming
+/v1/completions requests from C client threads: ~100-token prompts (the text differs per
+request), 128 generated tokens each (ignore_eos, temperature 0). It measures the time to the
+first streamed token and the whole request time, and prints and appends one JSON line per level
+to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
+generated tok/s, TTFT p50/p99, request time p50/p99 (seconds).
+
+    build/smolrt serve --parallel 64 &
+    python3 scripts/bench_serve.py --port 8080 --out bench/results/serve.jsonl
+"""
+import argparse
+import datetime
+import http.client
+import json
+import sys
+import threading
+import time
+
+WORDS = ("the a little girl boy dog cat tree house ran jumped played found happy sad big small "
+         "sun day night park friend mom dad ball red blue green toy box water bird fish flower "
+         "garden school book car road hill river sky cloud rain wind snow apple cake").split()
+
+
+def prompt_text(i, n_words=75):
+    # ~100 tokens of story-like text, different for every request.
+    return " ".join(WORDS[(i * 7 + k * (i % 11 + 3)) % len(WORDS)] for k in range(n_words)) + "."
+
+
+def percentile(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return None
+    k = min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))
+    return xs[k]
+
+
+def one_request(host, port, model, i, gen_tokens, headers):
+    body = {"prompt": prompt_text(i), "max_tokens": gen_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    if model:
+        body["model"] = model
+    t0 = time.perf_counter()
+    c = http.client.HTTPConnection(host, port, timeout=600)
+    c.request("POST", "/v1/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json", **headers})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
+    ttft = None
+    generated = 0
+    for raw in r:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        ev = json.loads(line[6:])
+        if ev.get("choices") and ev["choices"][0].get("text") and ttft is None:
+            ttft = time.perf_counter() - t0
+        if ev.get("usage"):
+            generated = ev["usage"]["completion_tokens"]
+    c.close()
+    return ttft if ttft is not None else time.perf_counter() - t0, time.perf_counter() - t0, generated
+
+
+def run_level(a, conc, info, headers):
+    n = max(2 * conc, a.min_requests)
+    results, errors = [], []
+    lock = threading.Lock()
+    next_i = [0]
+
+    def worker():
+        while True:
+            with lock:
+                if next_i[0] >= n:
+                    return
+                i = next_i[0] + conc * 1000  # prompts differ across levels too
+                next_i[0] += 1
+            try:
+                res = one_request(a.host, a.port, a.model, i, a.gen_tokens, headers)
+                with lock:
+                    results.append(res)
+            except Exception as e:  # noqa: BLE001 (counted and reported)
+                with lock:
+                    errors.append(str(e))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(conc)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ttfts = [r[0] for r in results]
+    times = [r[1] for r in results]
+    gen = sum(r[2] for r in results)
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": info.get("device"), "backend": info.get("backend"),
+        "commit": a.commit or info.get("commit"), "model": info.get("model_path"),
+        "concurrency": conc, "requests": n, "errors": len(errors),
+        "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
+        "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,
+        "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
+        "request_p50_s": percentile(times, 50), "request_p99_s": percentile(times, 99),
+        "first_error": errors[0] if errors else None,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8080)
+    ap.add_argument("--model", default="", help="the 'model' field (default: none)")
+    ap.add_argument("--api-key", default="")
+    ap.add_argument("--concurrency", default="1,8,64,256", help="comma-separated levels")
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--min-requests", type=int, default=16)
+    ap.add_argument("--commit", default="", help="recorded as the commit (default: the server's)")
+    ap.add_argument("--out", default="", help="append the JSON lines to this file")
+    a = ap.parse_args()
+    headers = {"Authorization": f"Bearer {a.api_key}"} if a.api_key else {}
+    c = http.client.HTTPConnection(a.host, a.port, timeout=30)
+    c.request("GET", "/health")
+    r = c.getresponse()
+    if r.status != 200:
+        sys.exit(f"bench_serve: GET /health answered {r.status}; is `smolrt serve` running?")
+    info = json.loads(r.read())
+    c.close()
+    for conc in [int(x) for x in a.concurrency.split(",") if x]:
+        rec = run_level(a, conc, info, headers)
+        line = json.dumps(rec)
+        print(line, flush=True)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

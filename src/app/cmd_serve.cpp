@@ -1,0 +1,192 @@
+// `smolrt serve`: an OpenAI-compatible HTTP server with continuous batching (src/server/).
+// Prints "listening on http://HOST:PORT" to stderr once it accepts requests (--port 0 picks a
+// free port), then one line per request. SIGTERM / SIGINT: new generation requests get 503,
+// running ones may finish within --grace seconds, the rest are cancelled; exit 0.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "app/command.h"
+#include "backend/batch.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "runtime/chat_template.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace smolrt::app {
+
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string model_name;
+  std::string chat_template = "auto";
+  server::ServerOptions http;
+  BatchOptions batch;
+  int queue = -1;  // -1 = 4 x --parallel
+  double grace_s = 10.0;
+  int step_delay_ms = 0;
+};
+
+// Blocks SIGINT/SIGTERM in this thread and every thread started after it; a watcher takes them
+// with sigtimedwait.
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+bool take_signal(const sigset_t& set, int ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  return sigtimedwait(&set, nullptr, &ts) > 0;
+}
+
+int serve_main(const ServeArgs& a) {
+  const sigset_t stop_signals = block_stop_signals();
+  if (a.batch.max_seqs < 1) fail("--parallel ", a.batch.max_seqs, " is invalid: give >= 1");
+  if (a.grace_s < 0) fail("--grace must be >= 0 seconds");
+
+  const std::string path = resolve_model_path(a.model);
+  const Model model = load_model(path);
+  const Tokenizer tok(vocab_from_gguf(*model.file));
+  const std::string& tmpl = tok.vocab().chat_template;
+
+  server::ParseContext pc;
+  pc.tok = &tok;
+  pc.model_name = a.model_name.empty() ? std::filesystem::path(path).stem().string() : a.model_name;
+  if (a.chat_template == "none") {
+    pc.chat = false;
+  } else if (a.chat_template == "auto" && tmpl.empty()) {
+    pc.chat = false;  // /v1/chat/completions answers 400 saying so
+  } else {
+    resolve_chat_format(a.chat_template, tmpl);  // ChatML or an Error naming --chat-template
+    pc.chat = true;
+    pc.default_system = template_default_system(tmpl);
+  }
+
+  std::unique_ptr<BatchBackend> be = make_batch_backend(model, a.batch);
+  pc.seq_ctx = be->seq_ctx();
+
+  server::SchedulerOptions so;
+  so.max_queue = a.queue >= 0 ? a.queue : 4 * be->max_seqs();
+  so.step_delay_ms = a.step_delay_ms;
+  if (pc.chat) {
+    const std::vector<int> end = tok.encode("<|im_end|>", /*parse_special=*/true, /*add_bos=*/0);
+    if (end.size() == 1) so.extra_eog = end;
+  }
+  server::Metrics metrics;
+  server::Scheduler sched(*be, tok, &metrics, so);
+
+  server::ServerOptions ho = a.http;
+  if (ho.http_threads <= 0) ho.http_threads = std::min(be->max_seqs() + so.max_queue + 16, 2048);
+  nlohmann::json info = {{"backend", be->name()},      {"device", be->device_name()},
+                         {"model_path", path},         {"seq_ctx", be->seq_ctx()},
+                         {"max_seqs", be->max_seqs()}, {"kv_tokens", be->kv_tokens()},
+                         {"commit", build_commit()}};
+  server::Server srv(sched, metrics, pc, ho, info);
+  const int port = srv.bind();
+
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done && !take_signal(stop_signals, 100)) {
+    }
+    if (done) return;
+    std::fprintf(stderr, "smolrt serve: shutting down: %d request(s) in flight, grace %.0f s\n",
+                 srv.in_flight(), a.grace_s);
+    sched.stop_accepting();
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<long long>(a.grace_s * 1000));
+    bool again = false;  // a second signal skips the grace period
+    while (srv.in_flight() > 0 && std::chrono::steady_clock::now() < deadline && !again)
+      again = take_signal(stop_signals, 20);
+    if (srv.in_flight() > 0) {
+      std::fprintf(stderr, "smolrt serve: cancelling %d request(s)\n", srv.in_flight());
+      sched.abort_all();
+      for (int i = 0; i < 500 && srv.in_flight() > 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    srv.stop();
+  });
+
+  std::fprintf(stderr,
+               "smolrt serve: %s as '%s' on %s (%s), %d sequences x %d tokens, KV pool %d tokens, "
+               "chat %s\n",
+               path.c_str(), pc.model_name.c_str(), be->name().c_str(), be->device_name().c_str(),
+               be->max_seqs(), be->seq_ctx(), be->kv_tokens(), pc.chat ? "on" : "off");
+  std::fprintf(stderr, "listening on http://%s:%d\n", ho.host.c_str(), port);
+  std::fflush(stderr);
+  srv.run();
+  done = true;
+  watcher.join();
+  std::fprintf(stderr, "smolrt serve: stopped\n");
+  return 0;
+}
+
+REGISTER_COMMAND(Command{
+    "serve", "OpenAI-compatible HTTP server with continuous batching", 25,
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<ServeArgs>();
+      sub.add_option("-m,--model", a->model, "GGUF model file (default: the cached SmolLM2-135M)");
+      sub.add_option("--host", a->http.host, "address to bind")->capture_default_str();
+      sub.add_option("--port", a->http.port, "port; 0 = a free one (printed)")
+          ->check(CLI::Range(0, 65535))
+          ->capture_default_str();
+      sub.add_option("--parallel", a->batch.max_seqs, "sequences decoded together at most")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+      sub.add_option("--ctx", a->batch.seq_ctx,
+                     "positions per sequence (0 = the model's training context)")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+      sub.add_option("--kv-size", a->batch.kv_tokens,
+                     "KV pool size in tokens, shared by all sequences (0 = ctx x parallel, capped "
+                     "by memory)")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+      sub.add_flag("--kv-half", a->batch.kv_half, "fp16 KV pool (CUDA)");
+      sub.add_option("--max-step-tokens", a->batch.max_step_tokens,
+                     "tokens one batched step carries at most (decodes + prompt chunks)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+      sub.add_option("--threads", a->batch.n_threads, "CPU threads (0 = all cores)")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+      sub.add_option("--backend", a->batch.kind, "cpu | cuda | auto (cuda when a GPU is present)")
+          ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+          ->capture_default_str();
+      sub.add_option("--api-key", a->http.api_key,
+                     "require 'Authorization: Bearer KEY' (all endpoints but /health)");
+      sub.add_option("--queue", a->queue,
+                     "waiting requests at most before 503 (default 4 x --parallel)")
+          ->check(CLI::NonNegativeNumber);
+      sub.add_option("--model-name", a->model_name,
+                     "the name clients pass as 'model' (default: the file name without .gguf)");
+      sub.add_option("--chat-template", a->chat_template,
+                     "auto (the model's, when it is ChatML) | chatml | none")
+          ->check(CLI::IsMember({"auto", "chatml", "none"}))
+          ->capture_default_str();
+      sub.add_option("--grace", a->grace_s,
+                     "seconds in-flight requests may finish after SIGTERM/SIGINT")
+          ->capture_default_str();
+      sub.add_flag("!--no-log", a->http.log_requests, "no per-request log lines");
+      sub.add_option("--step-delay-ms", a->step_delay_ms,
+                     "developer: sleep this long after each batched step (tests)")
+          ->check(CLI::NonNegativeNumber)
+          ->group("Developer");
+      return [a] { return serve_main(*a); };
+    }});
+
+}  // namespace
+
+}  // namespace smolrt::app

@@ -1,0 +1,108 @@
+#include "server/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace smolrt::server {
+
+namespace {
+
+prometheus::Counter& counter(prometheus::Registry& r, const std::string& name,
+                             const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+prometheus::Gauge& gauge(prometheus::Registry& r, const std::string& name,
+                         const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+prometheus::Histogram& histogram(prometheus::Registry& r, const std::string& name,
+                                 const std::string& help,
+                                 prometheus::Histogram::BucketBoundaries b) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(b));
+}
+
+// Latency buckets in seconds, 1 ms to 60 s.
+prometheus::Histogram::BucketBoundaries latency_buckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+prometheus::Histogram::BucketBoundaries size_buckets() {
+  return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+}
+
+}  // namespace
+
+Metrics::Metrics() : reg_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *reg_;
+  requests_ = &prometheus::BuildCounter()
+                   .Name("smolrt_requests_total")
+                   .Help("HTTP requests by endpoint and status code")
+                   .Register(r);
+  prompt_tokens_ = &counter(r, "smolrt_prompt_tokens_total", "Prompt tokens of admitted requests");
+  generated_tokens_ = &counter(r, "smolrt_generation_tokens_total", "Generated tokens");
+  preemptions_ =
+      &counter(r, "smolrt_preemptions_total", "Sequences preempted (freed, recomputed later)");
+  steps_ = &counter(r, "smolrt_steps_total", "Backend steps");
+  running_ = &gauge(r, "smolrt_requests_running", "Requests holding a sequence");
+  waiting_ = &gauge(r, "smolrt_requests_waiting", "Requests waiting for a sequence");
+  kv_used_ = &gauge(r, "smolrt_kv_pages_used", "KV pool pages in use");
+  kv_total_ = &gauge(r, "smolrt_kv_pages_total", "KV pool pages");
+  kv_usage_ = &gauge(r, "smolrt_kv_usage_ratio", "KV pool use, 0..1");
+  batch_seqs_ =
+      &histogram(r, "smolrt_batch_sequences", "Sequences per backend step", size_buckets());
+  batch_tokens_ = &histogram(r, "smolrt_batch_tokens", "Tokens per backend step", size_buckets());
+  step_seconds_ = &histogram(r, "smolrt_step_seconds", "Backend step time", latency_buckets());
+  ttft_ = &histogram(r, "smolrt_time_to_first_token_seconds",
+                     "From arrival to the first generated token", latency_buckets());
+  itl_ = &histogram(r, "smolrt_inter_token_latency_seconds",
+                    "Between consecutive generated tokens of a request", latency_buckets());
+  e2e_ = &histogram(r, "smolrt_request_duration_seconds", "From arrival to the last token",
+                    latency_buckets());
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::request(const std::string& endpoint, int status) {
+  requests_->Add({{"endpoint", endpoint}, {"status", std::to_string(status)}}).Increment();
+}
+void Metrics::prompt_tokens(int n) {
+  prompt_tokens_->Increment(n);
+}
+void Metrics::generated_tokens(int n) {
+  generated_tokens_->Increment(n);
+}
+void Metrics::preemption() {
+  preemptions_->Increment();
+}
+void Metrics::step(int n_seqs, int n_tokens, double seconds) {
+  steps_->Increment();
+  batch_seqs_->Observe(n_seqs);
+  batch_tokens_->Observe(n_tokens);
+  step_seconds_->Observe(seconds);
+}
+void Metrics::time_to_first_token(double seconds) {
+  ttft_->Observe(seconds);
+}
+void Metrics::inter_token_latency(double seconds) {
+  itl_->Observe(seconds);
+}
+void Metrics::request_duration(double seconds) {
+  e2e_->Observe(seconds);
+}
+void Metrics::queue(int running, int waiting) {
+  running_->Set(running);
+  waiting_->Set(waiting);
+}
+void Metrics::kv_pages(int used, int total) {
+  kv_used_->Set(used);
+  kv_total_->Set(total);
+  kv_usage_->Set(total > 0 ? static_cast<double>(used) / total : 0.0);
+}
+
+std::string Metrics::serialize() const {
+  return prometheus::TextSerializer().Serialize(reg_->Collect());
+}
+
+}  // namespace smolrt::server

@@ -1,0 +1,47 @@
+// The server's Prometheus metrics (prometheus-cpp core), rendered in the text exposition format
+// by GET /metrics. Every method is thread-safe (prometheus-cpp's metrics are).
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace prometheus {
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace smolrt::server {
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+
+  // One finished HTTP request: endpoint ("/v1/completions", ...) and status code.
+  void request(const std::string& endpoint, int status);
+  void prompt_tokens(int n);
+  void generated_tokens(int n);
+  void preemption();
+  // One backend step: sequences and tokens it carried, and its wall time.
+  void step(int n_seqs, int n_tokens, double seconds);
+  void time_to_first_token(double seconds);
+  void inter_token_latency(double seconds);
+  void request_duration(double seconds);
+  void queue(int running, int waiting);
+  void kv_pages(int used, int total);
+
+  std::string serialize() const;  // text format 0.0.4
+
+ private:
+  std::shared_ptr<prometheus::Registry> reg_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Counter *prompt_tokens_, *generated_tokens_, *preemptions_, *steps_;
+  prometheus::Gauge *running_, *waiting_, *kv_used_, *kv_total_, *kv_usage_;
+  prometheus::Histogram *batch_seqs_, *batch_tokens_, *step_seconds_, *ttft_, *itl_, *e2e_;
+};
+
+}  // namespace smolrt::server

@@ -1,0 +1,287 @@
+#include "server/request.h"
+
+#include <cmath>
+#include <optional>
+
+#include "core/error.h"
+#include "runtime/chat_template.h"
+#include "runtime/sampler.h"
+
+namespace smolrt::server {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message,
+                      const std::string& code = "invalid_value") {
+  throw ApiError(400, message, param, code);
+}
+
+// A field when present and not null; "wrong type" when the predicate fails.
+const json* field(const json& body, const char* key, bool (json::*is)() const noexcept,
+                  const char* want) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  if (!((*it).*is)()) bad(key, cat("'", key, "' must be ", want), "invalid_type");
+  return &*it;
+}
+
+std::optional<double> get_number(const json& body, const char* key) {
+  const json* v = field(body, key, &json::is_number, "a number");
+  if (!v) return std::nullopt;
+  const double d = v->get<double>();
+  if (!std::isfinite(d)) bad(key, cat("'", key, "' must be finite"));
+  return d;
+}
+
+// An integer (a number with an integral value, as JSON clients may send 5.0).
+std::optional<long long> get_int(const json& body, const char* key) {
+  const json* v = field(body, key, &json::is_number, "an integer");
+  if (!v) return std::nullopt;
+  if (v->is_number_integer()) return v->get<long long>();
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9e15)
+    bad(key, cat("'", key, "' must be an integer"), "invalid_type");
+  return static_cast<long long>(d);
+}
+
+std::optional<bool> get_bool(const json& body, const char* key) {
+  const json* v = field(body, key, &json::is_boolean, "a boolean");
+  if (!v) return std::nullopt;
+  return v->get<bool>();
+}
+
+void check_range(const char* key, double v, double lo, double hi, const char* range) {
+  if (v < lo || v > hi) bad(key, cat("'", key, "' is ", v, "; it must be in ", range));
+}
+
+// A list of token ids, each in the vocabulary.
+std::vector<int> token_list(const json& arr, const char* key, int n_vocab) {
+  std::vector<int> ids;
+  ids.reserve(arr.size());
+  for (const json& t : arr) {
+    if (!t.is_number_integer())
+      bad(key, cat("'", key, "' must be a string or a list of token ids"), "invalid_type");
+    const long long id = t.get<long long>();
+    if (id < 0 || id >= n_vocab)
+      bad(key,
+          cat("token id ", id, " in '", key, "' is outside the vocabulary [0, ", n_vocab, ")"));
+    ids.push_back(static_cast<int>(id));
+  }
+  return ids;
+}
+
+void check_model(const json& body, const ParseContext& ctx) {
+  const json* m = field(body, "model", &json::is_string, "a string");
+  if (m && m->get<std::string>() != ctx.model_name && !m->get<std::string>().empty()) {
+    throw ApiError(
+        404,
+        cat("The model '", m->get<std::string>(), "' does not exist; this server serves '",
+            ctx.model_name, "' (GET /v1/models)"),
+        "model", "model_not_found");
+  }
+}
+
+// The fields both endpoints share. Prompt-dependent checks run in finish().
+void parse_common(const json& body, const ParseContext& ctx, GenRequest& r) {
+  check_model(body, ctx);
+  if (auto n = get_int(body, "n"); n && *n != 1) bad("n", "only n = 1 is supported");
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (auto v = get_int(body, key)) {
+      if (*v < 0) bad(key, cat("'", key, "' is ", *v, "; it must be >= 0"));
+      r.max_tokens = static_cast<int>(std::min(*v, 1LL << 30));
+    }
+  }
+
+  SamplingParams& s = r.sampling;
+  s = SamplingParams{};
+  s.temp = 1.0f;
+  s.top_k = 0;
+  s.top_p = 1.0f;
+  s.min_p = 0.0f;
+  s.repeat_penalty = 1.0f;
+  s.seed = -1;
+  if (auto v = get_number(body, "temperature")) {
+    check_range("temperature", *v, 0, 2, "[0, 2]");
+    s.temp = static_cast<float>(*v);
+  }
+  if (auto v = get_number(body, "top_p")) {
+    if (*v <= 0 || *v > 1) bad("top_p", cat("'top_p' is ", *v, "; it must be in (0, 1]"));
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = get_int(body, "top_k")) {
+    if (*v < -1) bad("top_k", "'top_k' must be >= 0 (0 or -1 = off)");
+    s.top_k = *v < 0 ? 0 : static_cast<int>(std::min(*v, 1LL << 30));
+  }
+  if (auto v = get_number(body, "min_p")) {
+    check_range("min_p", *v, 0, 1, "[0, 1]");
+    s.min_p = static_cast<float>(*v);
+  }
+  if (auto v = get_number(body, "presence_penalty")) {
+    check_range("presence_penalty", *v, -2, 2, "[-2, 2]");
+    s.presence_penalty = static_cast<float>(*v);
+  }
+  if (auto v = get_number(body, "frequency_penalty")) {
+    check_range("frequency_penalty", *v, -2, 2, "[-2, 2]");
+    s.frequency_penalty = static_cast<float>(*v);
+  }
+  if (auto v = get_number(body, "repetition_penalty")) {
+    if (*v <= 0 || *v > 10) bad("repetition_penalty", "'repetition_penalty' must be in (0, 10]");
+    s.repeat_penalty = static_cast<float>(*v);
+  }
+  if (auto v = get_int(body, "seed")) s.seed = *v < 0 ? -1 : *v;
+  try {
+    validate(s);  // the engine's own checks (names CLI flags; the ranges above are tighter)
+  } catch (const Error& e) {
+    bad("", e.what());
+  }
+
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.stops.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      if (it->size() > static_cast<size_t>(kMaxStops))
+        bad("stop", cat("'stop' has ", it->size(), " strings; at most ", kMaxStops));
+      for (const json& s2 : *it) {
+        if (!s2.is_string())
+          bad("stop", "'stop' must be a string or a list of strings", "invalid_type");
+        r.stops.push_back(s2.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or a list of strings", "invalid_type");
+    }
+  }
+  if (auto v = get_bool(body, "ignore_eos")) r.ignore_eos = *v;
+  if (auto v = get_bool(body, "stream")) r.stream = *v;
+  if (const json* so = field(body, "stream_options", &json::is_object, "an object")) {
+    if (auto v = get_bool(*so, "include_usage")) r.include_usage = *v;
+  }
+  (void)ctx;
+}
+
+// Checks that need the prompt: not empty, fits the context.
+void finish(GenRequest& r, const ParseContext& ctx, const char* prompt_param) {
+  if (r.prompt.empty()) bad(prompt_param, cat("'", prompt_param, "' is empty"));
+  const long long n = static_cast<long long>(r.prompt.size());
+  if (n > ctx.seq_ctx) {
+    bad(prompt_param,
+        cat("the prompt has ", n, " tokens; the context holds ", ctx.seq_ctx,
+            " (prompt + generated tokens)"),
+        "context_length_exceeded");
+  }
+}
+
+}  // namespace
+
+json error_body(const ApiError& e) {
+  json err = {{"message", e.what()}, {"type", e.type}, {"code", e.code}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  return {{"error", err}};
+}
+
+json parse_json_body(const std::string& body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad("", "the request body is not valid JSON", "invalid_json");
+  if (!j.is_object()) bad("", "the request body must be a JSON object", "invalid_json");
+  return j;
+}
+
+GenRequest parse_completion(const json& body, const ParseContext& ctx) {
+  GenRequest r;
+  r.endpoint = Endpoint::kCompletions;
+  parse_common(body, ctx, r);
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) bad("prompt", "'prompt' is required", "missing");
+  const json* p = &*it;
+  // A one-element batch (["text"] or [[ids]]) is the same as its element; n > 1 is refused.
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    if (p->get_ref<const std::string&>().empty()) bad("prompt", "'prompt' is empty");
+    r.prompt_text = p->get<std::string>();
+    r.prompt = ctx.tok->encode(r.prompt_text, /*parse_special=*/true, /*add_bos=*/-1);
+  } else if (p->is_array()) {
+    if (!p->empty() && ((*p)[0].is_string() || (*p)[0].is_array()))
+      bad("prompt", "only one prompt per request is supported");
+    r.prompt = token_list(*p, "prompt", ctx.tok->n_vocab());
+    r.prompt_text = ctx.tok->decode(r.prompt);
+  } else {
+    bad("prompt", "'prompt' must be a string or a list of token ids", "invalid_type");
+  }
+  if (auto v = get_bool(body, "echo")) r.echo = *v;
+  if (auto v = get_int(body, "logprobs")) {
+    if (*v < 0 || *v > kMaxTopLogprobs)
+      bad("logprobs", cat("'logprobs' must be in [0, ", kMaxTopLogprobs, "]"));
+    r.logprobs = static_cast<int>(*v);
+  }
+  finish(r, ctx, "prompt");
+  return r;
+}
+
+GenRequest parse_chat(const json& body, const ParseContext& ctx) {
+  GenRequest r;
+  r.endpoint = Endpoint::kChat;
+  parse_common(body, ctx, r);
+  if (!ctx.chat) {
+    bad("messages",
+        "this model has no ChatML chat template; use /v1/completions or start the server with "
+        "--chat-template chatml");
+  }
+  const json* msgs = field(body, "messages", &json::is_array, "a list of messages");
+  if (!msgs) bad("messages", "'messages' is required", "missing");
+  if (msgs->empty()) bad("messages", "'messages' is empty");
+  std::vector<ChatMessage> chat;
+  for (const json& m : *msgs) {
+    if (!m.is_object()) bad("messages", "each message must be an object", "invalid_type");
+    const json* role = field(m, "role", &json::is_string, "a string");
+    if (!role) bad("messages", "each message needs a 'role'", "missing");
+    const std::string& rs = role->get_ref<const std::string&>();
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "developer")
+      bad("messages", cat("unknown role '", rs, "' (system, user, assistant)"));
+    std::string text;
+    auto c = m.find("content");
+    if (c == m.end() || c->is_null()) {
+      text = "";
+    } else if (c->is_string()) {
+      text = c->get<std::string>();
+    } else if (c->is_array()) {  // [{"type": "text", "text": ...}, ...]
+      for (const json& part : *c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          bad("messages", "only text content parts are supported", "invalid_type");
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      bad("messages", "'content' must be a string or a list of text parts", "invalid_type");
+    }
+    chat.push_back({rs == "developer" ? "system" : rs, std::move(text)});
+  }
+  if (chat.front().role != "system" && !ctx.default_system.empty())
+    chat.insert(chat.begin(), ChatMessage{"system", ctx.default_system});
+  r.prompt = ctx.tok->encode(render_chatml(chat, /*add_generation_prompt=*/true),
+                             /*parse_special=*/true, /*add_bos=*/-1);
+  if (auto v = get_bool(body, "logprobs"); v && *v) r.logprobs = 0;
+  if (auto v = get_int(body, "top_logprobs")) {
+    if (*v < 0 || *v > kMaxTopLogprobs)
+      bad("top_logprobs", cat("'top_logprobs' must be in [0, ", kMaxTopLogprobs, "]"));
+    if (r.logprobs < 0) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.logprobs = static_cast<int>(*v);
+  }
+  finish(r, ctx, "messages");
+  return r;
+}
+
+std::vector<int> parse_tokenize(const json& body, const ParseContext& ctx) {
+  const json* c = field(body, "content", &json::is_string, "a string");
+  if (!c) bad("content", "'content' is required", "missing");
+  const bool add_special = get_bool(body, "add_special").value_or(false);
+  return ctx.tok->encode(c->get<std::string>(), /*parse_special=*/true, add_special ? -1 : 0);
+}
+
+std::vector<int> parse_detokenize(const json& body, const ParseContext& ctx) {
+  const json* t = field(body, "tokens", &json::is_array, "a list of token ids");
+  if (!t) bad("tokens", "'tokens' is required", "missing");
+  return token_list(*t, "tokens", ctx.tok->n_vocab());
+}
+
+}  // namespace smolrt::server

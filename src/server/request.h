@@ -1,0 +1,75 @@
+// The OpenAI-style request bodies the server accepts, parsed and validated into a GenRequest the
+// scheduler runs. Every problem is an ApiError carrying the HTTP status and the OpenAI error
+// object's fields ({"error": {"message", "type", "param", "code"}}); unknown fields are ignored.
+//
+// Defaults follow OpenAI / vLLM: temperature 1, top_p 1, top_k off, min_p 0, no penalties,
+// max_tokens = the rest of the context, a random seed.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/sampling.h"
+#include "tokenizer/tokenizer.h"
+
+namespace smolrt::server {
+
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string param = "",
+           std::string code = "invalid_value", std::string type = "invalid_request_error")
+      : std::runtime_error(message),
+        status(status),
+        param(std::move(param)),
+        code(std::move(code)),
+        type(std::move(type)) {}
+  int status;
+  std::string param;  // the offending field; "" = null
+  std::string code;
+  std::string type;
+};
+
+// {"error": {"message", "type", "param", "code"}}.
+nlohmann::json error_body(const ApiError& e);
+
+// Most stop strings a request may give, and most top logprobs per token (OpenAI's 20).
+inline constexpr int kMaxStops = 16;
+inline constexpr int kMaxTopLogprobs = 20;
+
+enum class Endpoint { kCompletions, kChat };
+
+struct GenRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::vector<int> prompt;  // token ids (BOS included as the vocabulary says)
+  std::string prompt_text;  // completions: the prompt as text (what echo shows)
+  int max_tokens = -1;      // -1 = the rest of the context
+  SamplingParams sampling;  // OpenAI defaults (see above); seed -1 = random
+  std::vector<std::string> stops;
+  int logprobs = -1;  // -1 = none; else the top-N alternatives per token (0..20)
+  bool echo = false;  // completions: the prompt is part of the text (and of logprobs)
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// What parsing needs from the served model.
+struct ParseContext {
+  const Tokenizer* tok = nullptr;
+  std::string model_name;  // `model` must equal it (or be absent)
+  int seq_ctx = 0;         // positions per sequence
+  bool chat = false;       // the model has a (ChatML) chat template
+  std::string default_system;
+};
+
+// The body as a JSON object; ApiError 400 for malformed JSON or a non-object.
+nlohmann::json parse_json_body(const std::string& body);
+GenRequest parse_completion(const nlohmann::json& body, const ParseContext& ctx);
+GenRequest parse_chat(const nlohmann::json& body, const ParseContext& ctx);
+// POST /tokenize {"content": str, "add_special": bool} -> ids; /detokenize {"tokens": [ids]}.
+std::vector<int> parse_tokenize(const nlohmann::json& body, const ParseContext& ctx);
+std::vector<int> parse_detokenize(const nlohmann::json& body, const ParseContext& ctx);
+
+}  // namespace smolrt::server

@@ -1,0 +1,461 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <optional>
+
+#include "core/error.h"
+#include "runtime/sampler.h"
+#include "runtime/stop.h"
+#include "server/metrics.h"
+
+namespace smolrt::server {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+}  // namespace
+
+// --- logprobs ------------------------------------------------------------------------------------
+
+TokenLogprob token_logprob(std::span<const float> row, int token, int top_n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : row)
+    if (v > mx) mx = v;
+  double sum = 0;
+  for (float v : row) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprob r;
+  r.token = token;
+  r.logprob = static_cast<float>(row[token] - lse);
+  if (top_n > 0) {
+    std::vector<int> ids(row.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    const size_t k = std::min<size_t>(top_n, ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    for (size_t i = 0; i < k; ++i) r.top.push_back({ids[i], static_cast<float>(row[ids[i]] - lse)});
+  }
+  return r;
+}
+
+// --- Job -----------------------------------------------------------------------------------------
+
+bool Job::take(Delta& out, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  if (!cv_.wait_for(lk, timeout, [&] { return news_; })) return false;
+  out.text += pending_.text;
+  for (std::vector<TokenLogprob> Delta::*v : {&Delta::logprobs, &Delta::prompt_logprobs}) {
+    auto& src = pending_.*v;
+    (out.*v).insert((out.*v).end(), std::make_move_iterator(src.begin()),
+                    std::make_move_iterator(src.end()));
+  }
+  out.finished = pending_.finished;
+  out.finish_reason = pending_.finish_reason;
+  out.error = pending_.error;
+  out.n_prompt = pending_.n_prompt;
+  out.n_generated = pending_.n_generated;
+  pending_.text.clear();
+  pending_.logprobs.clear();
+  pending_.prompt_logprobs.clear();
+  news_ = false;
+  return true;
+}
+
+void Job::cancel() {
+  if (!cancelled_.exchange(true) && on_cancel_) on_cancel_();
+}
+
+void Job::publish(const std::function<void(Delta&)>& f) {
+  {
+    std::lock_guard lk(mu_);
+    if (done_) return;
+    f(pending_);
+    news_ = true;
+    done_ = pending_.finished;
+  }
+  cv_.notify_all();
+}
+
+// --- Scheduler -----------------------------------------------------------------------------------
+
+struct Scheduler::Entry {
+  Entry(std::shared_ptr<Job> j, const Tokenizer& tok)
+      : job(std::move(j)),
+        ctx(job->request().prompt),
+        n_prompt(static_cast<int>(ctx.size())),
+        sampler(job->request().sampling),
+        dec(tok),
+        stop(job->request().stops) {
+    sampler.accept(ctx);
+  }
+  std::shared_ptr<Job> job;
+  std::vector<int> ctx;  // prompt + generated tokens; the last generated one is not in the KV yet
+  int n_prompt;
+  int n_gen = 0;
+  int max_gen = 0;  // generated tokens at most
+  int seq = -1;     // backend sequence while running
+  int n_done = 0;   // tokens of ctx in the KV cache
+  uint64_t order = 0;
+  bool prompt_scored = false;  // echo logprobs published
+  bool counted = false;        // prompt tokens counted in the metrics (first admission)
+  std::vector<TokenLogprob> prompt_lp;
+  TokenSampler sampler;
+  StreamDecoder dec;
+  StopMatcher stop;
+  Clock::time_point last_token;
+
+  const GenRequest& req() const { return job->request(); }
+  int remaining() const { return static_cast<int>(ctx.size()) - n_done; }
+  bool scoring() const { return req().echo && req().logprobs >= 0 && !prompt_scored; }
+};
+
+Scheduler::Scheduler(BatchBackend& be, const Tokenizer& tok, Metrics* metrics, SchedulerOptions opt)
+    : be_(be), tok_(tok), metrics_(metrics), opt_(std::move(opt)) {
+  publish_counts();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  while (!running_.empty()) finish(*running_.back(), "abort");
+  for (auto& e : waiting_)
+    e->job->publish([&](Delta& d) {
+      d.finished = true;
+      d.finish_reason = "abort";
+    });
+}
+
+std::shared_ptr<Job> Scheduler::submit(GenRequest r) {
+  const int page = be_.page_size();
+  const long long n = static_cast<long long>(r.prompt.size());
+  if ((n + page) / page > be_.kv_pages_total()) {
+    throw ApiError(400,
+                   cat("the prompt has ", n, " tokens; the KV pool holds ", be_.kv_tokens(),
+                       " (start the server with a larger --kv-size)"),
+                   r.endpoint == Endpoint::kChat ? "messages" : "prompt",
+                   "context_length_exceeded");
+  }
+  auto job = std::make_shared<Job>(std::move(r));
+  auto e = std::make_unique<Entry>(job, tok_);  // validates the sampling parameters
+  const int seq_ctx = be_.seq_ctx();
+  e->max_gen = seq_ctx - e->n_prompt + 1;
+  if (job->request().max_tokens >= 0) e->max_gen = std::min(e->max_gen, job->request().max_tokens);
+  if (e->max_gen == 0 && !e->scoring()) {  // nothing to compute
+    job->publish([&](Delta& d) {
+      d.finished = true;
+      d.finish_reason = "length";
+      d.n_prompt = e->n_prompt;
+    });
+    return job;
+  }
+  {
+    std::lock_guard lk(mu_);
+    if (!accepting_ || stop_ || static_cast<int>(waiting_.size()) >= opt_.max_queue) return nullptr;
+    job->on_cancel_ = [this] { cv_.notify_all(); };
+    waiting_.push_back(std::move(e));
+    n_waiting_ = static_cast<int>(waiting_.size());
+  }
+  if (metrics_) metrics_->queue(running(), waiting());
+  cv_.notify_all();
+  return job;
+}
+
+void Scheduler::abort_all() {
+  {
+    std::lock_guard lk(mu_);
+    abort_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::publish_counts() {
+  n_running_ = static_cast<int>(running_.size());
+  if (metrics_) {
+    metrics_->queue(running(), waiting());
+    metrics_->kv_pages(be_.kv_pages_total() - be_.kv_pages_free(), be_.kv_pages_total());
+  }
+}
+
+void Scheduler::loop() {
+  while (true) {
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || abort_ || !waiting_.empty() || !running_.empty(); });
+      if (stop_) return;
+      if (abort_) {
+        abort_ = false;
+        for (auto& e : waiting_) e->job->cancel();
+        for (auto& e : running_) e->job->cancel();
+      }
+    }
+    reap();
+    admit();
+    if (!running_.empty()) run_step();
+    publish_counts();
+  }
+}
+
+bool Scheduler::reap() {
+  bool any = false;
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if ((*it)->job->cancelled()) {
+        (*it)->job->publish([&](Delta& d) {
+          d.finished = true;
+          d.finish_reason = "abort";
+        });
+        it = waiting_.erase(it);
+        any = true;
+      } else {
+        ++it;
+      }
+    }
+    n_waiting_ = static_cast<int>(waiting_.size());
+  }
+  for (size_t i = 0; i < running_.size();) {
+    if (running_[i]->job->cancelled()) {
+      finish(*running_[i], "abort");  // erases running_[i]
+      any = true;
+    } else {
+      ++i;
+    }
+  }
+  return any;
+}
+
+void Scheduler::admit() {
+  const int page = be_.page_size();
+  std::lock_guard lk(mu_);
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < be_.max_seqs()) {
+    // Pages that admitted prompts will still take.
+    int reserved = 0;
+    for (const auto& r : running_)
+      if (r->remaining() > 1) reserved += be_.pages_needed(r->seq, r->remaining());
+    Entry& e = *waiting_.front();
+    const int want = (static_cast<int>(e.ctx.size()) + opt_.headroom_tokens + page - 1) / page;
+    const int avail = be_.kv_pages_free() - reserved;
+    // A lone request only needs its own tokens (the headroom may exceed a small pool).
+    const int need = running_.empty() ? (static_cast<int>(e.ctx.size()) + page - 1) / page : want;
+    if (running_.empty() && need > be_.kv_pages_total()) {
+      // A preempted request that grew past the whole pool: it ends where it is.
+      std::unique_ptr<Entry> gone = std::move(waiting_.front());
+      waiting_.pop_front();
+      finish(*gone, "length");
+      continue;
+    }
+    if (avail < need) break;
+    e.seq = be_.add_sequence();
+    e.n_done = 0;
+    e.order = next_order_++;
+    if (!e.counted && metrics_) metrics_->prompt_tokens(e.n_prompt);
+    e.counted = true;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  n_waiting_ = static_cast<int>(waiting_.size());
+  n_running_ = static_cast<int>(running_.size());
+}
+
+void Scheduler::preempt(Entry& e) {
+  be_.free_sequence(e.seq);
+  e.seq = -1;
+  e.n_done = 0;
+  if (metrics_) metrics_->preemption();
+  auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == &e; });
+  std::unique_ptr<Entry> owned = std::move(*it);
+  running_.erase(it);
+  std::lock_guard lk(mu_);
+  waiting_.push_front(std::move(owned));
+  n_waiting_ = static_cast<int>(waiting_.size());
+}
+
+void Scheduler::finish(Entry& e, const std::string& reason, const std::string& error) {
+  if (e.seq >= 0) be_.free_sequence(e.seq);
+  e.seq = -1;
+  std::string tail;
+  if (reason != "abort" && reason != "error") {
+    tail = e.stop.push(e.dec.flush());
+    tail += e.stop.flush();
+  }
+  const int n_gen = e.n_gen;
+  e.job->publish([&](Delta& d) {
+    d.text += tail;
+    d.finished = true;
+    d.finish_reason = reason;
+    d.error = error;
+    d.n_prompt = e.n_prompt;
+    d.n_generated = n_gen;
+  });
+  if (metrics_ && reason != "abort" && reason != "error")
+    metrics_->request_duration(since(e.job->arrived()));
+  auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == &e; });
+  if (it != running_.end()) running_.erase(it);  // destroys e
+}
+
+void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, int row) {
+  const int n_vocab = be_.config().vocab_size;
+  std::optional<TokenLogprob> lp;
+  if (e.req().logprobs >= 0 && logits && !logits->empty()) {
+    lp = token_logprob(std::span<const float>(*logits).subspan(size_t(row) * n_vocab, n_vocab),
+                       token, e.req().logprobs);
+  }
+  const auto now = Clock::now();
+  if (metrics_) {
+    metrics_->generated_tokens(1);
+    if (e.n_gen == 0)
+      metrics_->time_to_first_token(since(e.job->arrived()));
+    else
+      metrics_->inter_token_latency(std::chrono::duration<double>(now - e.last_token).count());
+  }
+  e.last_token = now;
+  ++e.n_gen;
+  e.sampler.accept(token);
+  e.ctx.push_back(token);
+  const bool eog = !e.req().ignore_eos &&
+                   (tok_.is_eog(token) || std::find(opt_.extra_eog.begin(), opt_.extra_eog.end(),
+                                                    token) != opt_.extra_eog.end());
+  std::string text;
+  if (!eog) text = e.stop.push(e.dec.push(token));
+  if (!text.empty() || lp) {
+    e.job->publish([&](Delta& d) {
+      d.text += text;
+      if (lp) d.logprobs.push_back(std::move(*lp));
+      d.n_prompt = e.n_prompt;
+      d.n_generated = e.n_gen;
+    });
+  }
+  if (eog || e.stop.stopped())
+    finish(e, "stop");
+  else if (e.n_gen >= e.max_gen)
+    finish(e, "length");
+}
+
+void Scheduler::run_step() {
+  const int page = be_.page_size();
+  const int n_vocab = be_.config().vocab_size;
+  std::vector<Entry*> order;
+  std::vector<std::pair<Entry*, int>> chunks;  // entry, tokens this step
+  while (true) {
+    order.clear();
+    for (auto& e : running_) order.push_back(e.get());
+    std::sort(order.begin(), order.end(), [](Entry* a, Entry* b) { return a->order < b->order; });
+    // Decodes first: each needs one token's room.
+    int need = 0;
+    for (Entry* e : order)
+      if (e->remaining() == 1) need += be_.pages_needed(e->seq, 1);
+    int free = be_.kv_pages_free();
+    if (need > free) {
+      if (order.size() > 1) {
+        preempt(*order.back());  // the youngest goes back to the queue
+      } else {
+        finish(*order.back(), "length");  // alone and the pool cannot hold more
+      }
+      if (running_.empty()) return;
+      continue;
+    }
+    chunks.clear();
+    int budget = be_.max_step_tokens();
+    for (Entry* e : order) {
+      if (e->remaining() == 1 && budget > 0) {
+        chunks.emplace_back(e, 1);
+        --budget;
+      }
+    }
+    free -= need;
+    for (Entry* e : order) {
+      if (e->remaining() <= 1 || budget <= 0) continue;
+      const int pos = be_.position(e->seq);
+      const int room = (page - pos % page) % page + free * page;
+      const int n = std::min({e->remaining(), budget, room});
+      if (n <= 0) continue;
+      chunks.emplace_back(e, n);
+      budget -= n;
+      free -= be_.pages_needed(e->seq, n);
+    }
+    if (!chunks.empty()) break;
+    // Nothing fits: make room by preempting the youngest (or give up on a lone request).
+    if (order.size() > 1)
+      preempt(*order.back());
+    else
+      finish(*order.back(), "length");
+    if (running_.empty()) return;
+  }
+
+  std::vector<SeqStep> steps;
+  steps.reserve(chunks.size());
+  int n_tokens = 0;
+  for (auto& [e, n] : chunks) {
+    SeqStep s;
+    s.seq = e->seq;
+    s.tokens = std::span<const int>(e->ctx).subspan(e->n_done, n);
+    s.sample = e->n_done + n == static_cast<int>(e->ctx.size()) && e->n_gen < e->max_gen;
+    s.params = e->sampler.params();
+    s.u = s.sample ? e->sampler.step_draw() : 0.0f;
+    s.history = e->sampler.history();
+    if (e->scoring() && e->n_done < e->n_prompt)
+      s.logits = 2;
+    else if (s.sample && e->req().logprobs >= 0)
+      s.logits = 1;
+    steps.push_back(s);
+    n_tokens += n;
+  }
+  const auto t0 = Clock::now();
+  std::vector<SeqResult> results;
+  try {
+    results = be_.step(steps);
+    if (results.size() != steps.size()) fail("the backend returned ", results.size(), " results");
+  } catch (const std::exception& ex) {
+    // The step failed as a whole: end its requests with an error, keep serving the rest.
+    std::vector<Entry*> failed;
+    for (auto& c : chunks) failed.push_back(c.first);
+    for (Entry* e : failed) finish(*e, "error", cat("the backend step failed: ", ex.what()));
+    return;
+  }
+  if (metrics_) metrics_->step(static_cast<int>(steps.size()), n_tokens, since(t0));
+  if (opt_.step_delay_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(opt_.step_delay_ms));
+
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    auto [e, n] = chunks[i];
+    const int p0 = e->n_done;
+    e->n_done += n;
+    const SeqResult& r = results[i];
+    if (steps[i].logits == 2 && r.logits.size() == size_t(n) * n_vocab) {
+      if (e->prompt_lp.empty()) {
+        e->prompt_lp.resize(e->n_prompt);
+        e->prompt_lp[0].token = e->ctx[0];
+        e->prompt_lp[0].has_logprob = false;
+      }
+      for (int j = 0; j < n && p0 + j + 1 < e->n_prompt; ++j) {
+        const int t = e->ctx[p0 + j + 1];
+        e->prompt_lp[p0 + j + 1] =
+            token_logprob(std::span<const float>(r.logits).subspan(size_t(j) * n_vocab, n_vocab), t,
+                          e->req().logprobs);
+      }
+      if (e->n_done >= e->n_prompt) {
+        e->prompt_scored = true;
+        e->job->publish([&](Delta& d) { d.prompt_logprobs = std::move(e->prompt_lp); });
+      }
+    }
+    if (steps[i].sample) {
+      const int rows = steps[i].logits == 2 ? n : 1;
+      on_token(*e, r.token, &r.logits, rows - 1);  // may finish (and destroy) e
+    } else if (e->n_done == static_cast<int>(e->ctx.size())) {
+      finish(*e, "length");  // max_tokens 0: the prompt alone (scoring)
+    }
+  }
+}
+
+}  // namespace smolrt::server

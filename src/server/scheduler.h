@@ -1,0 +1,148 @@
+// Continuous batching over one BatchBackend. One thread owns the backend; each step:
+//   1. every running sequence that is decoding contributes its one pending token;
+//   2. prompt chunks of newly admitted requests (oldest first) fill the rest of the step's token
+//      budget (BatchBackend::max_step_tokens), so running streams keep advancing while long
+//      prompts arrive;
+//   3. the results are turned into text (StreamDecoder + StopMatcher per request) and logprobs,
+//      and handed to each request's Job.
+// Admission: the oldest waiting request gets a sequence when a slot is free and the KV pool has
+// pages for its tokens plus `headroom_tokens` beyond what admitted prompts still need. When a
+// decoding sequence cannot grow (pool full), the youngest running request is preempted: its
+// sequence is freed and it goes back to the front of the queue to be recomputed (prompt plus
+// what it generated; its sampler state carries on, so the output is the same). The waiting queue
+// is bounded: submit() refuses when it is full (HTTP 503). A cancelled Job (client gone) frees
+// its sequence at the next step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/batch.h"
+#include "server/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace smolrt::server {
+
+class Metrics;
+
+struct TopLogprob {
+  int token = -1;
+  float logprob = 0.0f;
+};
+struct TokenLogprob {
+  int token = -1;
+  bool has_logprob = true;  // false: the first prompt token (nothing predicts it)
+  float logprob = 0.0f;
+  std::vector<TopLogprob> top;  // the top-N, most likely first
+};
+
+// log_softmax(row)[token] and the top_n most likely tokens (ties -> lower id).
+TokenLogprob token_logprob(std::span<const float> row, int token, int top_n);
+
+// What a Job's reader gets: everything new since its last take().
+struct Delta {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;         // one per generated token, when asked
+  std::vector<TokenLogprob> prompt_logprobs;  // echo + logprobs: one per prompt token, once
+  bool finished = false;
+  std::string finish_reason;  // "stop" | "length" | "abort" (cancelled / shut down) | "error"
+  std::string error;          // when finish_reason == "error"
+  int n_prompt = 0, n_generated = 0;
+};
+
+// One request as its HTTP handler sees it: a channel from the scheduler thread.
+class Job {
+ public:
+  explicit Job(GenRequest r) : req_(std::move(r)) {}
+  const GenRequest& request() const { return req_; }
+  std::chrono::steady_clock::time_point arrived() const { return arrived_; }
+
+  // Waits up to `timeout` for news; moves it into `out` (appending). False when nothing came.
+  bool take(Delta& out, std::chrono::milliseconds timeout);
+  // The client went away (or the server gives up on it): the scheduler frees its sequence.
+  void cancel();
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  friend class Scheduler;
+  void publish(const std::function<void(Delta&)>& f);
+
+  GenRequest req_;
+  std::chrono::steady_clock::time_point arrived_ = std::chrono::steady_clock::now();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Delta pending_;
+  bool news_ = false;
+  bool done_ = false;
+  std::atomic<bool> cancelled_{false};
+  std::function<void()> on_cancel_;  // wakes the scheduler
+};
+
+struct SchedulerOptions {
+  int max_queue = 256;       // waiting requests at most (the HTTP layer answers 503 past it)
+  int headroom_tokens = 16;  // KV room beyond its tokens a request needs to be admitted
+  // Token ids that end generation besides the tokenizer's end-of-generation ids (chat: the
+  // ChatML end marker), unless the request sets ignore_eos.
+  std::vector<int> extra_eog;
+  int step_delay_ms = 0;  // developer knob: sleep after each step (tests of queueing, cancelling)
+};
+
+class Scheduler {
+ public:
+  // Starts the thread that owns `be`. `metrics` may be null.
+  Scheduler(BatchBackend& be, const Tokenizer& tok, Metrics* metrics, SchedulerOptions opt = {});
+  ~Scheduler();  // cancels what is left and joins
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. nullptr when the waiting queue is full or the scheduler no longer accepts
+  // (draining); ApiError 400 when its prompt can never fit the KV pool.
+  std::shared_ptr<Job> submit(GenRequest r);
+
+  void stop_accepting() { accepting_ = false; }
+  // Ends every request still queued or running with finish_reason "abort".
+  void abort_all();
+  int running() const { return n_running_.load(); }
+  int waiting() const { return n_waiting_.load(); }
+  bool idle() const { return running() == 0 && waiting() == 0; }
+  int max_queue() const { return opt_.max_queue; }
+
+ private:
+  struct Entry;
+  void loop();
+  bool reap();  // drops cancelled entries; true when any was dropped
+  void admit();
+  void run_step();
+  void finish(Entry& e, const std::string& reason, const std::string& error = "");
+  void preempt(Entry& e);
+  void on_token(Entry& e, int token, const std::vector<float>* logits, int row);
+  void publish_counts();
+
+  BatchBackend& be_;
+  const Tokenizer& tok_;
+  Metrics* metrics_;
+  SchedulerOptions opt_;
+
+  std::mutex mu_;  // guards waiting_, stop_, abort_
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Entry>> waiting_;
+  bool stop_ = false;
+  bool abort_ = false;
+  std::atomic<bool> accepting_{true};
+  std::atomic<int> n_running_{0}, n_waiting_{0};
+
+  std::vector<std::unique_ptr<Entry>> running_;  // scheduler thread only
+  uint64_t next_order_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace smolrt::server

@@ -1,0 +1,165 @@
+// The server's request parsing and validation (server/request.h): OpenAI defaults, every field's
+// type and range checks naming the field, prompts as text or ids, chat rendering.
+#include <gtest/gtest.h>
+
+#include "model/synth.h"
+#include "server/request.h"
+
+namespace smolrt::server {
+namespace {
+
+using nlohmann::json;
+
+struct Fixture {
+  Tokenizer tok{builtin_byte_vocab()};
+  ParseContext ctx() const {
+    ParseContext c;
+    c.tok = &tok;
+    c.model_name = "m";
+    c.seq_ctx = 64;
+    c.chat = true;
+    return c;
+  }
+};
+
+// The ApiError a body raises (status, param); fails the test when it parses.
+std::pair<int, std::string> error_of(const json& body, bool chat = false) {
+  Fixture f;
+  try {
+    if (chat)
+      parse_chat(body, f.ctx());
+    else
+      parse_completion(body, f.ctx());
+  } catch (const ApiError& e) {
+    return {e.status, e.param};
+  }
+  ADD_FAILURE() << "no error for " << body.dump();
+  return {0, ""};
+}
+
+TEST(ServerRequest, OpenAiDefaults) {
+  Fixture f;
+  const GenRequest r = parse_completion({{"prompt", "hello"}}, f.ctx());
+  EXPECT_EQ(r.prompt, f.tok.encode("hello", true, -1));
+  EXPECT_EQ(r.prompt_text, "hello");
+  EXPECT_EQ(r.max_tokens, -1);
+  EXPECT_FLOAT_EQ(r.sampling.temp, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.0f);
+  EXPECT_FALSE(r.sampling.has_penalties());
+  EXPECT_EQ(r.sampling.seed, -1);
+  EXPECT_EQ(r.logprobs, -1);
+  EXPECT_FALSE(r.stream || r.echo || r.ignore_eos || r.include_usage);
+}
+
+TEST(ServerRequest, FieldsAreRead) {
+  Fixture f;
+  const GenRequest r = parse_completion({{"prompt", {5, 6, 7}},
+                                         {"model", "m"},
+                                         {"max_tokens", 9},
+                                         {"temperature", 0},
+                                         {"top_p", 0.5},
+                                         {"top_k", 3},
+                                         {"min_p", 0.1},
+                                         {"seed", 7},
+                                         {"stop", "x"},
+                                         {"presence_penalty", 0.5},
+                                         {"frequency_penalty", -0.5},
+                                         {"repetition_penalty", 1.1},
+                                         {"logprobs", 2},
+                                         {"echo", true},
+                                         {"ignore_eos", true},
+                                         {"stream", true},
+                                         {"n", 1},
+                                         {"stream_options", {{"include_usage", true}}},
+                                         {"unknown_field", {1, 2}}},
+                                        f.ctx());
+  EXPECT_EQ(r.prompt, (std::vector<int>{5, 6, 7}));
+  EXPECT_EQ(r.prompt_text, f.tok.decode(r.prompt));
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_TRUE(r.sampling.greedy());
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.seed, 7);
+  EXPECT_EQ(r.stops, (std::vector<std::string>{"x"}));
+  EXPECT_TRUE(r.sampling.has_penalties());
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_TRUE(r.echo && r.ignore_eos && r.stream && r.include_usage);
+  // max_completion_tokens is max_tokens' newer name; a one-element batch is its element.
+  const GenRequest r2 =
+      parse_completion({{"prompt", {"hi"}}, {"max_completion_tokens", 4}}, f.ctx());
+  EXPECT_EQ(r2.max_tokens, 4);
+  EXPECT_EQ(r2.prompt, f.tok.encode("hi", true, -1));
+}
+
+TEST(ServerRequest, ErrorsNameTheField) {
+  EXPECT_EQ(error_of({{"max_tokens", 3}}), std::make_pair(400, std::string("prompt")));
+  EXPECT_EQ(error_of({{"prompt", ""}}).second, "prompt");
+  EXPECT_EQ(error_of({{"prompt", json::array()}}).second, "prompt");
+  EXPECT_EQ(error_of({{"prompt", {1, 100000}}}).second, "prompt");
+  EXPECT_EQ(error_of({{"prompt", {"a", "b"}}}).second, "prompt");
+  EXPECT_EQ(error_of({{"prompt", std::vector<int>(65, 5)}}).second, "prompt");  // > seq_ctx
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"temperature", "x"}}).second, "temperature");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"temperature", -1}}).second, "temperature");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"top_p", 1.5}}).second, "top_p");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"top_k", 2.5}}).second, "top_k");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"min_p", -0.1}}).second, "min_p");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"max_tokens", -2}}).second, "max_tokens");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 3}}).second, "n");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"logprobs", 21}}).second, "logprobs");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"stop", std::vector<std::string>(17, "s")}}).second,
+            "stop");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"stop", {1}}}).second, "stop");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"echo", 1}}).second, "echo");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"model", "other"}}),
+            std::make_pair(404, std::string("model")));
+}
+
+TEST(ServerRequest, MalformedBodies) {
+  EXPECT_THROW(parse_json_body("{nope"), ApiError);
+  EXPECT_THROW(parse_json_body("[1]"), ApiError);
+  EXPECT_THROW(parse_json_body(""), ApiError);
+  EXPECT_TRUE(parse_json_body("{\"a\": 1}").is_object());
+  const json e = error_body(ApiError(400, "bad", "top_p"));
+  EXPECT_EQ(e["error"]["param"], "top_p");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(error_body(ApiError(400, "bad"))["error"]["param"].is_null());
+}
+
+TEST(ServerRequest, ChatRendersChatMlWithTheDefaultSystemPrompt) {
+  Fixture f;
+  ParseContext c = f.ctx();
+  c.default_system = "Be nice.";
+  const GenRequest r = parse_chat(
+      {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}}}}}},
+       {"logprobs", true},
+       {"top_logprobs", 2}},
+      c);
+  const std::string want =
+      "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  EXPECT_EQ(r.prompt, f.tok.encode(want, true, -1));
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_EQ(r.endpoint, Endpoint::kChat);
+
+  EXPECT_EQ(error_of({{"messages", json::array()}}, true).second, "messages");
+  EXPECT_EQ(error_of({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}, true).second,
+            "messages");
+  EXPECT_EQ(
+      error_of({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, true)
+          .second,
+      "top_logprobs");
+  c.chat = false;
+  EXPECT_THROW(parse_chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, c), ApiError);
+}
+
+TEST(ServerRequest, TokenizeAndDetokenize) {
+  Fixture f;
+  EXPECT_EQ(parse_tokenize({{"content", "ab"}}, f.ctx()), f.tok.encode("ab", true, 0));
+  EXPECT_EQ(parse_detokenize({{"tokens", {3, 4}}}, f.ctx()), (std::vector<int>{3, 4}));
+  EXPECT_THROW(parse_tokenize({{"content", 5}}, f.ctx()), ApiError);
+  EXPECT_THROW(parse_detokenize({{"tokens", {-1}}}, f.ctx()), ApiError);
+}
+
+}  // namespace
+}  // namespace smolrt::server

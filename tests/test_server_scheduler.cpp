@@ -1,0 +1,278 @@
+// The server's continuous-batching scheduler (server/scheduler.h) over a fake BatchBackend whose
+// "model" is a deterministic function of each sequence's tokens: batching, chunked prompts,
+// admission, preemption under a full KV pool, the bounded queue and cancellation are checked
+// without a model or a server.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <numeric>
+
+#include "backend/kv_pages.h"
+#include "core/error.h"
+#include "model/synth.h"
+#include "server/scheduler.h"
+
+namespace smolrt::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The fake model: the next token after `h` (never an end-of-generation id of the byte vocab).
+int next_token(std::span<const int> h) {
+  const long s = std::accumulate(h.begin(), h.end(), 0L);
+  return 3 + static_cast<int>((s * 31 + static_cast<long>(h.size())) % 200);
+}
+
+class FakeBatch : public BatchBackend {
+ public:
+  FakeBatch(int n_vocab, int max_seqs, int kv_tokens, int max_step, int seq_ctx = 256)
+      : pages_(kv_tokens / 16, 16, max_seqs, seq_ctx), max_step_(max_step), hist_(max_seqs) {
+    cfg_.vocab_size = n_vocab;
+  }
+  std::string name() const override { return "fake"; }
+  std::string device_name() const override { return "fake"; }
+  const LlamaConfig& config() const override { return cfg_; }
+  int max_seqs() const override { return pages_.max_seqs(); }
+  int seq_ctx() const override { return pages_.seq_ctx(); }
+  int max_step_tokens() const override { return max_step_; }
+  int page_size() const override { return pages_.page_size(); }
+  int kv_pages_total() const override { return pages_.pages_total(); }
+  int kv_pages_free() const override { return pages_.pages_free(); }
+  int add_sequence() override {
+    ++adds;
+    const int s = pages_.add();
+    hist_[s].clear();
+    return s;
+  }
+  void free_sequence(int seq) override { pages_.remove(seq); }
+  int position(int seq) const override { return pages_.position(seq); }
+  void rollback(int seq, int pos) override {
+    pages_.truncate(seq, pos);
+    hist_[seq].resize(pos);
+  }
+  std::vector<SeqResult> step(std::span<const SeqStep> batch) override {
+    {
+      std::unique_lock lk(mu);
+      ++entered;
+      cv.notify_all();
+      cv.wait(lk, [&] { return !hold; });
+    }
+    int need = 0, total = 0;
+    for (const SeqStep& s : batch) {
+      need += pages_needed(s.seq, static_cast<int>(s.tokens.size()));
+      total += static_cast<int>(s.tokens.size());
+    }
+    if (need > pages_.pages_free() || total > max_step_) fail("fake: the step does not fit");
+    std::vector<SeqResult> out;
+    std::vector<std::pair<int, int>> shape;
+    for (const SeqStep& s : batch) {
+      pages_.grow(s.seq, static_cast<int>(s.tokens.size()));
+      SeqResult r;
+      std::vector<int>& h = hist_[s.seq];
+      for (size_t i = 0; i < s.tokens.size(); ++i) {
+        h.push_back(s.tokens[i]);
+        if (s.logits == 2 || (s.logits == 1 && i + 1 == s.tokens.size())) {
+          std::vector<float> row(cfg_.vocab_size, 0.0f);
+          row[next_token(h)] = 5.0f;
+          r.logits.insert(r.logits.end(), row.begin(), row.end());
+        }
+      }
+      if (s.sample) r.token = next_token(h);
+      shape.emplace_back(s.seq, static_cast<int>(s.tokens.size()));
+      out.push_back(std::move(r));
+    }
+    std::lock_guard lk(mu);
+    steps.push_back(std::move(shape));
+    return out;
+  }
+
+  // Submits every request while the steps are held, so they all compete from the start.
+  std::vector<std::shared_ptr<Job>> submit_all(Scheduler& s, const std::vector<GenRequest>& rs) {
+    set_hold(true);
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (const GenRequest& r : rs) jobs.push_back(s.submit(r));
+    set_hold(false);
+    return jobs;
+  }
+  void set_hold(bool on) {
+    {
+      std::lock_guard lk(mu);
+      hold = on;
+    }
+    cv.notify_all();
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = false;  // step() blocks while set
+  int entered = 0;
+  int adds = 0;
+  std::vector<std::vector<std::pair<int, int>>> steps;  // (seq, tokens) per step
+
+ private:
+  KvPages pages_;
+  int max_step_;
+  LlamaConfig cfg_;
+  std::vector<std::vector<int>> hist_;
+};
+
+struct Env {
+  Tokenizer tok{builtin_byte_vocab()};
+  std::vector<int> prompt(int n, int salt) const {
+    std::vector<int> p;
+    for (int i = 0; i < n; ++i) p.push_back(3 + (i * 7 + salt * 13) % 250);
+    return p;
+  }
+  GenRequest request(std::vector<int> prompt, int max_tokens) const {
+    GenRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling.temp = 0;
+    return r;
+  }
+  // What the fake model generates after `prompt`, as text.
+  std::string expected(std::vector<int> h, int n) const {
+    std::vector<int> gen;
+    for (int i = 0; i < n; ++i) {
+      gen.push_back(next_token(h));
+      h.push_back(gen.back());
+    }
+    return tok.decode(gen);
+  }
+};
+
+Delta wait_done(Job& j) {
+  Delta d;
+  for (int i = 0; i < 200 && !d.finished; ++i) j.take(d, 50ms);
+  EXPECT_TRUE(d.finished);
+  return d;
+}
+
+TEST(ServerScheduler, BatchedRequestsMatchTheModelAndFreeEverything) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 4, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(env.request(env.prompt(5 + i, i), 20));
+  const std::vector<std::shared_ptr<Job>> jobs = be.submit_all(s, reqs);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(jobs[i]);
+    const Delta d = wait_done(*jobs[i]);
+    EXPECT_EQ(d.text, env.expected(env.prompt(5 + i, i), 20)) << "request " << i;
+    EXPECT_EQ(d.finish_reason, "length");
+    EXPECT_EQ(d.n_prompt, 5 + i);
+    EXPECT_EQ(d.n_generated, 20);
+  }
+  EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
+  size_t widest = 0;
+  for (const auto& st : be.steps) widest = std::max(widest, st.size());
+  EXPECT_EQ(widest, 4u) << "4 sequences never shared a step";
+}
+
+TEST(ServerScheduler, FullPoolPreemptsTheYoungestAndRecomputesTheSameText) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 4, 64, 64);  // 4 pages of 16: not enough for 4 x 45 tokens
+  Scheduler s(be, env.tok, nullptr);
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back(env.request(env.prompt(5, i), 40));
+  const std::vector<std::shared_ptr<Job>> jobs = be.submit_all(s, reqs);
+  for (int i = 0; i < 6; ++i) {
+    const Delta d = wait_done(*jobs[i]);
+    EXPECT_EQ(d.text, env.expected(env.prompt(5, i), 40)) << "request " << i;
+    EXPECT_EQ(d.finish_reason, "length");
+  }
+  EXPECT_GT(be.adds, 6) << "no request was preempted";
+  EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
+}
+
+TEST(ServerScheduler, LongPromptsAreChunkedWhileDecodesKeepGoing) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 4, 4096, 16);
+  SchedulerOptions o;
+  o.step_delay_ms = 2;  // a decodes long enough for b's prompt to arrive
+  Scheduler s(be, env.tok, nullptr, o);
+  auto a = s.submit(env.request(env.prompt(4, 1), 60));
+  Delta da;
+  while (da.n_generated < 2) ASSERT_TRUE(a->take(da, 5s));
+  auto b = s.submit(env.request(env.prompt(100, 2), 5));
+  const Delta db = wait_done(*b);
+  EXPECT_EQ(db.text, env.expected(env.prompt(100, 2), 5));
+  da.text += wait_done(*a).text;
+  EXPECT_EQ(da.text, env.expected(env.prompt(4, 1), 60));
+  int chunked = 0;
+  for (const auto& st : be.steps) {
+    int total = 0;
+    for (auto [seq, n] : st) total += n;
+    EXPECT_LE(total, 16);
+    if (st.size() == 2 && st[1].second > 1) {
+      ++chunked;
+      EXPECT_EQ(st[0].second, 1) << "the decode comes first";
+    }
+  }
+  EXPECT_GE(chunked, 6) << "the 100-token prompt was not spread over steps beside the decode";
+}
+
+TEST(ServerScheduler, QueueIsBoundedAndCancelFreesTheSequence) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 1, 4096, 64);
+  SchedulerOptions o;
+  o.max_queue = 1;
+  Scheduler s(be, env.tok, nullptr, o);
+  be.set_hold(true);
+  auto a = s.submit(env.request(env.prompt(4, 1), 100));
+  {
+    std::unique_lock lk(be.mu);
+    be.cv.wait(lk, [&] { return be.entered > 0; });  // a runs (blocked in its step)
+  }
+  auto b = s.submit(env.request(env.prompt(4, 2), 3));
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(s.submit(env.request(env.prompt(4, 3), 3)), nullptr) << "queue of 1 overflowed";
+  EXPECT_EQ(s.waiting(), 1);
+  a->cancel();
+  be.set_hold(false);
+  EXPECT_EQ(wait_done(*a).finish_reason, "abort");
+  EXPECT_EQ(wait_done(*b).text, env.expected(env.prompt(4, 2), 3));
+  for (int i = 0; i < 100 && !s.idle(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(s.idle());
+  EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
+}
+
+TEST(ServerScheduler, EchoLogprobsScoreEveryPromptToken) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 2, 4096, 8);  // the prompt spans several chunks
+  Scheduler s(be, env.tok, nullptr);
+  GenRequest r = env.request(env.prompt(20, 4), 2);
+  r.echo = true;
+  r.logprobs = 1;
+  auto j = s.submit(r);
+  const Delta d = wait_done(*j);
+  ASSERT_EQ(d.prompt_logprobs.size(), 20u);
+  EXPECT_FALSE(d.prompt_logprobs[0].has_logprob);
+  std::vector<int> h;
+  for (int i = 1; i < 20; ++i) {
+    h.assign(r.prompt.begin(), r.prompt.begin() + i);
+    const TokenLogprob& lp = d.prompt_logprobs[i];
+    EXPECT_EQ(lp.token, r.prompt[i]);
+    ASSERT_EQ(lp.top.size(), 1u);
+    EXPECT_EQ(lp.top[0].token, next_token(h));  // the fake model's favourite
+  }
+  ASSERT_EQ(d.logprobs.size(), 2u);
+  EXPECT_EQ(d.logprobs[0].token, d.logprobs[0].top[0].token);  // greedy: the top one
+}
+
+TEST(ServerScheduler, TokenLogprobIsLogSoftmax) {
+  const std::vector<float> row = {1.0f, 3.0f, 2.0f, 3.0f};
+  const TokenLogprob lp = token_logprob(row, 2, 3);
+  double z = 0;
+  for (float v : row) z += std::exp(v);
+  EXPECT_NEAR(lp.logprob, 2.0 - std::log(z), 1e-6);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].token, 1);  // ties: the lower id first
+  EXPECT_EQ(lp.top[1].token, 3);
+  EXPECT_EQ(lp.top[2].token, 2);
+}
+
+}  // namespace
+}  // namespace smolrt::server
