@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Serving benchmark for a running `smolrt serve` (python3 stdlib only).
 
-For each concurrency level C (default 1,8,64,256) it sends max(2*C, 16) streaming
-/v1/completions requests from C client threads: ~100-token prompts (the text differs per
+For each concurrency level C (default 1,8,64,256) it sends max(4*C, 16) streaming
+/v1/completions requests from C clients (threads spread over up to 8 processes), after one
+unrecorded warm-up round: ~100-token prompts (the text differs per
 request), 128 generated tokens each (ignore_eos, temperature 0). It measures the time to the
 first streamed token and the whole request time, and prints and appends one JSON line per level
 to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
@@ -15,6 +16,7 @@ import argparse
 import datetime
 import http.client
 import json
+import multiprocessing
 import sys
 import threading
 import time
@@ -24,7 +26,7 @@ WORDS = ("the a little girl boy dog cat tree house ran jumped played found happy
          "garden school book car road hill river sky cloud rain wind snow apple cake").split()
 
 
-def prompt_text(i, n_words=75):
+def prompt_text(i, n_words=99):
     # ~100 tokens of story-like text, different for every request.
     return " ".join(WORDS[(i * 7 + k * (i % 11 + 3)) % len(WORDS)] for k in range(n_words)) + "."
 
@@ -52,31 +54,32 @@ def one_request(host, port, model, i, gen_tokens, headers):
     ttft = None
     generated = 0
     for raw in r:
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        ev = json.loads(line[6:])
-        if ev.get("choices") and ev["choices"][0].get("text") and ttft is None:
-            ttft = time.perf_counter() - t0
-        if ev.get("usage"):
-            generated = ev["usage"]["completion_tokens"]
+        # Only the events that matter are parsed (the first text, the usage): at hundreds of
+        # thousands of events a second the client must not be what is measured.
+        if ttft is None and raw.startswith(b"data: {"):
+            ev = json.loads(raw[6:])
+            if ev.get("choices") and ev["choices"][0].get("text"):
+                ttft = time.perf_counter() - t0
+        if b'"usage"' in raw and raw.startswith(b"data: {"):
+            ev = json.loads(raw[6:])
+            if ev.get("usage"):
+                generated = ev["usage"]["completion_tokens"]
     c.close()
     return ttft if ttft is not None else time.perf_counter() - t0, time.perf_counter() - t0, generated
 
 
-def run_level(a, conc, info, headers):
-    n = max(2 * conc, a.min_requests)
+def client_process(a, ids, conc, headers, q):
+    """conc threads of one process work through the request ids `ids`; results go to q."""
     results, errors = [], []
     lock = threading.Lock()
-    next_i = [0]
+    todo = list(ids)
 
     def worker():
         while True:
             with lock:
-                if next_i[0] >= n:
+                if not todo:
                     return
-                i = next_i[0] + conc * 1000  # prompts differ across levels too
-                next_i[0] += 1
+                i = todo.pop(0)
             try:
                 res = one_request(a.host, a.port, a.model, i, a.gen_tokens, headers)
                 with lock:
@@ -85,13 +88,37 @@ def run_level(a, conc, info, headers):
                 with lock:
                     errors.append(str(e))
 
-    t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(conc)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    q.put((results, errors))
+
+
+def run_level(a, conc, info, headers):
+    """C clients, spread over up to --procs processes (threads in each), so the GIL of one
+    Python process does not cap the request rate; each client sends its requests back to back."""
+    n = max(a.requests_per_client * conc, a.min_requests)
+    procs = max(1, min(a.procs, conc))
+    q = multiprocessing.Queue()
+    ps = []
+    base = conc * 100000  # prompts differ across levels too
+    for k in range(procs):
+        ids = [base + i for i in range(k, n, procs)]
+        cc = conc // procs + (1 if k < conc % procs else 0)
+        ps.append(multiprocessing.Process(target=client_process, args=(a, ids, cc, headers, q)))
+    t0 = time.perf_counter()
+    for p in ps:
+        p.start()
+    results, errors = [], []
+    for _ in ps:
+        r, e = q.get()
+        results += r
+        errors += e
     wall = time.perf_counter() - t0
+    for p in ps:
+        p.join()
     ttfts = [r[0] for r in results]
     times = [r[1] for r in results]
     gen = sum(r[2] for r in results)
@@ -117,6 +144,12 @@ def main():
     ap.add_argument("--concurrency", default="1,8,64,256", help="comma-separated levels")
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--min-requests", type=int, default=16)
+    ap.add_argument("--requests-per-client", type=int, default=4,
+                    help="requests each client sends back to back (the level sends max(this*C, "
+                         "--min-requests))")
+    ap.add_argument("--procs", type=int, default=8, help="client processes at most")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="first run each level once unrecorded (CUDA graph captures, caches)")
     ap.add_argument("--commit", default="", help="recorded as the commit (default: the server's)")
     ap.add_argument("--out", default="", help="append the JSON lines to this file")
     a = ap.parse_args()
@@ -129,6 +162,8 @@ def main():
     info = json.loads(r.read())
     c.close()
     for conc in [int(x) for x in a.concurrency.split(",") if x]:
+        if a.warmup:
+            run_level(a, conc, info, headers)
         rec = run_level(a, conc, info, headers)
         line = json.dumps(rec)
         print(line, flush=True)
