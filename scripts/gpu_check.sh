@@ -13,10 +13,11 @@ OUT=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export SMOLRT_FIXTURES="$DIR/fixtures"
+export LD_LIBRARY_PATH="$DIR:${LD_LIBRARY_PATH:-}"  # libprometheus-cpp-core, staged beside smolrt
 SUMMARY=()
-# PARTS: which sections run (default all): tests formats sanitizers bench batch big real. A call that
+# PARTS: which sections run (default all): tests formats sanitizers bench batch serve big real. A call that
 # carries the real model's parts runs "real" alone, so each call fits the device tool's 10 minutes.
-PARTS=${PARTS:-tests formats sanitizers bench batch big real}
+PARTS=${PARTS:-tests formats sanitizers bench batch serve big real}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 
 # step NAME TIMEOUT CMD...: runs CMD with a time limit, records rc and seconds.
@@ -124,6 +125,31 @@ if [ -f "$SYNTH" ] && want batch; then
     --sizes "${BATCH_SIZES:-1,8,64,256}" --json "$OUT/bench.jsonl"
 fi
 
+# `smolrt serve` under scripts/bench_serve.py (C concurrent streaming clients, ~100-token prompts,
+# 128 generated tokens each; run from the repository root): fp32 KV, then the fp16 pool. JSON
+# lines go to serve.jsonl.
+serve_bench() {  # MODEL LEVELS [serve flags...]
+  local m=$1 levels=$2
+  shift 2
+  "$DIR/smolrt" serve -m "$m" --backend cuda --port 0 --no-log "$@" 2> /tmp/serve.log &
+  local sp=$! port=""
+  for _ in $(seq 1 150); do
+    port=$(grep -o "listening on http://[^ ]*" /tmp/serve.log | sed 's/.*://')
+    [ -n "$port" ] && break
+    sleep 0.2
+  done
+  python3 scripts/bench_serve.py --port "$port" --concurrency "$levels" --out "$OUT/serve.jsonl"
+  kill -TERM "$sp"
+  wait "$sp"  # SIGTERM: exit 0 after draining
+}
+export -f serve_bench
+export DIR OUT
+if [ -f "$SYNTH" ] && want serve; then
+  step serve_fp32 300 bash -c 'serve_bench "$@"' _ "$SYNTH" "${SERVE_LEVELS:-1,8,64,256}" --parallel 256 --ctx 2048
+  step serve_fp16 300 bash -c 'serve_bench "$@"' _ "$SYNTH" "${SERVE_LEVELS_H:-64,256}" --parallel 256 --ctx 2048 \
+    --kv-half
+fi
+
 # Bigger shapes in q4_k_m (synth, made here): decode speed and achieved GB/s of weight reads.
 if want big; then
   for preset in smollm2-360m smollm2-1.7b; do
@@ -145,11 +171,13 @@ if want real && [ -n "${SMOLRT_REAL_SOURCE:-}" ] && [ -f "$SMOLRT_REAL_SOURCE" ]
     RM=/tmp/SmolLM2-135M-Instruct.$f.gguf
     step "real_quant_$f" 120 "$DIR/smolrt" quantize -q "$SMOLRT_REAL_SOURCE" "$RM" --type "$f"
     filter='CudaRealModel.GreedyMatchesCpuOnFourPrompts'
-    [ "$f" = q4_0 ] && filter='CudaRealModel.*'
+    [ "$f" = q4_0 ] && filter='CudaRealModel.*:CudaBatchReal.*'
     step "real_test_$f" 300 env SMOLRT_MODEL="$RM" "$DIR/smolrt_cuda_tests" --gtest_filter="$filter"
     step "real_bench_$f" 150 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$RM\" \
       --backend cuda --prompt-lengths 32,128,512 --gen-length 128 --iterations 5 --json \
       | tee -a \"$OUT/bench.jsonl\""
+    [ "$f" = q4_0 ] && want serve && step real_serve 300 bash -c 'serve_bench "$@"' _ "$RM" \
+      "${SERVE_LEVELS:-1,8,64,256}" --parallel 256 --ctx 2048
     [ "$f" = q4_0 ] && step real_run 60 "$DIR/smolrt" run -m "$RM" --backend cuda -n 48 --temp 0 \
       -p $'<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n'
   done

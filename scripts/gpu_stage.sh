@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Stages what scripts/gpu_check.sh needs into a carry folder of the coordinator's checkout:
-#   scripts/gpu_stage.sh BUILD_DIR DEST   (e.g. build /work/main/.gpu-cuda)
+#   scripts/gpu_stage.sh BUILD_DIR DEST   (e.g. build /work/main/.gpuz)
+# The binaries are stripped and xz-compressed (the carried tree must stay under 64 MiB); on the
+# GPU machine unpack them first:
+#   mkdir -p /tmp/g && cp -r DEST/* /tmp/g/ && for f in /tmp/g/*.xz; do xz -d "$f"; done
+#   chmod +x /tmp/g/smolrt*; bash /tmp/g/gpu_check.sh /tmp/g
 set -euo pipefail
 BUILD=${1:-build}
 DEST=${2:?destination folder}
@@ -8,7 +12,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHARED=${SMOLRT_FIXTURES:-$ROOT/../shared}
 rm -rf "$DEST"
 mkdir -p "$DEST/fixtures/models" "$DEST/fixtures/tokenizers/smollm2-135m"
-cp "$BUILD/smolrt" "$BUILD/smolrt_cuda_tests" "$BUILD/bench_prefill" "$DEST/"
+for b in smolrt smolrt_cuda_tests; do
+  strip -o "$DEST/$b" "$BUILD/$b"
+  xz -T0 -6 "$DEST/$b"
+done
 cp "$ROOT/scripts/gpu_check.sh" "$DEST/"
 cp "$SHARED/models/stories260K.gguf" "$DEST/fixtures/models/"
 cp "$SHARED/tokenizers/smollm2-135m/tokenizer.json" "$SHARED/tokenizers/smollm2-135m/config.json" \
@@ -17,5 +24,4 @@ cp "$SHARED/tokenizers/smollm2-135m/tokenizer.json" "$SHARED/tokenizers/smollm2-
 # smolrt, which looks there first (RPATH $ORIGIN).
 prom=$(ldd "$BUILD/smolrt" | awk '/libprometheus-cpp-core/ {print $3}')
 if [ -n "$prom" ]; then cp -L "$prom" "$DEST/"; fi
-strip "$DEST/smolrt" "$DEST/smolrt_cuda_tests" "$DEST/bench_prefill" 2>/dev/null || true
 du -sh "$DEST"

@@ -23,6 +23,8 @@
 #include "cuda/gemm_q4.h"
 #include "cuda_test_util.h"
 #include "quant/formats.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace smolrt {
 namespace {
@@ -382,6 +384,85 @@ TEST(CudaBatch, BadStepsAreRefusedWithoutChange) {
   const auto r = b->step(std::vector<SeqStep>{greedy(s, ok)});
   EXPECT_GE(r[0].token, 0);
   EXPECT_EQ(b->position(s), 3);
+}
+
+}  // namespace
+}  // namespace smolrt
+
+// --- the real SmolLM2-135M-Instruct weights ------------------------------------------------------
+
+namespace smolrt {
+namespace {
+
+// Greedy continuations of 8 prompts: each sequence alone in its steps (its decode steps are the
+// one-row GEMV path) and all 8 sharing every step (tensor-core GEMMs) give the same text, and the
+// same as the CPU backend's single-sequence greedy decode for the first prompts.
+TEST(CudaBatchReal, GreedyTextBatchedEqualsAlone) {
+  REQUIRE_GPU();
+  REQUIRE_DEFAULT_MODEL(path);
+  const Model m = load_model(path.string());
+  const Tokenizer tok(vocab_from_gguf(*m.file));
+  const char* texts[] = {
+      "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+      "Once upon a time, there was a little robot who",
+      "The three primary colors are",
+      "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
+      "def fibonacci(n):",
+      "The quick brown fox",
+      "<|im_start|>user\nList three fruits.<|im_end|>\n<|im_start|>assistant\n",
+      "In 1969, the first humans",
+  };
+  constexpr int kN = 8, kGen = 40;
+  std::vector<std::vector<int>> prompts;
+  for (const char* t : texts) prompts.push_back(tok.encode(t, /*parse_special=*/true));
+  BatchOptions o;
+  o.kind = "cuda", o.max_seqs = kN, o.seq_ctx = 256, o.kv_tokens = kN * 256;
+  auto run = [&](bool together) {
+    auto b = make_cuda_batch_backend(m, o);
+    std::vector<std::vector<int>> out(kN);
+    std::vector<int> ids(kN);
+    for (int s = 0; s < kN; ++s) ids[s] = b->add_sequence();
+    auto advance = [&](std::vector<int> which) {
+      std::vector<SeqStep> st;
+      for (int s : which) {
+        SeqStep x;
+        x.seq = ids[s], x.params.temp = 0.f;
+        x.tokens = out[s].empty() ? std::span<const int>(prompts[s])
+                                  : std::span<const int>(&out[s].back(), 1);
+        st.push_back(x);
+      }
+      const auto r = b->step(st);
+      for (size_t i = 0; i < which.size(); ++i) out[which[i]].push_back(r[i].token);
+    };
+    for (int g = 0; g < kGen; ++g) {
+      if (together) {
+        std::vector<int> all(kN);
+        std::iota(all.begin(), all.end(), 0);
+        advance(all);
+      } else {
+        for (int s = 0; s < kN; ++s) advance({s});
+      }
+    }
+    return out;
+  };
+  const auto alone = run(false), together = run(true);
+  auto cpu = make_cpu_backend(m, BackendOptions{"cpu", 256, 0});
+  for (int s = 0; s < kN; ++s) {
+    std::cout << "[ text ] " << s << ": " << tok.decode(together[s]) << "\n";
+    EXPECT_EQ(alone[s], together[s]) << "prompt " << s << ": alone '" << tok.decode(alone[s])
+                                     << "' vs batched '" << tok.decode(together[s]) << "'";
+    if (s < 3) {  // the CPU oracle, token by token (slow: 3 prompts)
+      cpu->reset();
+      std::vector<int> ref;
+      int t = -1;
+      for (size_t i = 0; i < prompts[s].size(); ++i)
+        t = cpu->forward_token_greedy(prompts[s][i], (int)i);
+      ref.push_back(t);
+      while ((int)ref.size() < kGen)
+        ref.push_back(cpu->forward_token_greedy(ref.back(), cpu->position()));
+      EXPECT_EQ(together[s], ref) << "prompt " << s << ": CPU '" << tok.decode(ref) << "'";
+    }
+  }
 }
 
 }  // namespace
