@@ -14,13 +14,17 @@ namespace smolrt::cuda {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kAttnTabMax = 256;           // block-table entries a split stages in shared memory
 constexpr int kTpp = kThreads / kAttnSub;  // threads per scored position
 
-template <int HD>
+// PAGED: position t's K/V row is table[t / page] * page + t % page (a paged pool's block
+// table), else t.
+template <int HD, bool PAGED>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
                             const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
-                            float* partials, int* counters) {
+                            float* partials, int* counters, const int* tables, const int* seq,
+                            int stride, int page) {
   constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
   constexpr int G = kThreads / HD;                    // pass-2 position groups
   constexpr int PPT = kAttnSub / G > 0 ? kAttnSub / G : 1;
@@ -56,11 +60,34 @@ __global__ void __launch_bounds__(kThreads)
   const float* kbase = k_cache + kvh * HD + j * DPT;
   const float* vbase = v_cache + kvh * HD + d;
 
+  // Paged: this split's stretch of the block table, staged in shared memory once (host-staged
+  // like pos, so before the PDL wait), so finding a row costs no dependent global load.
+  __shared__ int stab[kAttnTabMax];
+  int p0 = 0;
+  const int* table = nullptr;
+  bool in_smem = false;
+  if constexpr (PAGED) {
+    table = tables + (size_t)*seq * stride;
+    p0 = start / page;
+    const int np = (end - 1) / page - p0 + 1;
+    in_smem = np <= kAttnTabMax;
+    if (in_smem)
+      for (int i = tid; i < np; i += kThreads) stab[i] = table[p0 + i];
+    __syncthreads();
+  }
+  auto row = [&](int t) -> size_t {
+    if constexpr (PAGED) {
+      const int pg = t / page;
+      return (size_t)(in_smem ? stab[pg - p0] : table[pg]) * page + t % page;
+    } else {
+      return (size_t)t;
+    }
+  };
   // K and V of one sub-chunk into registers (one memory round trip); position `skip` is left
   // for later.
   float kreg[DPT], vr[PPT];
   auto load_k = [&](int t) {
-    const float* kr = kbase + (size_t)t * kv_dim;
+    const float* kr = kbase + row(t) * kv_dim;
     if constexpr (DPT % 4 == 0) {
 #pragma unroll
       for (int i = 0; i < DPT; i += 4) {
@@ -79,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
       const int t = c0 + g + G * i;
-      vr[i] = t < end && t != skip ? vbase[(size_t)t * kv_dim] : 0.f;
+      vr[i] = t < end && t != skip ? vbase[row(t) * kv_dim] : 0.f;
     }
     const int t = c0 + pp;
     if (t < end && t != skip && has_dims) {
@@ -99,7 +126,7 @@ __global__ void __launch_bounds__(kThreads)
   if (start + pp == cur && has_dims) load_k(cur);
 #pragma unroll
   for (int i = 0; i < PPT; ++i) {
-    if (start + g + G * i == cur) vr[i] = vbase[(size_t)cur * kv_dim];
+    if (start + g + G * i == cur) vr[i] = vbase[row(cur) * kv_dim];
   }
 
   float m_run = -INFINITY, l_run = 0.f, acc = 0.f;
@@ -185,17 +212,27 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int HD>
 void launch_hd(float* out, const float* q, const float* k, const float* v, const int* pos,
-               int n_ctx, int n_heads, int n_kv_heads, const AttnScratch& sc, cudaStream_t s) {
+               int n_ctx, int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnPages& pg,
+               cudaStream_t s) {
   const int splits = attn_splits(n_ctx);
-  launch_kernel(attention_decode_kernel<HD>, dim3(n_heads, splits), dim3(kThreads), 0, s, out, q, k,
-                v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters);
+  if (pg.tables) {
+    launch_kernel(attention_decode_kernel<HD, true>, dim3(n_heads, splits), dim3(kThreads), 0, s,
+                  out, q, k, v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters,
+                  pg.tables, pg.seq, pg.stride, pg.page);
+  } else {
+    launch_kernel(attention_decode_kernel<HD, false>, dim3(n_heads, splits), dim3(kThreads), 0, s,
+                  out, q, k, v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters,
+                  pg.tables, pg.seq, pg.stride, pg.page);
+  }
 }
 
 }  // namespace
 
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
-                      const AttnScratch& scratch, cudaStream_t s) {
+                      const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages) {
+  if (pages.tables && (!pages.seq || pages.page <= 0 || pages.stride <= 0))
+    fail("attention_decode: a block table needs its sequence index, stride and page size");
   if (!out || !q || !k_cache || !v_cache || !pos || !scratch.partials || !scratch.counters) {
     fail("attention_decode: null pointer");
   }
@@ -204,17 +241,23 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
   }
   switch (head_dim) {
     case 4:
-      return launch_hd<4>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+      return launch_hd<4>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, pages,
+                          s);
     case 8:
-      return launch_hd<8>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+      return launch_hd<8>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, pages,
+                          s);
     case 16:
-      return launch_hd<16>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+      return launch_hd<16>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch,
+                           pages, s);
     case 32:
-      return launch_hd<32>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+      return launch_hd<32>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch,
+                           pages, s);
     case 64:
-      return launch_hd<64>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+      return launch_hd<64>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch,
+                           pages, s);
     case 128:
-      return launch_hd<128>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, s);
+      return launch_hd<128>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch,
+                            pages, s);
     default:
       fail("attention_decode: head_dim ", head_dim,
            " is not supported by the CUDA kernel (4, 8, 16, 32, 64 or 128)");

@@ -26,6 +26,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/argmax.h"
+#include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemm_q4.h"
@@ -96,6 +97,7 @@ class CudaBatchBackend final : public BatchBackend {
   int* d_hist_ = nullptr;        // penalty windows of the sampled rows
   float* d_partials_ = nullptr;  // attention_paged scratch
   int* d_counters_ = nullptr;
+  cuda::AttnScratch attn1_;    // one-row steps: the decode attention's split scratch
   float* d_part_v_ = nullptr;  // one-row lm_head's argmax partials
   int* d_part_i_ = nullptr;
   std::vector<int> hist_host_;
@@ -160,6 +162,9 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     d_partials_ =
         cv.take<float>(size_t(cap) * c_.n_heads * cuda::kAttnPagedSplits * (c_.head_dim + 2));
     d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
+    attn1_.partials =
+        cv.take<float>(size_t(c_.n_heads) * cuda::attn_splits(seq_ctx) * (c_.head_dim + 2));
+    attn1_.counters = cv.take<int>(c_.n_heads);
     d_part_v_ = cv.take<float>(cuda::kGemvMaxBlocks);
     d_part_i_ = cv.take<int>(cuda::kGemvMaxBlocks);
   };
@@ -168,6 +173,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   cuda::Carver placer(static_cast<char*>(dev_.get()));
   carve(placer);
   CUDA_CHECK(cudaMemset(d_counters_, 0, sizeof(int) * size_t(cap) * c_.n_kv_heads));
+  CUDA_CHECK(cudaMemset(attn1_.counters, 0, sizeof(int) * c_.n_heads));
   host_ = cuda::PinnedBuffer(sizeof(int) * (6 * size_t(cap) + tables), "step staging");
   st_ = static_cast<int*>(host_.get());
   out_host_ = st_ + 5 * cap;
@@ -217,9 +223,10 @@ void CudaBatchBackend::forward(int nb, int mb) {
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_;
   cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_);
   cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
-  if (nb == 1 && !pw_.kv_half) {
-    // One row: the decode GEMVs (weights read once at batch 1 either way, and these are built for
-    // latency: H200, synth SmolLM-135M, a step of one sequence took 0.74 ms on the GEMM path).
+  if (nb == 1 && !pw_.kv_half && c_.head_dim <= 128) {
+    // One row: the decode step's kernels, GEMVs and the split decode attention over the row's
+    // block table (built for latency: H200, synth SmolLM-135M, a step of one sequence took 0.74
+    // ms on the GEMM path, 0.56 ms with GEMVs + attention_paged).
     const float eps = c_.norm_eps;
     for (size_t l = 0; l < dw_.layers.size(); ++l) {
       const cuda::DevLayer& L = dw_.layers[l];
@@ -231,7 +238,11 @@ void CudaBatchBackend::forward(int nb, int mb) {
       qa.q_out = ws_.q, qa.k_out = static_cast<float*>(P.k_cache);
       qa.v_out = static_cast<float*>(P.v_cache);
       cuda::gemv_qkv(qa, stream_);
-      cuda::attention_rows(pw_, P, ws_, 1, rows, stream_);
+      cuda::attention_decode(
+          ws_.att, ws_.q, static_cast<const float*>(P.k_cache),
+          static_cast<const float*>(P.v_cache), rows.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
+          c_.head_dim, attn1_, stream_,
+          cuda::AttnPages{rows.tables, rows.seq, rows.table_stride, rows.page_size});
       cuda::gemv(L.wo, ws_.att, nullptr, eps, ws_.x, /*accumulate=*/true, stream_);
       cuda::gemv_gate_up(L.w_gate, L.w_up, ws_.x, L.ffn_norm, eps, ws_.ffh, stream_);
       cuda::gemv(L.w_down, ws_.ffh, nullptr, eps, ws_.x, /*accumulate=*/true, stream_);
