@@ -358,6 +358,17 @@ def case_lifecycle(binary):
         wait_for(lambda: "client disconnected" in srv.text(), "the disconnect in the log")
         check(srv.metric("smolrt_kv_pages_used") == 0, "pages after the disconnect")
 
+        # The same without streaming: the handler's heartbeat finds the closed socket.
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        c.request("POST", "/v1/completions", body=json.dumps({
+            "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}),
+            headers={"Content-Type": "application/json"})
+        wait_for(lambda: srv.metric("smolrt_requests_running") == 1, "running == 1")
+        c.sock.close()
+        c.close()
+        wait_for(lambda: srv.metric("smolrt_requests_running") == 0, "non-streaming: running 0")
+        check(srv.metric("smolrt_generation_tokens_total") < 400, "the request ran to its end")
+
         # Queue overflow: one running, one waiting, the third gets 503 + Retry-After.
         c1, r1 = stream_open(srv, {"prompt": "Once", "max_tokens": 100, "ignore_eos": True})
         wait_for(lambda: srv.metric("smolrt_requests_running") == 1, "first running")
