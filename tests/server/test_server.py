@@ -83,6 +83,13 @@ class Server:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if os.path.exists(self.log.name):
+            os.unlink(self.log.name)
+
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -397,9 +404,28 @@ def case_lifecycle(binary):
         rc = srv.proc.wait(20)
         check(rc == 0, f"exit code {rc} after SIGTERM:\n{srv.text()[-2000:]}")
     finally:
-        if srv.proc.poll() is None:
-            srv.proc.kill()
-            srv.proc.wait()
+        srv.kill()
+
+    # Past the grace period the rest is cancelled (finish_reason "abort"), still exit 0; new
+    # requests during the drain get 503.
+    srv = Server(binary, STORIES, "--parallel", "1", "--ctx", "256", "--step-delay-ms", "20",
+                 "--grace", "1")
+    try:
+        c4, r4 = stream_open(srv, {"prompt": "Once", "max_tokens": 250, "ignore_eos": True})
+        r4.readline()
+        t0 = time.time()
+        srv.proc.send_signal(signal.SIGINT)
+        wait_for(lambda: "shutting down" in srv.text(), "the drain to start")
+        st, _, _ = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
+        check(st == 503, f"a request during the drain: {st}")
+        body4 = r4.read().decode()
+        events = [json.loads(l[6:]) for l in body4.splitlines() if l.startswith("data: {")]
+        check(events and events[-1]["choices"][0]["finish_reason"] == "abort",
+              f"cancelled request: {body4[-300:]}")
+        rc = srv.proc.wait(20)
+        check(rc == 0 and time.time() - t0 < 4, f"exit {rc} after {time.time() - t0:.1f} s")
+    finally:
+        srv.kill()
 
 
 def case_smollm2(binary):
