@@ -116,7 +116,13 @@ struct Scheduler::Entry {
 };
 
 Scheduler::Scheduler(BatchBackend& be, const Tokenizer& tok, Metrics* metrics, SchedulerOptions opt)
-    : be_(be), tok_(tok), metrics_(metrics), opt_(std::move(opt)) {
+    : be_(be),
+      tok_(tok),
+      metrics_(metrics),
+      opt_(std::move(opt)),
+      page_size_(be.page_size()),
+      pages_total_(be.kv_pages_total()),
+      seq_ctx_(be.seq_ctx()) {
   publish_counts();
   thread_ = std::thread([this] { loop(); });
 }
@@ -137,19 +143,19 @@ Scheduler::~Scheduler() {
 }
 
 std::shared_ptr<Job> Scheduler::submit(GenRequest r) {
-  const int page = be_.page_size();
+  // The backend's geometry was read at construction: HTTP threads never call into the backend.
   const long long n = static_cast<long long>(r.prompt.size());
-  if ((n + page) / page > be_.kv_pages_total()) {
+  if ((n + page_size_) / page_size_ > pages_total_) {
     throw ApiError(400,
-                   cat("the prompt has ", n, " tokens; the KV pool holds ", be_.kv_tokens(),
+                   cat("the prompt has ", n, " tokens; the KV pool holds ",
+                       static_cast<long long>(pages_total_) * page_size_,
                        " (start the server with a larger --kv-size)"),
                    r.endpoint == Endpoint::kChat ? "messages" : "prompt",
                    "context_length_exceeded");
   }
   auto job = std::make_shared<Job>(std::move(r));
   auto e = std::make_unique<Entry>(job, tok_);  // validates the sampling parameters
-  const int seq_ctx = be_.seq_ctx();
-  e->max_gen = seq_ctx - e->n_prompt + 1;
+  e->max_gen = seq_ctx_ - e->n_prompt + 1;
   if (job->request().max_tokens >= 0) e->max_gen = std::min(e->max_gen, job->request().max_tokens);
   if (e->max_gen == 0 && !e->scoring()) {  // nothing to compute
     job->publish([&](Delta& d) {

@@ -374,10 +374,10 @@ void Server::routes() {
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     json j = info_;
-    j["status"] = "ok";
+    j["status"] = sched_.accepting() ? "ok" : "draining";
     j["running"] = sched_.running();
     j["waiting"] = sched_.waiting();
-    send_json(res, 200, j);
+    send_json(res, sched_.accepting() ? 200 : 503, j);
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json m = info_;
