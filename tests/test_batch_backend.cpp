@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 
 #include "backend/backend.h"
 #include "backend/batch.h"
+#include "backend/cpu/ops.h"
 #include "backend/cpu/sample.h"
 #include "backend/kv_pages.h"
 #include "core/error.h"
@@ -126,6 +128,32 @@ TEST(KvPages, SlotFollowsTheBlockTable) {
   for (int p = 0; p < kv.position(a); ++p) {
     const auto t = kv.block_table(a);
     EXPECT_EQ(kv.slot(a, p), t[p / 4] * 4 + p % 4);
+  }
+}
+
+// --- paged attention
+// ------------------------------------------------------------------------------
+
+// attention_paged over scrambled pages (the rest of the pool NaN) equals attention over the same
+// rows stored contiguously, bit for bit, at every length around page boundaries.
+TEST(CpuOps, PagedAttentionEqualsContiguous) {
+  const int n_heads = 6, n_kv = 2, hd = 16, kv_dim = n_kv * hd, page = 5, n_pages = 12;
+  const std::vector<int> pages = {7, 2, 11, 0, 5, 9, 3, 10};  // 40 positions
+  const std::vector<float> q = test::randn(n_heads * hd, 1), k = test::randn(40 * kv_dim, 2),
+                           v = test::randn(40 * kv_dim, 3);
+  std::vector<float> kp(size_t(n_pages) * page * kv_dim, NAN), vp = kp;
+  for (int t = 0; t < 40; ++t) {
+    const size_t slot = size_t(pages[t / page]) * page + t % page;
+    std::copy_n(k.begin() + t * kv_dim, kv_dim, kp.begin() + slot * kv_dim);
+    std::copy_n(v.begin() + t * kv_dim, kv_dim, vp.begin() + slot * kv_dim);
+  }
+  std::vector<float> want(n_heads * hd), got(n_heads * hd, NAN), scratch(40);
+  for (int n_pos : {1, 4, 5, 6, 10, 23, 40}) {
+    cpu::attention(want.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv, hd,
+                   scratch.data());
+    cpu::attention_paged(got.data(), q.data(), kp.data(), vp.data(), pages.data(), page, n_pos,
+                         n_heads, n_kv, hd, scratch.data());
+    EXPECT_EQ(got, want) << "n_pos " << n_pos;
   }
 }
 

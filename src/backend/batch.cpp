@@ -53,7 +53,11 @@ void BatchBackend::check_step(std::span<const SeqStep> batch) const {
       fail("step: sequence ", s.seq, ": logits = ", s.logits,
            " is invalid; use 0 (none), 1 (last token) or 2 (every token)");
     if (s.sample) {
-      validate(s.params);
+      try {
+        validate(s.params);
+      } catch (const Error& e) {  // validate names the CLI flag; say which sequence too
+        fail("step: sequence ", s.seq, ": ", e.what());
+      }
       if (!s.params.greedy() && !(s.u >= 0.0f && s.u < 1.0f))
         fail("step: sequence ", s.seq, ": the draw u = ", s.u, " is outside [0, 1)");
       // cpu::sample rejects such ids only after the forward; check before anything changes.
@@ -88,9 +92,7 @@ BatchGeometry batch_geometry(const LlamaConfig& c, const BatchOptions& opt,
     fail("seq_ctx ", opt.seq_ctx, " is invalid: use 0 (the model's ", c.n_ctx_train,
          ") or a positive count");
   if (opt.kv_tokens < 0)
-    fail("kv_tokens ", opt.kv_tokens,
-         " is invalid: use 0 (sized from max_seqs) or a positive "
-         "count");
+    fail("kv_tokens ", opt.kv_tokens, " is invalid: use 0 (sized from max_seqs) or a count > 0");
   BatchGeometry g;
   g.seq_ctx = opt.seq_ctx > 0 ? opt.seq_ctx : c.n_ctx_train;
   if (g.seq_ctx <= 0) fail("the model declares no context length; set seq_ctx (--ctx N)");

@@ -1,5 +1,6 @@
 // CpuBackend: the fp32 oracle for one sequence. The forward pass is cpu::Forward (shared with the
-// CPU BatchBackend); here the KV pool is one page of n_ctx positions, so position p is slot p.
+// CPU BatchBackend), one token at a time; here the KV pool is one page of n_ctx positions, so
+// position p is slot p.
 #include "backend/backend.h"
 #include "backend/cpu/cpu_forward.h"
 #include "core/error.h"
@@ -52,7 +53,7 @@ int CpuBackend::checked_ctx(const LlamaConfig& c, int n_ctx) {
 }
 
 CpuBackend::CpuBackend(const Model& m, const BackendOptions& opt)
-    : n_ctx_(checked_ctx(m.config, opt.n_ctx)), f_(m, n_ctx_, n_ctx_, opt.n_threads) {}
+    : n_ctx_(checked_ctx(m.config, opt.n_ctx)), f_(m, n_ctx_, n_ctx_, 1, opt.n_threads) {}
 
 void CpuBackend::rollback(int pos) {
   if (pos < 0 || pos > pos_) {
@@ -66,7 +67,9 @@ std::span<const float> CpuBackend::forward_token(int token, int pos) {
   check_token(token);
   check_pos(pos);
   static constexpr int kWhole[1] = {0};  // one page holding the whole context
-  std::span<const float> logits = f_.forward(token, pos, kWhole, n_ctx_);
+  const cpu::Forward::Row row{token, pos, kWhole, true};
+  std::span<const float> logits;
+  f_.forward({&row, 1}, n_ctx_, [&](int, std::span<const float> l) { logits = l; });
   pos_ = pos + 1;  // writing at pos drops everything after it
   return logits;
 }

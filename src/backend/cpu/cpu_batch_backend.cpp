@@ -1,7 +1,7 @@
 // The CPU BatchBackend: cpu::Forward (the fp32 oracle's forward pass) over a paged KV pool whose
-// pages KvPages hands out. Sequences run one after another, token by token: each token's
-// arithmetic is that of the single-sequence CpuBackend, so a sequence's results are bit-identical
-// whatever else shares its step.
+// pages KvPages hands out. A step's tokens (every sequence's) go through the layers together, so
+// each weight row is read once per step; each token's arithmetic is that of the single-sequence
+// CpuBackend, so a sequence's results are bit-identical whatever else shares its step.
 #include <algorithm>
 
 #include "backend/batch.h"
@@ -19,7 +19,7 @@ class CpuBatchBackend final : public BatchBackend {
   CpuBatchBackend(const Model& m, const BatchOptions& opt, const BatchGeometry& g)
       : kv_(g.n_pages, opt.page_size, opt.max_seqs, g.seq_ctx),
         max_step_tokens_(opt.max_step_tokens),
-        f_(m, g.n_pages * opt.page_size, g.seq_ctx, opt.n_threads) {}
+        f_(m, g.n_pages * opt.page_size, g.seq_ctx, opt.max_step_tokens, opt.n_threads) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return f_.device_name(); }
@@ -39,9 +39,6 @@ class CpuBatchBackend final : public BatchBackend {
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
 
  private:
-  // Runs s.tokens at positions start.. (already taken from the pool) and fills r.
-  void run(const SeqStep& s, int start, SeqResult& r);
-
   KvPages kv_;
   int max_step_tokens_;
   cpu::Forward f_;
@@ -58,8 +55,32 @@ std::vector<SeqResult> CpuBatchBackend::step(std::span<const SeqStep> batch) {
       start[grown] = kv_.position(s.seq);
       kv_.grow(s.seq, static_cast<int>(s.tokens.size()));
     }
+    // One row per token, sequences in batch order, each in position order; owner[i]: the entry
+    // row i belongs to.
+    std::vector<cpu::Forward::Row> rows;
+    std::vector<int> owner;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const SeqStep& s = batch[b];
+      const int n = static_cast<int>(s.tokens.size());
+      for (int i = 0; i < n; ++i) {
+        const bool last = i == n - 1;
+        rows.push_back({s.tokens[i], start[b] + i, kv_.block_table(s.seq),
+                        s.logits == 2 || (last && (s.logits == 1 || s.sample))});
+        owner.push_back(static_cast<int>(b));
+      }
+    }
     std::vector<SeqResult> out(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) run(batch[i], start[i], out[i]);
+    for (size_t b = 0; b < batch.size(); ++b)
+      if (batch[b].logits == 2) out[b].logits.reserve(batch[b].tokens.size() * config().vocab_size);
+    f_.forward(rows, kv_.page_size(), [&](int i, std::span<const float> logits) {
+      const SeqStep& s = batch[owner[i]];
+      SeqResult& r = out[owner[i]];
+      if (s.logits == 2) r.logits.insert(r.logits.end(), logits.begin(), logits.end());
+      if (i + 1 < static_cast<int>(rows.size()) && owner[i + 1] == owner[i]) return;  // not last
+      if (s.logits == 1) r.logits.assign(logits.begin(), logits.end());
+      // The same call as Backend::forward_token_sample's default, so the token matches it.
+      if (s.sample) r.token = cpu::sample(logits, s.params, s.u, s.history, scratch_);
+    });
     return out;
   } catch (...) {
     // check_step makes this unreachable in practice; still, an Error must leave every sequence
@@ -67,20 +88,6 @@ std::vector<SeqResult> CpuBatchBackend::step(std::span<const SeqStep> batch) {
     for (size_t i = 0; i < grown; ++i) kv_.truncate(batch[i].seq, start[i]);
     throw;
   }
-}
-
-void CpuBatchBackend::run(const SeqStep& s, int start, SeqResult& r) {
-  const std::span<const int> table = kv_.block_table(s.seq);
-  const int n = static_cast<int>(s.tokens.size());
-  if (s.logits == 2) r.logits.reserve(size_t(n) * config().vocab_size);
-  std::span<const float> logits;
-  for (int i = 0; i < n; ++i) {
-    logits = f_.forward(s.tokens[i], start + i, table, kv_.page_size());
-    if (s.logits == 2) r.logits.insert(r.logits.end(), logits.begin(), logits.end());
-  }
-  if (s.logits == 1) r.logits.assign(logits.begin(), logits.end());
-  // The same call as Backend::forward_token_sample's default, so the token matches it exactly.
-  if (s.sample) r.token = cpu::sample(logits, s.params, s.u, s.history, scratch_);
 }
 
 }  // namespace

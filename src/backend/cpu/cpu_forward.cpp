@@ -22,10 +22,11 @@ std::vector<float> norm_to_f32(const TensorView& t, int dim) {
 
 }  // namespace
 
-Forward::Forward(const Model& m, int kv_tokens, int max_pos, int n_threads)
-    : c_(m.config), w_(m.weights), file_(m.file), kv_tokens_(kv_tokens) {
-  if (kv_tokens <= 0 || max_pos <= 0)
-    fail("CPU forward: KV slots ", kv_tokens, " and positions ", max_pos, " must be positive");
+Forward::Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n_threads)
+    : c_(m.config), w_(m.weights), file_(m.file), kv_tokens_(kv_tokens), max_rows_(max_rows) {
+  if (kv_tokens <= 0 || max_pos <= 0 || max_rows <= 0)
+    fail("CPU forward: KV slots ", kv_tokens, ", positions ", max_pos, " and rows ", max_rows,
+         " must be positive");
   if (n_threads < 0)
     fail("--threads ", n_threads, " is invalid: use 0 (all cores) or a positive count");
   n_threads_ = n_threads > 0 ? n_threads : default_thread_count();
@@ -43,14 +44,19 @@ Forward::Forward(const Model& m, int kv_tokens, int max_pos, int n_threads)
   }
   out_norm_ = norm_to_f32(w_.output_norm, c_.dim);
 
-  x_.resize(c_.dim);
-  xb_.resize(std::max(c_.dim, c_.q_dim()));
-  xb2_.resize(c_.dim);
-  q_.resize(c_.q_dim());
-  hb_.resize(c_.hidden_dim);
-  hb2_.resize(c_.hidden_dim);
+  const size_t rows = max_rows;
+  x_.resize(rows * c_.dim);
+  xb_.resize(rows * c_.dim);
+  att_out_.resize(rows * c_.q_dim());
+  xb2_.resize(rows * c_.dim);
+  q_.resize(rows * c_.q_dim());
+  k_.resize(rows * kv_dim_);
+  v_.resize(rows * kv_dim_);
+  hb_.resize(rows * c_.hidden_dim);
+  hb2_.resize(rows * c_.hidden_dim);
   att_.resize(max_pos);
-  logits_.resize(c_.vocab_size);
+  xo_.resize(size_t(kLogitRows) * c_.dim);
+  logits_.resize(size_t(kLogitRows) * c_.vocab_size);
   const size_t kv = size_t(c_.n_layers) * kv_tokens_ * kv_dim_;
   k_cache_.reset(new float[kv]);
   v_cache_.reset(new float[kv]);
@@ -76,48 +82,83 @@ void Forward::record(int layer, const char* what, const float* v, int n) {
                              std::vector<float>(v, v + n)});
 }
 
-std::span<const float> Forward::forward(int token, int pos, std::span<const int> pages,
-                                        int page_size) {
-  const int dim = c_.dim, hd = c_.head_dim;
-  const size_t slot = size_t(pages[pos / page_size]) * page_size + pos % page_size;
+void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& on_logits) {
+  const int n = static_cast<int>(rows.size());
+  const int dim = c_.dim, hd = c_.head_dim, q_dim = c_.q_dim(), hidden = c_.hidden_dim;
+  if (n == 0) return;
+  if (n > max_rows_) fail("internal: a CPU forward of ", n, " rows; at most ", max_rows_);
   acts_.clear();
+  const int last = n - 1;  // the row debug records follow
+  auto slot = [&](const Row& r) {
+    return size_t(r.pages[r.pos / page_size]) * page_size + r.pos % page_size;
+  };
 
-  embed(x_.data(), w_.token_embd, token);
-  record(-1, "embed", x_.data(), dim);
+  for (int j = 0; j < n; ++j) embed(&x_[size_t(j) * dim], w_.token_embd, rows[j].token);
+  record(-1, "embed", &x_[size_t(last) * dim], dim);
   for (int l = 0; l < c_.n_layers; ++l) {
     const LayerWeights& lw = w_.layers[l];
     float* k_layer = k_cache_.get() + layer_offset(l);
     float* v_layer = v_cache_.get() + layer_offset(l);
     // --- attention
-    rmsnorm(xb_.data(), x_.data(), attn_norm_[l].data(), dim, c_.norm_eps);
-    record(l, "attn_norm", xb_.data(), dim);
-    float* k = k_layer + slot * kv_dim_;
-    float* v = v_layer + slot * kv_dim_;
-    matvec(q_.data(), lw.wq, xb_.data(), n_threads_);
-    matvec(k, lw.wk, xb_.data(), n_threads_);
-    matvec(v, lw.wv, xb_.data(), n_threads_);
-    rope(q_.data(), c_.n_heads, hd, c_.rope_dim, pos, c_.rope_base);
-    rope(k, c_.n_kv_heads, hd, c_.rope_dim, pos, c_.rope_base);
-    attention_paged(xb_.data(), q_.data(), k_layer, v_layer, pages.data(), page_size, pos + 1,
-                    c_.n_heads, c_.n_kv_heads, hd, att_.data());
-    matvec(xb2_.data(), lw.wo, xb_.data(), n_threads_);
-    for (int i = 0; i < dim; ++i) x_[i] += xb2_[i];
-    record(l, "attn_out", x_.data(), dim);
+    for (int j = 0; j < n; ++j)
+      rmsnorm(&xb_[size_t(j) * dim], &x_[size_t(j) * dim], attn_norm_[l].data(), dim, c_.norm_eps);
+    record(l, "attn_norm", &xb_[size_t(last) * dim], dim);
+    matmul(q_.data(), lw.wq, xb_.data(), n, n_threads_);
+    matmul(k_.data(), lw.wk, xb_.data(), n, n_threads_);
+    matmul(v_.data(), lw.wv, xb_.data(), n, n_threads_);
+    // Every row's K/V goes to the pool before any row attends, so a sequence's later rows in
+    // this step see its earlier ones.
+    for (int j = 0; j < n; ++j) {
+      float* k = &k_[size_t(j) * kv_dim_];
+      rope(&q_[size_t(j) * q_dim], c_.n_heads, hd, c_.rope_dim, rows[j].pos, c_.rope_base);
+      rope(k, c_.n_kv_heads, hd, c_.rope_dim, rows[j].pos, c_.rope_base);
+      const size_t s = slot(rows[j]) * kv_dim_;
+      std::copy_n(k, kv_dim_, k_layer + s);
+      std::copy_n(&v_[size_t(j) * kv_dim_], kv_dim_, v_layer + s);
+    }
+    for (int j = 0; j < n; ++j) {
+      attention_paged(&att_out_[size_t(j) * q_dim], &q_[size_t(j) * q_dim], k_layer, v_layer,
+                      rows[j].pages.data(), page_size, rows[j].pos + 1, c_.n_heads, c_.n_kv_heads,
+                      hd, att_.data());
+    }
+    matmul(xb2_.data(), lw.wo, att_out_.data(), n, n_threads_);
+    for (size_t i = 0; i < size_t(n) * dim; ++i) x_[i] += xb2_[i];
+    record(l, "attn_out", &x_[size_t(last) * dim], dim);
     // --- feed-forward (SwiGLU)
-    rmsnorm(xb_.data(), x_.data(), ffn_norm_[l].data(), dim, c_.norm_eps);
-    record(l, "ffn_norm", xb_.data(), dim);
-    matvec(hb_.data(), lw.w_gate, xb_.data(), n_threads_);
-    matvec(hb2_.data(), lw.w_up, xb_.data(), n_threads_);
-    silu_mul(hb_.data(), hb_.data(), hb2_.data(), c_.hidden_dim);
-    matvec(xb2_.data(), lw.w_down, hb_.data(), n_threads_);
-    for (int i = 0; i < dim; ++i) x_[i] += xb2_[i];
-    record(l, "ffn_out", x_.data(), dim);
+    for (int j = 0; j < n; ++j)
+      rmsnorm(&xb_[size_t(j) * dim], &x_[size_t(j) * dim], ffn_norm_[l].data(), dim, c_.norm_eps);
+    record(l, "ffn_norm", &xb_[size_t(last) * dim], dim);
+    matmul(hb_.data(), lw.w_gate, xb_.data(), n, n_threads_);
+    matmul(hb2_.data(), lw.w_up, xb_.data(), n, n_threads_);
+    silu_mul(hb_.data(), hb_.data(), hb2_.data(), n * hidden);
+    matmul(xb2_.data(), lw.w_down, hb_.data(), n, n_threads_);
+    for (size_t i = 0; i < size_t(n) * dim; ++i) x_[i] += xb2_[i];
+    record(l, "ffn_out", &x_[size_t(last) * dim], dim);
   }
-  rmsnorm(xb_.data(), x_.data(), out_norm_.data(), dim, c_.norm_eps);
-  record(-1, "output_norm", xb_.data(), dim);
-  matvec(logits_.data(), w_.output, xb_.data(), n_threads_);
-  record(-1, "logits", logits_.data(), c_.vocab_size);
-  return logits_;
+
+  // --- logits, for the rows that want them, kLogitRows at a time
+  const int vocab = c_.vocab_size;
+  int group[kLogitRows];
+  int g = 0;
+  auto flush = [&] {
+    matmul(logits_.data(), w_.output, xo_.data(), g, n_threads_);
+    for (int i = 0; i < g; ++i) {
+      const float* li = &logits_[size_t(i) * vocab];
+      if (group[i] == last) {
+        record(-1, "output_norm", &xo_[size_t(i) * dim], dim);
+        record(-1, "logits", li, vocab);
+      }
+      on_logits(group[i], std::span<const float>(li, vocab));
+    }
+    g = 0;
+  };
+  for (int j = 0; j < n; ++j) {
+    if (!rows[j].logits) continue;
+    rmsnorm(&xo_[size_t(g) * dim], &x_[size_t(j) * dim], out_norm_.data(), dim, c_.norm_eps);
+    group[g++] = j;
+    if (g == kLogitRows) flush();
+  }
+  if (g > 0) flush();
 }
 
 }  // namespace smolrt::cpu

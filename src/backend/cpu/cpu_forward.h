@@ -6,6 +6,7 @@
 // its whole context).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,20 +20,33 @@ namespace smolrt::cpu {
 class Forward {
  public:
   // kv_tokens: pool slots per layer; max_pos: positions one sequence may hold (attention scratch);
-  // n_threads: 0 = hardware concurrency. Throws Error for an inconsistent model or bad counts.
-  Forward(const Model& m, int kv_tokens, int max_pos, int n_threads);
+  // max_rows: tokens one forward() may carry; n_threads: 0 = hardware concurrency. Throws Error
+  // for an inconsistent model or bad counts.
+  Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n_threads);
 
   const LlamaConfig& config() const { return c_; }
   int n_threads() const { return n_threads_; }
   std::string device_name() const;  // the CPU's model name and thread count
 
-  // Runs `token` (a valid id) at position pos (< max_pos) of a sequence whose positions
-  // 0..pos live in the pool at slot(t) = pages[t / page_size] * page_size + t % page_size (pages
-  // covers pos): writes pos's K/V rows, attends to 0..pos. Returns the vocab_size logits, valid
-  // until the next call.
-  std::span<const float> forward(int token, int pos, std::span<const int> pages, int page_size);
+  // One token of a forward(): `token` (a valid id) at position pos (< max_pos) of a sequence
+  // whose positions 0..pos live in the pool at slot(t) = pages[t / page_size] * page_size +
+  // t % page_size (pages covers pos); logits: whether the caller wants its logits.
+  struct Row {
+    int token = 0;
+    int pos = 0;
+    std::span<const int> pages;
+    bool logits = false;
+  };
+  using LogitsFn = std::function<void(int row, std::span<const float> logits)>;
+  // Runs rows through the model together, layer by layer, so each weight row is read once for
+  // all of them: writes every row's K/V, then each row attends to its positions 0..pos (rows of
+  // one sequence in position order see each other). Then calls on_logits in row order for the
+  // rows that want logits (a span is valid during its call; the last one's until the next
+  // forward(), which is how a one-row caller returns it). Each row's arithmetic
+  // is exactly that of running it alone: results never depend on what else is in the call.
+  void forward(std::span<const Row> rows, int page_size, const LogitsFn& on_logits);
 
-  // Debug: when on, forward() records named per-layer activations of its token.
+  // Debug: when on, forward() records named per-layer activations of its last row.
   void set_debug(bool on) { debug_ = on; }
   const std::vector<Activation>& activations() const { return acts_; }
 
@@ -53,15 +67,22 @@ class Forward {
   std::vector<std::vector<float>> attn_norm_, ffn_norm_;
   std::vector<float> out_norm_;
 
-  // Activations for one token.
-  std::vector<float> x_;       // [dim] residual stream
-  std::vector<float> xb_;      // [max(dim, q_dim)] normed input / attention output
-  std::vector<float> xb2_;     // [dim] projection output
-  std::vector<float> q_;       // [q_dim]
-  std::vector<float> hb_;      // [hidden_dim] gate, then silu(gate) * up
-  std::vector<float> hb2_;     // [hidden_dim] up
-  std::vector<float> att_;     // [max_pos] attention scores
-  std::vector<float> logits_;  // [vocab_size]
+  // Activations, [max_rows][...] each (row-major, one row per token).
+  int max_rows_ = 1;
+  std::vector<float> x_;        // [dim] residual stream
+  std::vector<float> xb_;       // [dim] normed input
+  std::vector<float> att_out_;  // [q_dim] attention output
+  std::vector<float> xb2_;      // [dim] projection output
+  std::vector<float> q_;        // [q_dim]
+  std::vector<float> k_, v_;    // [kv_dim] this step's K/V rows before they go to the pool
+  std::vector<float> hb_;       // [hidden_dim] gate, then silu(gate) * up
+  std::vector<float> hb2_;      // [hidden_dim] up
+  std::vector<float> att_;      // [max_pos] attention scores (one row at a time)
+  // The output matmul runs over groups of kLogitRows rows that want logits (a step may ask for
+  // hundreds of rows; their logits need not be held at once).
+  static constexpr int kLogitRows = 8;
+  std::vector<float> xo_;      // [kLogitRows][dim] final-normed rows
+  std::vector<float> logits_;  // [kLogitRows][vocab_size]
   // KV pool: [n_layers][kv_tokens][kv_dim] each. Left uninitialized on purpose: a slot is written
   // before it is read, and the OS commits pages only as slots get used, so a default 8192-token
   // context (377 MB for SmolLM2) or a large multi-sequence pool costs memory only for what is

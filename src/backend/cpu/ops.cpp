@@ -172,12 +172,16 @@ inline float block_dot(const uint8_t* row, int64_t b, const float* x) {
   }
 }
 
-// out[r] = dot(W[r,:], x), r in [r0, r1), or with x == nullptr: out = row r0 dequantized.
-// Q4_0/Q4_1/Q8_0 use block_dot; the other types dequantize a block, then a plain f32 dot.
+// out[j * rows + r] = dot(W[r,:], x_j) for the n vectors x_j = x + j * cols, r in [r0, r1), or
+// with x == nullptr: out = row r0 dequantized. Q4_0/Q4_1/Q8_0 use block_dot; the other types
+// dequantize a block, then a plain f32 dot. The x_j loop is inside the row loop so a weight row is
+// read from memory once for all of them (still hot in L1 for x_1..); each dot runs exactly as
+// with n = 1.
 template <GgmlType T>
-void rows_t(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1) {
+void rows_t(float* out, const TensorView& w, const float* x, int n, int64_t r0, int64_t r1) {
   constexpr int64_t kB = kBlock<T>;
-  const int64_t nb = w.cols / kB;
+  // Locals: out's stores could alias w's fields as far as the compiler knows.
+  const int64_t cols = w.cols, rows = w.rows, nb = cols / kB;
   float tmp[kB];
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = row_ptr(w, r);
@@ -186,45 +190,48 @@ void rows_t(float* out, const TensorView& w, const float* x, int64_t r0, int64_t
       for (int64_t i = nb * kB; i < w.cols; ++i) out[i] = elem(T, row, i);
       return;
     }
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-      if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q8_0) {
-        acc += block_dot<T>(row, b, x + b * kB);
-      } else {
-        dequant_block<T>(row, b, tmp);
-        for (int64_t k = 0; k < kB; k += 32) acc += dot32(tmp + k, x + b * kB + k);
+    for (int j = 0; j < n; ++j) {
+      const float* xj = x + j * cols;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q8_0) {
+          acc += block_dot<T>(row, b, xj + b * kB);
+        } else {
+          dequant_block<T>(row, b, tmp);
+          for (int64_t k = 0; k < kB; k += 32) acc += dot32(tmp + k, xj + b * kB + k);
+        }
       }
+      for (int64_t i = nb * kB; i < cols; ++i) acc += elem(T, row, i) * xj[i];
+      out[j * rows + r] = acc;
     }
-    for (int64_t i = nb * kB; i < w.cols; ++i) acc += elem(T, row, i) * x[i];
-    out[r] = acc;
   }
 }
 
 // The one place a runtime type becomes a template parameter.
-void dispatch(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1) {
+void dispatch(float* out, const TensorView& w, const float* x, int n, int64_t r0, int64_t r1) {
   switch (w.type) {
     case GgmlType::F32:
-      return rows_t<GgmlType::F32>(out, w, x, r0, r1);
+      return rows_t<GgmlType::F32>(out, w, x, n, r0, r1);
     case GgmlType::F16:
-      return rows_t<GgmlType::F16>(out, w, x, r0, r1);
+      return rows_t<GgmlType::F16>(out, w, x, n, r0, r1);
     case GgmlType::BF16:
-      return rows_t<GgmlType::BF16>(out, w, x, r0, r1);
+      return rows_t<GgmlType::BF16>(out, w, x, n, r0, r1);
     case GgmlType::Q4_0:
-      return rows_t<GgmlType::Q4_0>(out, w, x, r0, r1);
+      return rows_t<GgmlType::Q4_0>(out, w, x, n, r0, r1);
     case GgmlType::Q4_1:
-      return rows_t<GgmlType::Q4_1>(out, w, x, r0, r1);
+      return rows_t<GgmlType::Q4_1>(out, w, x, n, r0, r1);
     case GgmlType::Q8_0:
-      return rows_t<GgmlType::Q8_0>(out, w, x, r0, r1);
+      return rows_t<GgmlType::Q8_0>(out, w, x, n, r0, r1);
     case GgmlType::Q5_0:
-      return rows_t<GgmlType::Q5_0>(out, w, x, r0, r1);
+      return rows_t<GgmlType::Q5_0>(out, w, x, n, r0, r1);
     case GgmlType::Q5_1:
-      return rows_t<GgmlType::Q5_1>(out, w, x, r0, r1);
+      return rows_t<GgmlType::Q5_1>(out, w, x, n, r0, r1);
     case GgmlType::Q4_K:
-      return rows_t<GgmlType::Q4_K>(out, w, x, r0, r1);
+      return rows_t<GgmlType::Q4_K>(out, w, x, n, r0, r1);
     case GgmlType::Q5_K:
-      return rows_t<GgmlType::Q5_K>(out, w, x, r0, r1);
+      return rows_t<GgmlType::Q5_K>(out, w, x, n, r0, r1);
     case GgmlType::Q6_K:
-      return rows_t<GgmlType::Q6_K>(out, w, x, r0, r1);
+      return rows_t<GgmlType::Q6_K>(out, w, x, n, r0, r1);
     default:
       fail("internal: no CPU kernel for type ", type_name(w.type));
   }
@@ -243,21 +250,25 @@ void dequant_row(const TensorView& w, int64_t r, float* out) {
   check_computable(w);
   if (r < 0 || r >= w.rows)
     fail("row ", r, " of tensor '", w.name, "' is out of range (", w.rows, " rows)");
-  dispatch(out, w, nullptr, r, r + 1);
+  dispatch(out, w, nullptr, 1, r, r + 1);
 }
 
 void matvec_rows(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1) {
   check_computable(w);
-  dispatch(out, w, x, r0, r1);
+  dispatch(out, w, x, 1, r0, r1);
 }
 
 void matvec(float* out, const TensorView& w, const float* x, int n_threads) {
+  matmul(out, w, x, 1, n_threads);
+}
+
+void matmul(float* out, const TensorView& w, const float* x, int n, int n_threads) {
   check_computable(w);
   ThreadPool& pool = shared_thread_pool(n_threads);
   // Small matrices are not worth waking the workers for (a wake-up costs a few microseconds).
-  const int64_t work = w.rows * w.cols;
+  const int64_t work = w.rows * w.cols * n;
   if (pool.size() == 1 || work < (1 << 15)) {
-    dispatch(out, w, x, 0, w.rows);
+    dispatch(out, w, x, n, 0, w.rows);
     return;
   }
   // 4 chunks per thread: dynamic hand-out evens out threads slowed by other load on the host.
@@ -265,7 +276,7 @@ void matvec(float* out, const TensorView& w, const float* x, int n_threads) {
   pool.parallel_for(n_chunks, [&](int c) {
     const int64_t r0 = w.rows * c / n_chunks;
     const int64_t r1 = w.rows * (c + 1) / n_chunks;
-    dispatch(out, w, x, r0, r1);
+    dispatch(out, w, x, n, r0, r1);
   });
 }
 
