@@ -1,5 +1,8 @@
 #include "server/server.h"
 
+// Hundreds of clients connect at once (bench_serve.py at 256): httplib's backlog of 5 would
+// reset some of them.
+#define CPPHTTPLIB_LISTEN_BACKLOG 1024
 #include <httplib.h>
 
 #include <algorithm>
