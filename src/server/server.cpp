@@ -293,6 +293,11 @@ Server::Server(Scheduler& sched, Metrics& metrics, ParseContext pc, ServerOption
   int threads = opt_.http_threads;
   if (threads <= 0) threads = 64;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server bind a port in use.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http_->set_payload_max_length(opt_.max_body_bytes);
   http_->set_keep_alive_timeout(1);  // idle connections do not hold up shutdown long
   http_->set_read_timeout(30);

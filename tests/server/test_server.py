@@ -198,6 +198,12 @@ def case_api(binary):
         check(len(lc) == c2.usage.completion_tokens and all(len(e.top_logprobs) == 2 for e in lc),
               f"chat logprobs: {lc}")
 
+        # A second server on the same port fails to start, naming the port.
+        other = subprocess.run([binary, "serve", "-m", STORIES, "--port", str(srv.port),
+                                "--backend", "cpu"], capture_output=True, text=True, timeout=30)
+        check(other.returncode == 1 and str(srv.port) in other.stderr,
+              f"second server on a used port: rc {other.returncode} {other.stderr[-300:]}")
+
         st, _, h = srv.request("GET", "/health")
         check(st == 200 and h["status"] == "ok" and h["device"], f"health {h}")
         check(srv.metric("smolrt_generation_tokens_total") > 0, "generation counter")
