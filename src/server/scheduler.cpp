@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -205,11 +206,41 @@ void Scheduler::loop() {
         for (auto& e : running_) e->job->cancel();
       }
     }
-    reap();
-    admit();
-    if (!running_.empty()) run_step();
+    try {
+      reap();
+      admit();
+      if (!running_.empty()) run_step();
+    } catch (const std::exception& ex) {
+      recover(ex.what());
+    }
     publish_counts();
   }
+}
+
+void Scheduler::recover(const std::string& what) {
+  // The backend refused something it should not have: end what is running (and the request
+  // that was being admitted) with an error instead of taking the server down.
+  std::fprintf(stderr, "smolrt serve: scheduler error: %s\n", what.c_str());
+  const std::string msg = cat("the server's scheduler failed: ", what);
+  while (!running_.empty()) {
+    Entry& e = *running_.back();
+    try {
+      if (e.seq >= 0) be_.free_sequence(e.seq);
+    } catch (const std::exception&) {
+    }
+    e.seq = -1;
+    finish(e, "error", msg);
+  }
+  std::unique_ptr<Entry> front;
+  {
+    std::lock_guard lk(mu_);
+    if (!waiting_.empty()) {
+      front = std::move(waiting_.front());
+      waiting_.pop_front();
+      n_waiting_ = static_cast<int>(waiting_.size());
+    }
+  }
+  if (front) finish(*front, "error", msg);
 }
 
 bool Scheduler::reap() {

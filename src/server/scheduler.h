@@ -127,6 +127,7 @@ class Scheduler {
   void preempt(Entry& e);
   void on_token(Entry& e, int token, const std::vector<float>* logits, int row);
   void publish_counts();
+  void recover(const std::string& what);
 
   BatchBackend& be_;
   const Tokenizer& tok_;
