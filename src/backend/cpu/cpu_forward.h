@@ -1,9 +1,9 @@
 // The fp32 llama forward pass (llama2.c style) shared by the single-sequence CpuBackend and the
 // CPU BatchBackend, so there is one oracle: weights stay in the mmap (dequantized per block inside
-// matvec); norms as f32; one token's activations and a KV pool are allocated once here, never
-// inside a forward step. The caller decides where positions live: a sequence's KV rows are pages
-// of page_size pool slots listed by its block table (the single-sequence backend uses one page of
-// its whole context).
+// matmul); norms as f32; activations for max_rows tokens and a KV pool are allocated once here,
+// never inside a forward step. The caller decides where positions live: a sequence's KV rows are
+// pages of page_size pool slots listed by its block table (the single-sequence backend uses one
+// page of its whole context).
 #pragma once
 
 #include <functional>
