@@ -447,6 +447,22 @@ def case_smollm2(binary):
         text = r.choices[0].message.content
         check("Paris" in text, f"SmolLM2 chat: {text!r}")
         check(r.choices[0].finish_reason in ("stop", "length"), f"finish {r}")
+        # Streamed, and 4 at once: the same greedy replies as one at a time.
+        questions = ["What is the capital of France?", "Name a color.", "What is 2+2?",
+                     "Say hello."]
+
+        def ask(q, stream=False):
+            kw = dict(model=name, messages=[{"role": "user", "content": q}], max_tokens=16,
+                      temperature=0)
+            if not stream:
+                return oc.chat.completions.create(**kw).choices[0].message.content
+            return "".join(c.choices[0].delta.content or ""
+                           for c in oc.chat.completions.create(stream=True, **kw) if c.choices)
+
+        alone = [ask(q) for q in questions]
+        check(ask(questions[0], stream=True) == alone[0], "SmolLM2 streamed reply differs")
+        together = concurrent(ask, questions)
+        check(together == alone, f"SmolLM2 concurrent {together} vs alone {alone}")
     finally:
         check(srv.stop() == 0, "exit code")
 
