@@ -459,6 +459,22 @@ def case_smollm2(binary):
             return "".join(c.choices[0].delta.content or ""
                            for c in oc.chat.completions.create(stream=True, **kw) if c.choices)
 
+        # lm-eval's scoring: echo logprobs of prompt + greedy continuation equal the logprobs
+        # the continuation had when it was generated.
+        _, _, tk = srv.request("POST", "/tokenize", {"content": "The capital of France is",
+                                                      "add_special": True})
+        pids = tk["tokens"]
+        g = oc.completions.create(model=name, prompt=pids, max_tokens=8, temperature=0,
+                                  logprobs=1)
+        _, _, gt = srv.request("POST", "/tokenize", {"content": g.choices[0].text})
+        gids = gt["tokens"]
+        s = oc.completions.create(model=name, prompt=pids + gids, max_tokens=0, echo=True,
+                                  logprobs=1)
+        scored = s.choices[0].logprobs.token_logprobs[len(pids):]
+        generated = g.choices[0].logprobs.token_logprobs
+        check(len(gids) == 8 and all(abs(a - b) < 1e-3 for a, b in zip(scored, generated)),
+              f"echo scoring {scored} vs generation {generated}")
+
         alone = [ask(q) for q in questions]
         check(ask(questions[0], stream=True) == alone[0], "SmolLM2 streamed reply differs")
         together = concurrent(ask, questions)
