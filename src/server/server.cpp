@@ -129,8 +129,7 @@ json chat_logprob(const Tokenizer& tok, const TokenLogprob& lp) {
   return {{"token", s}, {"logprob", lp.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}};
 }
 
-// --- one generation response being written
-// --------------------------------------------------------
+// --- one generation response being written ------------------------------------------------------
 
 struct GenState {
   std::shared_ptr<Job> job;
@@ -223,8 +222,10 @@ class Pump {
     const GenRequest& r = st_.job->request();
     std::string text = d.text;
     if (st_.first && r.echo) text = r.prompt_text + text;
-    if (text.empty() && d.logprobs.empty() && d.prompt_logprobs.empty() && !st_.first) return "";
-    if (text.empty() && d.finished) return "";  // the final chunk carries it
+    // Nothing to show: no chunk (the first one, which names the role, waits for the end).
+    if (text.empty() && d.logprobs.empty() && d.prompt_logprobs.empty() &&
+        (!st_.first || d.finished))
+      return "";
     return sse(chunk(text, logprobs_of(d.prompt_logprobs, d.logprobs, false), nullptr));
   }
 

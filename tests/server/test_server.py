@@ -197,6 +197,12 @@ def case_api(binary):
         lc = c2.choices[0].logprobs.content
         check(len(lc) == c2.usage.completion_tokens and all(len(e.top_logprobs) == 2 for e in lc),
               f"chat logprobs: {lc}")
+        cs2 = list(oc.chat.completions.create(model="stories260K", messages=msgs, max_tokens=4,
+                                              temperature=0, logprobs=True, top_logprobs=2,
+                                              stream=True, stream_options={"include_usage": True}))
+        n_lp = sum(len(c.choices[0].logprobs.content) for c in cs2
+                   if c.choices and c.choices[0].logprobs)
+        check(n_lp == cs2[-1].usage.completion_tokens, f"streamed chat logprobs: {n_lp}")
 
         # A second server on the same port fails to start, naming the port.
         other = subprocess.run([binary, "serve", "-m", STORIES, "--port", str(srv.port),
