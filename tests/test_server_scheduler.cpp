@@ -4,6 +4,7 @@
 // without a model or a server.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -41,6 +42,7 @@ class FakeBatch : public BatchBackend {
   int kv_pages_total() const override { return pages_.pages_total(); }
   int kv_pages_free() const override { return pages_.pages_free(); }
   int add_sequence() override {
+    if (fail_add.exchange(false)) fail("fake: add_sequence fails");
     ++adds;
     const int s = pages_.add();
     hist_[s].clear();
@@ -59,6 +61,7 @@ class FakeBatch : public BatchBackend {
       cv.notify_all();
       cv.wait(lk, [&] { return !hold; });
     }
+    if (fail_step.exchange(false)) fail("fake: the step fails");
     int need = 0, total = 0;
     for (const SeqStep& s : batch) {
       need += pages_needed(s.seq, static_cast<int>(s.tokens.size()));
@@ -109,6 +112,7 @@ class FakeBatch : public BatchBackend {
   bool hold = false;  // step() blocks while set
   int entered = 0;
   int adds = 0;
+  std::atomic<bool> fail_step{false}, fail_add{false};  // the next call throws
   std::vector<std::vector<std::pair<int, int>>> steps;  // (seq, tokens) per step
 
  private:
@@ -260,6 +264,23 @@ TEST(ServerScheduler, EchoLogprobsScoreEveryPromptToken) {
   }
   ASSERT_EQ(d.logprobs.size(), 2u);
   EXPECT_EQ(d.logprobs[0].token, d.logprobs[0].top[0].token);  // greedy: the top one
+}
+
+TEST(ServerScheduler, BackendErrorsEndTheirRequestsAndServingGoesOn) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 2, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  be.fail_step = true;
+  Delta d = wait_done(*s.submit(env.request(env.prompt(4, 1), 5)));
+  EXPECT_EQ(d.finish_reason, "error");
+  EXPECT_NE(d.error.find("the step fails"), std::string::npos) << d.error;
+  be.fail_add = true;
+  d = wait_done(*s.submit(env.request(env.prompt(4, 2), 5)));
+  EXPECT_EQ(d.finish_reason, "error");
+  EXPECT_NE(d.error.find("add_sequence fails"), std::string::npos) << d.error;
+  d = wait_done(*s.submit(env.request(env.prompt(4, 3), 5)));
+  EXPECT_EQ(d.text, env.expected(env.prompt(4, 3), 5));
+  EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
 }
 
 TEST(ServerScheduler, TokenLogprobIsLogSoftmax) {

@@ -67,8 +67,8 @@ int serve_main(const ServeArgs& a) {
   pc.model_name = a.model_name.empty() ? std::filesystem::path(path).stem().string() : a.model_name;
   if (a.chat_template == "none") {
     pc.chat = false;
-  } else if (a.chat_template == "auto" && tmpl.empty()) {
-    pc.chat = false;  // /v1/chat/completions answers 400 saying so
+  } else if (a.chat_template == "auto" && tmpl.find("<|im_start|>") == std::string::npos) {
+    pc.chat = false;  // no ChatML template: /v1/chat/completions answers 400 saying so
   } else {
     resolve_chat_format(a.chat_template, tmpl);  // ChatML or an Error naming --chat-template
     pc.chat = true;

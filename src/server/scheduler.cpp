@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -116,7 +117,13 @@ struct Scheduler::Entry {
 };
 
 Scheduler::Scheduler(BatchBackend& be, const Tokenizer& tok, Metrics* metrics, SchedulerOptions opt)
-    : be_(be), tok_(tok), metrics_(metrics), opt_(std::move(opt)) {
+    : be_(be),
+      tok_(tok),
+      metrics_(metrics),
+      opt_(std::move(opt)),
+      page_size_(be.page_size()),
+      pages_total_(be.kv_pages_total()),
+      seq_ctx_(be.seq_ctx()) {
   publish_counts();
   thread_ = std::thread([this] { loop(); });
 }
@@ -137,19 +144,19 @@ Scheduler::~Scheduler() {
 }
 
 std::shared_ptr<Job> Scheduler::submit(GenRequest r) {
-  const int page = be_.page_size();
+  // The backend's geometry was read at construction: HTTP threads never call into the backend.
   const long long n = static_cast<long long>(r.prompt.size());
-  if ((n + page) / page > be_.kv_pages_total()) {
+  if ((n + page_size_) / page_size_ > pages_total_) {
     throw ApiError(400,
-                   cat("the prompt has ", n, " tokens; the KV pool holds ", be_.kv_tokens(),
+                   cat("the prompt has ", n, " tokens; the KV pool holds ",
+                       static_cast<long long>(pages_total_) * page_size_,
                        " (start the server with a larger --kv-size)"),
                    r.endpoint == Endpoint::kChat ? "messages" : "prompt",
                    "context_length_exceeded");
   }
   auto job = std::make_shared<Job>(std::move(r));
   auto e = std::make_unique<Entry>(job, tok_);  // validates the sampling parameters
-  const int seq_ctx = be_.seq_ctx();
-  e->max_gen = seq_ctx - e->n_prompt + 1;
+  e->max_gen = seq_ctx_ - e->n_prompt + 1;
   if (job->request().max_tokens >= 0) e->max_gen = std::min(e->max_gen, job->request().max_tokens);
   if (e->max_gen == 0 && !e->scoring()) {  // nothing to compute
     job->publish([&](Delta& d) {
@@ -199,11 +206,41 @@ void Scheduler::loop() {
         for (auto& e : running_) e->job->cancel();
       }
     }
-    reap();
-    admit();
-    if (!running_.empty()) run_step();
+    try {
+      reap();
+      admit();
+      if (!running_.empty()) run_step();
+    } catch (const std::exception& ex) {
+      recover(ex.what());
+    }
     publish_counts();
   }
+}
+
+void Scheduler::recover(const std::string& what) {
+  // The backend refused something it should not have: end what is running (and the request
+  // that was being admitted) with an error instead of taking the server down.
+  std::fprintf(stderr, "smolrt serve: scheduler error: %s\n", what.c_str());
+  const std::string msg = cat("the server's scheduler failed: ", what);
+  while (!running_.empty()) {
+    Entry& e = *running_.back();
+    try {
+      if (e.seq >= 0) be_.free_sequence(e.seq);
+    } catch (const std::exception&) {
+    }
+    e.seq = -1;
+    finish(e, "error", msg);
+  }
+  std::unique_ptr<Entry> front;
+  {
+    std::lock_guard lk(mu_);
+    if (!waiting_.empty()) {
+      front = std::move(waiting_.front());
+      waiting_.pop_front();
+      n_waiting_ = static_cast<int>(waiting_.size());
+    }
+  }
+  if (front) finish(*front, "error", msg);
 }
 
 bool Scheduler::reap() {

@@ -115,6 +115,7 @@ class Scheduler {
   int waiting() const { return n_waiting_.load(); }
   bool idle() const { return running() == 0 && waiting() == 0; }
   int max_queue() const { return opt_.max_queue; }
+  bool accepting() const { return accepting_.load(); }
 
  private:
   struct Entry;
@@ -126,11 +127,13 @@ class Scheduler {
   void preempt(Entry& e);
   void on_token(Entry& e, int token, const std::vector<float>* logits, int row);
   void publish_counts();
+  void recover(const std::string& what);
 
   BatchBackend& be_;
   const Tokenizer& tok_;
   Metrics* metrics_;
   SchedulerOptions opt_;
+  const int page_size_, pages_total_, seq_ctx_;  // the backend's geometry
 
   std::mutex mu_;  // guards waiting_, stop_, abort_
   std::condition_variable cv_;

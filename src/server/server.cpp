@@ -1,5 +1,8 @@
 #include "server/server.h"
 
+// Hundreds of clients connect at once (bench_serve.py at 256): httplib's backlog of 5 would
+// reset some of them.
+#define CPPHTTPLIB_LISTEN_BACKLOG 1024
 #include <httplib.h>
 
 #include <algorithm>
@@ -126,8 +129,7 @@ json chat_logprob(const Tokenizer& tok, const TokenLogprob& lp) {
   return {{"token", s}, {"logprob", lp.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}};
 }
 
-// --- one generation response being written
-// --------------------------------------------------------
+// --- one generation response being written ------------------------------------------------------
 
 struct GenState {
   std::shared_ptr<Job> job;
@@ -220,8 +222,10 @@ class Pump {
     const GenRequest& r = st_.job->request();
     std::string text = d.text;
     if (st_.first && r.echo) text = r.prompt_text + text;
-    if (text.empty() && d.logprobs.empty() && d.prompt_logprobs.empty() && !st_.first) return "";
-    if (text.empty() && d.finished) return "";  // the final chunk carries it
+    // Nothing to show: no chunk (the first one, which names the role, waits for the end).
+    if (text.empty() && d.logprobs.empty() && d.prompt_logprobs.empty() &&
+        (!st_.first || d.finished))
+      return "";
     return sse(chunk(text, logprobs_of(d.prompt_logprobs, d.logprobs, false), nullptr));
   }
 
@@ -290,6 +294,11 @@ Server::Server(Scheduler& sched, Metrics& metrics, ParseContext pc, ServerOption
   int threads = opt_.http_threads;
   if (threads <= 0) threads = 64;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server bind a port in use.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http_->set_payload_max_length(opt_.max_body_bytes);
   http_->set_keep_alive_timeout(1);  // idle connections do not hold up shutdown long
   http_->set_read_timeout(30);
@@ -374,10 +383,10 @@ void Server::routes() {
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     json j = info_;
-    j["status"] = "ok";
+    j["status"] = sched_.accepting() ? "ok" : "draining";
     j["running"] = sched_.running();
     j["waiting"] = sched_.waiting();
-    send_json(res, 200, j);
+    send_json(res, sched_.accepting() ? 200 : 503, j);
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json m = info_;

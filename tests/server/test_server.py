@@ -83,6 +83,13 @@ class Server:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if os.path.exists(self.log.name):
+            os.unlink(self.log.name)
+
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -190,6 +197,18 @@ def case_api(binary):
         lc = c2.choices[0].logprobs.content
         check(len(lc) == c2.usage.completion_tokens and all(len(e.top_logprobs) == 2 for e in lc),
               f"chat logprobs: {lc}")
+        cs2 = list(oc.chat.completions.create(model="stories260K", messages=msgs, max_tokens=4,
+                                              temperature=0, logprobs=True, top_logprobs=2,
+                                              stream=True, stream_options={"include_usage": True}))
+        n_lp = sum(len(c.choices[0].logprobs.content) for c in cs2
+                   if c.choices and c.choices[0].logprobs)
+        check(n_lp == cs2[-1].usage.completion_tokens, f"streamed chat logprobs: {n_lp}")
+
+        # A second server on the same port fails to start, naming the port.
+        other = subprocess.run([binary, "serve", "-m", STORIES, "--port", str(srv.port),
+                                "--backend", "cpu"], capture_output=True, text=True, timeout=30)
+        check(other.returncode == 1 and str(srv.port) in other.stderr,
+              f"second server on a used port: rc {other.returncode} {other.stderr[-300:]}")
 
         st, _, h = srv.request("GET", "/health")
         check(st == 200 and h["status"] == "ok" and h["device"], f"health {h}")
@@ -319,7 +338,7 @@ def case_batching(binary):
         for p, a, t in zip(PROMPTS, alone, together):
             check(a == t, f"tight pool, {p!r}: {a!r} vs {t!r}")
         check(tight.metric("smolrt_preemptions_total") > 0, "no preemption with a 64-token pool")
-        check(tight.metric("smolrt_kv_pages_used") == 0, "pages leaked")
+        wait_for(lambda: tight.metric("smolrt_kv_pages_used") == 0, "the pages back in the pool")
     finally:
         check(tight.stop() == 0, "exit code")
 
@@ -356,7 +375,18 @@ def case_lifecycle(binary):
         c.close()
         wait_for(lambda: srv.metric("smolrt_requests_running") == 0, "running back to 0")
         wait_for(lambda: "client disconnected" in srv.text(), "the disconnect in the log")
-        check(srv.metric("smolrt_kv_pages_used") == 0, "pages after the disconnect")
+        wait_for(lambda: srv.metric("smolrt_kv_pages_used") == 0, "pages after the disconnect")
+
+        # The same without streaming: the handler's heartbeat finds the closed socket.
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        c.request("POST", "/v1/completions", body=json.dumps({
+            "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}),
+            headers={"Content-Type": "application/json"})
+        wait_for(lambda: srv.metric("smolrt_requests_running") == 1, "running == 1")
+        c.sock.close()
+        c.close()
+        wait_for(lambda: srv.metric("smolrt_requests_running") == 0, "non-streaming: running 0")
+        check(srv.metric("smolrt_generation_tokens_total") < 400, "the request ran to its end")
 
         # Queue overflow: one running, one waiting, the third gets 503 + Retry-After.
         c1, r1 = stream_open(srv, {"prompt": "Once", "max_tokens": 100, "ignore_eos": True})
@@ -366,8 +396,8 @@ def case_lifecycle(binary):
         st, hdr, b = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
         check(st == 503 and "Retry-After" in hdr and b["error"]["code"] == "overloaded",
               f"overflow: {st} {hdr} {b}")
-        check(srv.metric('smolrt_requests_total{endpoint="/v1/completions",status="503"}') == 1,
-              "503 counted")
+        wait_for(lambda: srv.metric(
+            'smolrt_requests_total{endpoint="/v1/completions",status="503"}') == 1, "503 counted")
         c1.close()
         body2 = r2.read().decode()
         check("[DONE]" in body2, "the queued request finished")
@@ -386,9 +416,28 @@ def case_lifecycle(binary):
         rc = srv.proc.wait(20)
         check(rc == 0, f"exit code {rc} after SIGTERM:\n{srv.text()[-2000:]}")
     finally:
-        if srv.proc.poll() is None:
-            srv.proc.kill()
-            srv.proc.wait()
+        srv.kill()
+
+    # Past the grace period the rest is cancelled (finish_reason "abort"), still exit 0; new
+    # requests during the drain get 503.
+    srv = Server(binary, STORIES, "--parallel", "1", "--ctx", "256", "--step-delay-ms", "20",
+                 "--grace", "1")
+    try:
+        c4, r4 = stream_open(srv, {"prompt": "Once", "max_tokens": 250, "ignore_eos": True})
+        r4.readline()
+        t0 = time.time()
+        srv.proc.send_signal(signal.SIGINT)
+        wait_for(lambda: "shutting down" in srv.text(), "the drain to start")
+        st, _, _ = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
+        check(st == 503, f"a request during the drain: {st}")
+        body4 = r4.read().decode()
+        events = [json.loads(l[6:]) for l in body4.splitlines() if l.startswith("data: {")]
+        check(events and events[-1]["choices"][0]["finish_reason"] == "abort",
+              f"cancelled request: {body4[-300:]}")
+        rc = srv.proc.wait(20)
+        check(rc == 0 and time.time() - t0 < 4, f"exit {rc} after {time.time() - t0:.1f} s")
+    finally:
+        srv.kill()
 
 
 def case_smollm2(binary):
@@ -404,6 +453,38 @@ def case_smollm2(binary):
         text = r.choices[0].message.content
         check("Paris" in text, f"SmolLM2 chat: {text!r}")
         check(r.choices[0].finish_reason in ("stop", "length"), f"finish {r}")
+        # Streamed, and 4 at once: the same greedy replies as one at a time.
+        questions = ["What is the capital of France?", "Name a color.", "What is 2+2?",
+                     "Say hello."]
+
+        def ask(q, stream=False):
+            kw = dict(model=name, messages=[{"role": "user", "content": q}], max_tokens=16,
+                      temperature=0)
+            if not stream:
+                return oc.chat.completions.create(**kw).choices[0].message.content
+            return "".join(c.choices[0].delta.content or ""
+                           for c in oc.chat.completions.create(stream=True, **kw) if c.choices)
+
+        # lm-eval's scoring: echo logprobs of prompt + greedy continuation equal the logprobs
+        # the continuation had when it was generated.
+        _, _, tk = srv.request("POST", "/tokenize", {"content": "The capital of France is",
+                                                      "add_special": True})
+        pids = tk["tokens"]
+        g = oc.completions.create(model=name, prompt=pids, max_tokens=8, temperature=0,
+                                  logprobs=1)
+        _, _, gt = srv.request("POST", "/tokenize", {"content": g.choices[0].text})
+        gids = gt["tokens"]
+        s = oc.completions.create(model=name, prompt=pids + gids, max_tokens=0, echo=True,
+                                  logprobs=1)
+        scored = s.choices[0].logprobs.token_logprobs[len(pids):]
+        generated = g.choices[0].logprobs.token_logprobs
+        check(len(gids) == 8 and all(abs(a - b) < 1e-3 for a, b in zip(scored, generated)),
+              f"echo scoring {scored} vs generation {generated}")
+
+        alone = [ask(q) for q in questions]
+        check(ask(questions[0], stream=True) == alone[0], "SmolLM2 streamed reply differs")
+        together = concurrent(ask, questions)
+        check(together == alone, f"SmolLM2 concurrent {together} vs alone {alone}")
     finally:
         check(srv.stop() == 0, "exit code")
 
