@@ -197,7 +197,7 @@ struct TinySpec {
 
 inline std::unique_ptr<TinyModel> make_tiny_model(const TinySpec& s, uint32_t seed = 1) {
   auto tm = std::make_unique<TinyModel>();
-  LlamaConfig& c = tm->model.config;
+  ModelConfig& c = tm->model.config;
   c.arch = "llama";
   c.dim = s.dim;
   c.n_layers = s.n_layers;

@@ -482,7 +482,7 @@ TEST(CpuBatch, OptionsDefaultsAndErrors) {
   EXPECT_EQ(be->seq_ctx(), 20);
 
   // The default pool is capped by memory, but holds at least one whole sequence.
-  const LlamaConfig& c = m.config;
+  const ModelConfig& c = m.config;
   const int64_t per_token = int64_t(2) * c.n_layers * c.kv_dim() * 4;
   BatchOptions big = cpu_opts(1000, 16);
   EXPECT_EQ(batch_geometry(c, big, per_token, per_token * 100).n_pages, 7);  // 100 -> 112

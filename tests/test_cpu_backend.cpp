@@ -58,7 +58,7 @@ void rope_d(std::vector<double>& v, int n_heads, int head_dim, int rope_dim, int
 
 // Logits of the last token of `tokens`, straight from the formulas in facts.md.
 std::vector<double> reference_logits(const Model& m, const std::vector<int>& tokens) {
-  const LlamaConfig& c = m.config;
+  const ModelConfig& c = m.config;
   const Weights& w = m.weights;
   const Mat emb = to_double(w.token_embd);
   const int n = static_cast<int>(tokens.size()), hd = c.head_dim;

@@ -27,7 +27,7 @@ TEST(GgufFiles, Stories260K) {
   const gguf::File& f = *m.file;
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.get_string("general.architecture"), "llama");
-  const LlamaConfig& c = m.config;
+  const ModelConfig& c = m.config;
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.n_layers, 5);
   EXPECT_EQ(c.n_heads, 8);

@@ -81,7 +81,7 @@ struct TinyLlama {
 void expect_model_error(TinyLlama& m, const std::string& sub) {
   try {
     const auto f = m.build();
-    const LlamaConfig c = load_config(*f);
+    const ModelConfig c = load_config(*f);
     load_weights(*f, c);
     ADD_FAILURE() << "loaded without error, expected '" << sub << "'";
   } catch (const Error& e) {
@@ -94,7 +94,7 @@ void expect_model_error(TinyLlama& m, const std::string& sub) {
 TEST(ModelLoad, TinyTiedWithDefaults) {
   TinyLlama m;
   const auto f = m.build();
-  const LlamaConfig c = load_config(*f);
+  const ModelConfig c = load_config(*f);
   EXPECT_EQ(c.arch, "llama");
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.n_layers, 2);
@@ -137,7 +137,7 @@ TEST(ModelLoad, UntiedAndExplicitRope) {
                 {"llama.rope.dimension_count", Value::u32(8)},
                 {"llama.vocab_size", Value::u32(40)}};
   const auto f = m.build();
-  const LlamaConfig c = load_config(*f);
+  const ModelConfig c = load_config(*f);
   EXPECT_FALSE(c.tied_output);
   EXPECT_EQ(c.rope_base, 100000.f);
   EXPECT_EQ(c.rope_dim, 8);

@@ -105,7 +105,7 @@ TEST_P(Stories, QuantizedWithinBoundsNormsF32) {
     });
     EXPECT_TRUE(noted);
   }
-  const LlamaConfig cfg = load_config(*out);
+  const ModelConfig cfg = load_config(*out);
   EXPECT_NO_THROW(load_weights(*out, cfg));
 }
 
@@ -373,7 +373,7 @@ TEST(QuantizeModel, StoriesToQ4_K_MEveryTensorWithinBounds) {
     // 5-bit and wider formats: relative RMS error below 5% (Q5_0 on N(0, s) data is ~3%).
     EXPECT_LE(std::sqrt(se / sx), 0.05) << ti.name << " as " << type_name(to->type);
   }
-  const LlamaConfig cfg = load_config(*out);
+  const ModelConfig cfg = load_config(*out);
   EXPECT_NO_THROW(load_weights(*out, cfg));
 }
 

@@ -364,7 +364,7 @@ class FixedLogitsBackend final : public Backend {
     logits_.resize(vocab);
   }
   std::string name() const override { return "fixed"; }
-  const LlamaConfig& config() const override { return cfg_; }
+  const ModelConfig& config() const override { return cfg_; }
   int n_ctx() const override { return 64; }
   int position() const override { return pos_; }
   void reset() override { pos_ = 0; }
@@ -382,7 +382,7 @@ class FixedLogitsBackend final : public Backend {
   std::vector<float> forward_prompt_all(std::span<const int>) override { return {}; }
 
  private:
-  LlamaConfig cfg_;
+  ModelConfig cfg_;
   int pos_ = 0;
   std::vector<float> logits_;
 };

@@ -34,7 +34,7 @@ class FakeBatch : public BatchBackend {
   }
   std::string name() const override { return "fake"; }
   std::string device_name() const override { return "fake"; }
-  const LlamaConfig& config() const override { return cfg_; }
+  const ModelConfig& config() const override { return cfg_; }
   int max_seqs() const override { return pages_.max_seqs(); }
   int seq_ctx() const override { return pages_.seq_ctx(); }
   int max_step_tokens() const override { return max_step_; }
@@ -118,7 +118,7 @@ class FakeBatch : public BatchBackend {
  private:
   KvPages pages_;
   int max_step_;
-  LlamaConfig cfg_;
+  ModelConfig cfg_;
   std::vector<std::vector<int>> hist_;
 };
 

@@ -69,7 +69,7 @@ TEST(Synth, SmolLM135MQ4_0LayoutAndCounts) {
   EXPECT_EQ(f->get_uint("general.file_type"), 2u);
   EXPECT_EQ(f->get_string_array("tokenizer.ggml.tokens").size(), 49152u);
 
-  const LlamaConfig c = load_config(*f);
+  const ModelConfig c = load_config(*f);
   EXPECT_EQ(c.dim, 576);
   EXPECT_EQ(c.n_layers, 30);
   EXPECT_EQ(c.n_heads, 9);
@@ -173,7 +173,7 @@ TEST(Synth, EveryTargetGivesALoadableTinyModel) {
     std::vector<uint8_t> bytes;
     auto f = synth_file(o, &bytes);
     EXPECT_EQ(f->get_uint("general.file_type"), llama_file_type(o.type)) << name;
-    const LlamaConfig c = load_config(*f);
+    const ModelConfig c = load_config(*f);
     EXPECT_NO_THROW(load_weights(*f, c)) << name;
   }
 }
@@ -231,7 +231,7 @@ TEST(Synth, TinyVocabMatchesEmbeddingRows) {
   EXPECT_EQ(tokens[3 + 'A'], "A");
   EXPECT_EQ(tokens[3 + 0xff], "\xC3\xBF");
   EXPECT_EQ(tokens[1], "<|im_start|>");
-  const LlamaConfig c = load_config(*f);
+  const ModelConfig c = load_config(*f);
   EXPECT_EQ(c.vocab_size, static_cast<int>(tokens.size()));
   EXPECT_NO_THROW(load_weights(*f, c));
 }

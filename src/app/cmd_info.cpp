@@ -64,7 +64,7 @@ ordered_json describe(const std::string& path) {
   // Model: hyperparameters when this is a llama model smolrt can run.
   ordered_json m;
   try {
-    const LlamaConfig c = load_config(*f);
+    const ModelConfig c = load_config(*f);
     load_weights(*f, c);
     m["supported"] = true;
     m["dim"] = c.dim;

@@ -27,7 +27,7 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string name() const = 0;  // "cpu" | "cuda"
-  virtual const LlamaConfig& config() const = 0;
+  virtual const ModelConfig& config() const = 0;
   virtual int n_ctx() const = 0;     // KV capacity in tokens
   virtual int position() const = 0;  // tokens currently in the KV cache
 

@@ -80,7 +80,7 @@ void BatchBackend::check_step(std::span<const SeqStep> batch) const {
          pages, " are needed; free a sequence or step fewer tokens");
 }
 
-BatchGeometry batch_geometry(const LlamaConfig& c, const BatchOptions& opt,
+BatchGeometry batch_geometry(const ModelConfig& c, const BatchOptions& opt,
                              int64_t kv_bytes_per_token, int64_t kv_cap_bytes) {
   if (opt.max_seqs <= 0)
     fail("max_seqs ", opt.max_seqs, " is invalid: allow at least 1 sequence (--parallel)");

@@ -41,7 +41,7 @@ struct BatchGeometry {
   int seq_ctx = 0;
   int n_pages = 0;
 };
-BatchGeometry batch_geometry(const LlamaConfig& c, const BatchOptions& opt,
+BatchGeometry batch_geometry(const ModelConfig& c, const BatchOptions& opt,
                              int64_t kv_bytes_per_token, int64_t kv_cap_bytes = int64_t(1) << 30);
 
 // One sequence's part of a step.
@@ -70,7 +70,7 @@ class BatchBackend {
 
   virtual std::string name() const = 0;  // "cpu" | "cuda"
   virtual std::string device_name() const = 0;
-  virtual const LlamaConfig& config() const = 0;
+  virtual const ModelConfig& config() const = 0;
   virtual int max_seqs() const = 0;
   virtual int seq_ctx() const = 0;  // positions per sequence at most
   virtual int max_step_tokens() const = 0;

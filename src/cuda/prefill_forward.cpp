@@ -30,7 +30,7 @@ void PrefillWorkspace::release() {
   cap_tokens_ = cap_logits_ = 0;
 }
 
-void PrefillWorkspace::reserve(const LlamaConfig& c, int max_tokens, int max_logit_rows) {
+void PrefillWorkspace::reserve(const ModelConfig& c, int max_tokens, int max_logit_rows) {
   const bool same_shape =
       dim_ == c.dim && q_dim_ == c.q_dim() && hidden_ == c.hidden_dim && vocab_ == c.vocab_size;
   if (same_shape && max_tokens <= cap_tokens_ && max_logit_rows <= cap_logits_) return;
@@ -59,7 +59,7 @@ void PrefillWorkspace::reserve(const LlamaConfig& c, int max_tokens, int max_log
 
 void attention_rows(const PrefillWeights& w, const PrefillLayerWeights& L, PrefillWorkspace& ws,
                     int n, const StepRows& rows, cudaStream_t s) {
-  const LlamaConfig& c = w.cfg;
+  const ModelConfig& c = w.cfg;
   PagedAttnArgs pa;
   pa.q = ws.q, pa.ldq = c.q_dim(), pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
   pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = c.q_dim(), pa.n = n;
@@ -72,7 +72,7 @@ void attention_rows(const PrefillWeights& w, const PrefillLayerWeights& L, Prefi
 
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
                      cudaStream_t s, const StepRows* rows) {
-  const LlamaConfig& c = w.cfg;
+  const ModelConfig& c = w.cfg;
   if (n <= 0 || n > ws.capacity())
     fail("prefill_forward: chunk of ", n, " tokens exceeds the workspace (", ws.capacity(), ")");
   if (!rows && (pos0 < 0 || pos0 + n > w.n_ctx))

@@ -34,7 +34,7 @@ struct PrefillLayerWeights {
 };
 
 struct PrefillWeights {
-  LlamaConfig cfg;
+  ModelConfig cfg;
   int n_ctx = 0;
   bool kv_half = true;
   // Embedding table (any type embed_batch takes); q == nullptr: prefill_forward skips the
@@ -54,7 +54,7 @@ class PrefillWorkspace {
   PrefillWorkspace& operator=(const PrefillWorkspace&) = delete;
 
   // Ensures room for max_tokens tokens per chunk and logits for max_logit_rows of them.
-  void reserve(const LlamaConfig& c, int max_tokens, int max_logit_rows);
+  void reserve(const ModelConfig& c, int max_tokens, int max_logit_rows);
   int capacity() const { return cap_tokens_; }
   int logit_capacity() const { return cap_logits_; }
   // Bumped by every reallocation: anything that baked in the buffer addresses (a captured graph)

@@ -7,7 +7,7 @@
 
 namespace smolrt::cuda {
 
-PrefillWeights prefill_view(const LlamaConfig& c, const DeviceWeights& dw, int n_ctx, bool kv_half,
+PrefillWeights prefill_view(const ModelConfig& c, const DeviceWeights& dw, int n_ctx, bool kv_half,
                             const std::vector<void*>& k_caches,
                             const std::vector<void*>& v_caches) {
   if (dw.layers.size() != (size_t)c.n_layers || k_caches.size() != dw.layers.size() ||
@@ -44,7 +44,7 @@ bool shape_is(const TensorView& t, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-bool prefill_fits(const LlamaConfig& c, const Weights& w) {
+bool prefill_fits(const ModelConfig& c, const Weights& w) {
   if (!attention_prefill_supports(c.head_dim) || c.dim % 32 != 0 || c.q_dim() % 32 != 0 ||
       c.hidden_dim % 32 != 0 || c.kv_dim() % 16 != 0 || c.rope_dim % 2 != 0 ||
       c.rope_dim > c.head_dim || (int)w.layers.size() != c.n_layers)
@@ -59,7 +59,7 @@ bool prefill_fits(const LlamaConfig& c, const Weights& w) {
   return true;
 }
 
-PrefillModel::PrefillModel(const LlamaConfig& c, const Weights& w, int n_ctx, bool kv_half) {
+PrefillModel::PrefillModel(const ModelConfig& c, const Weights& w, int n_ctx, bool kv_half) {
   if (!prefill_fits(c, w))
     fail("prefill: model shape/types not supported by the batched prefill kernels (layer type ",
          w.layers.empty() ? "none" : type_name(w.layers[0].wq.type), ", head_dim ", c.head_dim,

@@ -14,7 +14,7 @@
 namespace smolrt::cuda {
 
 // The PrefillWeights view of decode weights dw for KV caches k_cache(l) / v_cache(l).
-PrefillWeights prefill_view(const LlamaConfig& c, const DeviceWeights& dw, int n_ctx, bool kv_half,
+PrefillWeights prefill_view(const ModelConfig& c, const DeviceWeights& dw, int n_ctx, bool kv_half,
                             const std::vector<void*>& k_caches, const std::vector<void*>& v_caches);
 
 // True when prefill_forward takes this model: layer matrices the GEMM takes (gemm_q4.h, any
@@ -22,14 +22,14 @@ PrefillWeights prefill_view(const LlamaConfig& c, const DeviceWeights& dw, int n
 // head_dim the prefill attention supports, dims multiples of 32, q/kv dims multiples of 16 (the
 // embedding and lm_head run on the decode kernels, so any type the decode path takes is fine).
 // Otherwise the caller prefills token by token.
-bool prefill_fits(const LlamaConfig& c, const Weights& w);
+bool prefill_fits(const ModelConfig& c, const Weights& w);
 
 class PrefillModel {
  public:
   // Uploads w (upload_weights: Error naming a tensor without a CUDA kernel) and allocates a KV
   // cache of n_ctx positions per layer (fp16 or fp32). Throws smolrt::Error when prefill cannot
   // run the model's shapes.
-  PrefillModel(const LlamaConfig& c, const Weights& w, int n_ctx, bool kv_half);
+  PrefillModel(const ModelConfig& c, const Weights& w, int n_ctx, bool kv_half);
 
   const PrefillWeights& weights() const { return pw_; }
 

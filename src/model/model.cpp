@@ -1,4 +1,4 @@
-// LlamaConfig from GGUF metadata and Weights (typed views by role), with every shape and type
+// ModelConfig from GGUF metadata and Weights (typed views by role), with every shape and type
 // checked against the config.
 #include "model/model.h"
 
@@ -74,8 +74,20 @@ TensorView view(const gguf::File& f, const std::string& name, int64_t cols, int6
 // --- config
 // ---------------------------------------------------------------------------------------
 
-LlamaConfig load_config(const gguf::File& f) {
-  LlamaConfig c;
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::Llama:
+      return "llama";
+    case Arch::Qwen2:
+      return "qwen2";
+    case Arch::Gemma3:
+      return "gemma3";
+  }
+  return "?";
+}
+
+ModelConfig load_config(const gguf::File& f) {
+  ModelConfig c;
   if (!f.has("general.architecture")) {
     fail(f.path(),
          ": metadata 'general.architecture' is missing; this GGUF holds no model "
@@ -128,6 +140,7 @@ LlamaConfig load_config(const gguf::File& f) {
          " must be in (0, 1) (typically 1e-5)");
   }
   c.norm_eps = static_cast<float>(eps);
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (!embd) fail(f.path(), ": tensor 'token_embd.weight' is missing; cannot size the vocabulary");
@@ -147,7 +160,7 @@ LlamaConfig load_config(const gguf::File& f) {
 // --- weights
 // --------------------------------------------------------------------------------------
 
-Weights load_weights(const gguf::File& f, const LlamaConfig& c) {
+Weights load_weights(const gguf::File& f, const ModelConfig& c) {
   Weights w;
   const int64_t dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim(), hid = c.hidden_dim;
   w.token_embd = view(f, "token_embd.weight", dim, c.vocab_size, "dim x vocab_size");

@@ -16,7 +16,7 @@ namespace {
 
 // A random model held on the host: raw blocks (what the GPU gets) and doubles (the reference).
 struct HostModel {
-  LlamaConfig c;
+  ModelConfig c;
   std::vector<std::vector<uint8_t>> raw;  // keeps TensorView data alive
   std::vector<std::vector<float>> norms;
   Weights w;

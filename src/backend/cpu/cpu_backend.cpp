@@ -14,7 +14,7 @@ class CpuBackend final : public Backend {
   CpuBackend(const Model& m, const BackendOptions& opt);
 
   std::string name() const override { return "cpu"; }
-  const LlamaConfig& config() const override { return f_.config(); }
+  const ModelConfig& config() const override { return f_.config(); }
   int n_ctx() const override { return n_ctx_; }
   int position() const override { return pos_; }
 
@@ -33,14 +33,14 @@ class CpuBackend final : public Backend {
   std::string device_name() const override { return f_.device_name(); }
 
  private:
-  static int checked_ctx(const LlamaConfig& c, int n_ctx);
+  static int checked_ctx(const ModelConfig& c, int n_ctx);
 
   int n_ctx_ = 0;
   int pos_ = 0;
   cpu::Forward f_;
 };
 
-int CpuBackend::checked_ctx(const LlamaConfig& c, int n_ctx) {
+int CpuBackend::checked_ctx(const ModelConfig& c, int n_ctx) {
   if (n_ctx < 0)
     fail("--ctx ", n_ctx, " is invalid: it must be positive (0 = the model's ", c.n_ctx_train, ")");
   const int n = n_ctx > 0 ? n_ctx : c.n_ctx_train;

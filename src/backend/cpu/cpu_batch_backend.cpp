@@ -23,7 +23,7 @@ class CpuBatchBackend final : public BatchBackend {
 
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return f_.device_name(); }
-  const LlamaConfig& config() const override { return f_.config(); }
+  const ModelConfig& config() const override { return f_.config(); }
   int max_seqs() const override { return kv_.max_seqs(); }
   int seq_ctx() const override { return kv_.seq_ctx(); }
   int max_step_tokens() const override { return max_step_tokens_; }

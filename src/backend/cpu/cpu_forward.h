@@ -24,7 +24,7 @@ class Forward {
   // for an inconsistent model or bad counts.
   Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n_threads);
 
-  const LlamaConfig& config() const { return c_; }
+  const ModelConfig& config() const { return c_; }
   int n_threads() const { return n_threads_; }
   std::string device_name() const;  // the CPU's model name and thread count
 
@@ -55,7 +55,7 @@ class Forward {
   void record(int layer, const char* what, const float* v, int n);
   size_t layer_offset(int layer) const { return size_t(layer) * kv_tokens_ * kv_dim_; }
 
-  LlamaConfig c_;
+  ModelConfig c_;
   Weights w_;
   std::shared_ptr<gguf::File> file_;  // keeps the mapping the views point into alive
   int kv_tokens_ = 0;

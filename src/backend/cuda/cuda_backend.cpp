@@ -48,7 +48,7 @@ struct Scratch {
   int* sample_out;   // [1] sampled id (-1: candidate set too large, sample on the host)
 };
 
-void carve(cuda::Carver& c, Scratch& s, const LlamaConfig& cfg, int n_ctx) {
+void carve(cuda::Carver& c, Scratch& s, const ModelConfig& cfg, int n_ctx) {
   s.params = c.take<int>(2);
   s.x = c.take<float>(cfg.dim);
   s.xb = c.take<float>(cfg.dim);
@@ -127,7 +127,7 @@ class CudaBackend final : public CudaBackendApi {
   }
 
   std::string name() const override { return "cuda"; }
-  const LlamaConfig& config() const override { return cfg_; }
+  const ModelConfig& config() const override { return cfg_; }
   int n_ctx() const override { return n_ctx_; }
   int position() const override { return pos_; }
   void reset() override {
@@ -599,7 +599,7 @@ class CudaBackend final : public CudaBackendApi {
     kAllParts = 255
   };
 
-  LlamaConfig cfg_;
+  ModelConfig cfg_;
   CudaOptions copt_;
   int n_ctx_ = 0;
   int pos_ = 0;

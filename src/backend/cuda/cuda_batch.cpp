@@ -56,7 +56,7 @@ class CudaBatchBackend final : public BatchBackend {
 
   std::string name() const override { return "cuda"; }
   std::string device_name() const override;
-  const LlamaConfig& config() const override { return c_; }
+  const ModelConfig& config() const override { return c_; }
   int max_seqs() const override { return kv_->max_seqs(); }
   int seq_ctx() const override { return kv_->seq_ctx(); }
   int max_step_tokens() const override { return max_step_; }
@@ -76,7 +76,7 @@ class CudaBatchBackend final : public BatchBackend {
   void forward(int nb, int mb);
   void upload_tables(int seq);
 
-  LlamaConfig c_;
+  ModelConfig c_;
   int max_step_ = 0;
   int table_stride_ = 0;
   std::unique_ptr<KvPages> kv_;

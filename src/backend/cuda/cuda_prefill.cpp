@@ -18,7 +18,7 @@ std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWei
                                                  int n_ctx) {
   if (!prefill_fits(m.config, m.weights) || dw.layers.size() != m.weights.layers.size())
     return nullptr;
-  const LlamaConfig& c = m.config;
+  const ModelConfig& c = m.config;
   std::unique_ptr<CudaPrefill> p(new CudaPrefill());
   p->dw_ = &dw;
   const size_t kv_layer = (size_t)n_ctx * c.kv_dim();

@@ -69,7 +69,7 @@ DevMat stage_matrix(const TensorView& t, uint8_t* dst, const uint8_t* dev) {
   return m;
 }
 
-DeviceWeights upload_weights(const Weights& w, const LlamaConfig& c) {
+DeviceWeights upload_weights(const Weights& w, const ModelConfig& c) {
   const auto t0 = std::chrono::steady_clock::now();
   // 1. Validate everything before allocating anything.
   check_matrix(w.token_embd, "token embedding");

@@ -32,7 +32,7 @@ struct DeviceWeights {
 
 // Checks every tensor has a CUDA kernel for its type and shape (Error names the tensor, its type
 // and the supported ones), then uploads. Throws the out-of-memory Error from device_buffer.h.
-DeviceWeights upload_weights(const Weights& w, const LlamaConfig& c);
+DeviceWeights upload_weights(const Weights& w, const ModelConfig& c);
 
 // Building blocks (also used by the kernel tests): bytes of t's device image, and writing that
 // image to host staging memory `dst` for a device copy at `dev` (returns the DevMat for `dev`).
