@@ -77,7 +77,7 @@ int main(int argc, char** argv) try {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
   // --- model ---------------------------------------------------------------------------------
-  LlamaConfig c;
+  ModelConfig c;
   c.arch = "llama", c.dim = 576, c.n_layers = 30, c.n_heads = 9, c.n_kv_heads = 3;
   c.head_dim = 64, c.hidden_dim = 1536, c.vocab_size = 49152, c.n_ctx_train = 2048;
   c.rope_dim = 64, c.rope_base = 10000.f, c.tied_output = true;

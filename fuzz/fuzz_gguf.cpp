@@ -105,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error&) {
   }
   try {
-    const LlamaConfig c = load_config(*f);
+    const ModelConfig c = load_config(*f);
     const Weights w = load_weights(*f, c);
     check(w.layers.size() == static_cast<size_t>(c.n_layers));
   } catch (const Error&) {
