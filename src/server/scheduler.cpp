@@ -72,15 +72,16 @@ void Job::cancel() {
   if (!cancelled_.exchange(true) && on_cancel_) on_cancel_();
 }
 
-void Job::publish(const std::function<void(Delta&)>& f) {
+bool Job::publish(const std::function<void(Delta&)>& f, bool wake) {
   {
     std::lock_guard lk(mu_);
-    if (done_) return;
+    if (done_) return false;
     f(pending_);
     news_ = true;
     done_ = pending_.finished;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
+  return !wake;
 }
 
 // --- Scheduler -----------------------------------------------------------------------------------
@@ -125,6 +126,7 @@ Scheduler::Scheduler(BatchBackend& be, const Tokenizer& tok, Metrics* metrics, S
       pages_total_(be.kv_pages_total()),
       seq_ctx_(be.seq_ctx()) {
   publish_counts();
+  notifier_ = std::thread([this] { notifier_loop(); });
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -141,6 +143,45 @@ Scheduler::~Scheduler() {
       d.finished = true;
       d.finish_reason = "abort";
     });
+  hand_wakes();
+  {
+    std::lock_guard lk(wake_mu_);
+    wake_stop_ = true;
+  }
+  wake_cv_.notify_all();
+  notifier_.join();  // wakes what was handed before it stops
+}
+
+void Scheduler::post(const std::shared_ptr<Job>& job, const std::function<void(Delta&)>& f) {
+  if (job->publish(f, false)) posted_.push_back(job);
+}
+
+void Scheduler::hand_wakes() {
+  if (posted_.empty()) return;
+  {
+    std::lock_guard lk(wake_mu_);
+    if (to_wake_.empty()) {
+      to_wake_.swap(posted_);
+    } else {
+      to_wake_.insert(to_wake_.end(), posted_.begin(), posted_.end());
+      posted_.clear();
+    }
+  }
+  wake_cv_.notify_one();
+}
+
+void Scheduler::notifier_loop() {
+  std::vector<std::shared_ptr<Job>> batch;
+  while (true) {
+    {
+      std::unique_lock lk(wake_mu_);
+      wake_cv_.wait(lk, [&] { return wake_stop_ || !to_wake_.empty(); });
+      if (to_wake_.empty()) return;  // stopping, nothing left
+      batch.swap(to_wake_);
+    }
+    for (const auto& job : batch) job->wake();
+    batch.clear();  // drops the references outside the lock
+  }
 }
 
 std::shared_ptr<Job> Scheduler::submit(GenRequest r) {
@@ -213,6 +254,7 @@ void Scheduler::loop() {
     } catch (const std::exception& ex) {
       recover(ex.what());
     }
+    hand_wakes();
     publish_counts();
   }
 }
@@ -249,7 +291,7 @@ bool Scheduler::reap() {
     std::lock_guard lk(mu_);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if ((*it)->job->cancelled()) {
-        (*it)->job->publish([&](Delta& d) {
+        post((*it)->job, [&](Delta& d) {
           d.finished = true;
           d.finish_reason = "abort";
         });
@@ -327,7 +369,7 @@ void Scheduler::finish(Entry& e, const std::string& reason, const std::string& e
     tail += e.stop.flush();
   }
   const int n_gen = e.n_gen;
-  e.job->publish([&](Delta& d) {
+  post(e.job, [&](Delta& d) {
     d.text += tail;
     d.finished = true;
     d.finish_reason = reason;
@@ -366,7 +408,7 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
   std::string text;
   if (!eog) text = e.stop.push(e.dec.push(token));
   if (!text.empty() || lp) {
-    e.job->publish([&](Delta& d) {
+    post(e.job, [&](Delta& d) {
       d.text += text;
       if (lp) d.logprobs.push_back(std::move(*lp));
       d.n_prompt = e.n_prompt;
@@ -483,7 +525,7 @@ void Scheduler::run_step() {
       }
       if (e->n_done >= e->n_prompt) {
         e->prompt_scored = true;
-        e->job->publish([&](Delta& d) { d.prompt_logprobs = std::move(e->prompt_lp); });
+        post(e->job, [&](Delta& d) { d.prompt_logprobs = std::move(e->prompt_lp); });
       }
     }
     if (steps[i].sample) {

@@ -4,7 +4,9 @@
 //      budget (BatchBackend::max_step_tokens), so running streams keep advancing while long
 //      prompts arrive;
 //   3. the results are turned into text (StreamDecoder + StopMatcher per request) and logprobs,
-//      and handed to each request's Job.
+//      and handed to each request's Job. Waking the readers is a futex syscall per Job (~3-5 us
+//      each, the scheduler thread's largest cost per token: bench/bench_scheduler.cpp), so a
+//      notifier thread does it while the next step runs on the GPU.
 // Admission: the oldest waiting request gets a sequence when a slot is free and the KV pool has
 // pages for its tokens plus `headroom_tokens` beyond what admitted prompts still need. When a
 // decoding sequence cannot grow (pool full), the youngest running request is preempted: its
@@ -74,7 +76,10 @@ class Job {
 
  private:
   friend class Scheduler;
-  void publish(const std::function<void(Delta&)>& f);
+  // Applies f to the pending delta. Wakes the reader unless `wake` is false; then returns whether
+  // the caller must call wake() later (false when the job had already finished).
+  bool publish(const std::function<void(Delta&)>& f, bool wake = true);
+  void wake() { cv_.notify_all(); }
 
   GenRequest req_;
   std::chrono::steady_clock::time_point arrived_ = std::chrono::steady_clock::now();
@@ -128,6 +133,10 @@ class Scheduler {
   void on_token(Entry& e, int token, const std::vector<float>* logits, int row);
   void publish_counts();
   void recover(const std::string& what);
+  // publish() on the scheduler thread: the reader is woken by the notifier thread after the step.
+  void post(const std::shared_ptr<Job>& job, const std::function<void(Delta&)>& f);
+  void hand_wakes();  // gives the jobs posted since the last call to the notifier thread
+  void notifier_loop();
 
   BatchBackend& be_;
   const Tokenizer& tok_;
@@ -145,6 +154,13 @@ class Scheduler {
 
   std::vector<std::unique_ptr<Entry>> running_;  // scheduler thread only
   uint64_t next_order_ = 0;
+  std::vector<std::shared_ptr<Job>> posted_;  // scheduler thread only: jobs to wake
+
+  std::mutex wake_mu_;  // guards to_wake_, wake_stop_
+  std::condition_variable wake_cv_;
+  std::vector<std::shared_ptr<Job>> to_wake_;
+  bool wake_stop_ = false;
+  std::thread notifier_;
   std::thread thread_;
 };
 
