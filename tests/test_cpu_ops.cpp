@@ -266,6 +266,164 @@ TEST(CpuOps, SiluMulMatchesDouble) {
   }
 }
 
+// --- architecture ops: NeoX / frequency-factor RoPE, per-head norm, windowed attention, GELU ----
+
+TEST(CpuOps, RopeExtNeoxAndFreqFactorsMatchDouble) {
+  struct Shape {
+    int n_heads, head_dim, rope_dim;
+    float base;
+    bool neox, factors;
+  };
+  for (const Shape& s :
+       {Shape{4, 256, 256, 1e6f, true, false}, Shape{14, 64, 64, 1e6f, true, false},
+        Shape{3, 64, 32, 10000.f, true, false}, Shape{8, 64, 64, 500000.f, false, true},
+        Shape{2, 16, 16, 500000.f, true, true}}) {
+    std::vector<float> ff(s.rope_dim / 2);
+    for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.f + 31.f * float(i) / float(ff.size());
+    for (int pos : {0, 1, 5, 511, 512, 4097, 30000}) {
+      const int n = s.n_heads * s.head_dim;
+      const auto v0 = randn(n, 200 + pos);
+      std::vector<float> v = v0;
+      cpu::rope_ext(v.data(), s.n_heads, s.head_dim, s.rope_dim, pos, s.base, s.neox,
+                    s.factors ? ff.data() : nullptr);
+      std::vector<double> ref(v0.begin(), v0.end());
+      const int half = s.rope_dim / 2;
+      for (int h = 0; h < s.n_heads; ++h) {
+        for (int i = 0; i < half; ++i) {
+          const int a = h * s.head_dim + (s.neox ? i : 2 * i);
+          const int b = h * s.head_dim + (s.neox ? i + half : 2 * i + 1);
+          double th = pos * std::pow(double(s.base), -2.0 * i / s.rope_dim);
+          if (s.factors) th /= ff[size_t(i)];
+          ref[a] = v0[a] * std::cos(th) - v0[b] * std::sin(th);
+          ref[b] = v0[a] * std::sin(th) + v0[b] * std::cos(th);
+        }
+      }
+      for (int i = 0; i < n; ++i) {
+        EXPECT_NEAR(v[i], ref[i], 3e-6 * (std::fabs(ref[i]) + 1.0))
+            << "neox " << s.neox << " factors " << s.factors << " pos " << pos << " i " << i;
+      }
+      if (pos == 0) {
+        EXPECT_EQ(v, v0);
+      }
+    }
+  }
+  // NeoX really pairs (i, i + d/2): on a vector that is nonzero only in element 0 of the head,
+  // rotation moves it to element rope_dim/2, not element 1.
+  std::vector<float> e(16, 0.f);
+  e[0] = 1.f;
+  cpu::rope_ext(e.data(), 1, 16, 16, 1, 10000.f, true, nullptr);
+  EXPECT_NEAR(e[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(e[8], std::sin(1.0), 1e-6);
+  EXPECT_EQ(e[1], 0.f);
+  // rope() is rope_ext(normal, no factors), bit for bit.
+  auto a = randn(9 * 64, 7), b = a;
+  cpu::rope(a.data(), 9, 64, 64, 123, 100000.f);
+  cpu::rope_ext(b.data(), 9, 64, 64, 123, 100000.f, false, nullptr);
+  EXPECT_EQ(a, b);
+}
+
+TEST(CpuOps, HeadRmsNormMatchesDouble) {
+  for (auto [n_heads, hd] : {std::pair{4, 256}, std::pair{1, 256}, std::pair{8, 32}}) {
+    const auto x = randn(size_t(n_heads) * hd, 300 + hd, 2.5f);
+    auto w = randn(hd, 301);
+    for (float& v : w) v += 1.f;
+    std::vector<float> y = x;
+    cpu::head_rmsnorm(y.data(), n_heads, hd, w.data(), 1e-6f);
+    for (int h = 0; h < n_heads; ++h) {
+      double ss = 0;
+      for (int i = 0; i < hd; ++i) ss += double(x[h * hd + i]) * x[h * hd + i];
+      const double s = 1.0 / std::sqrt(ss / hd + 1e-6);
+      for (int i = 0; i < hd; ++i) {
+        const double r = x[h * hd + i] * s * w[i];
+        EXPECT_NEAR(y[h * hd + i], r, 1e-5 * std::fabs(r) + 1e-7) << h << " " << i;
+      }
+    }
+  }
+}
+
+TEST(CpuOps, WindowedAttentionWithScaleMatchesDoubleAndSkipsOldKeys) {
+  struct Shape {
+    int n_heads, n_kv_heads, head_dim;
+  };
+  const int page = 16;
+  for (const Shape& s : {Shape{4, 1, 256}, Shape{4, 2, 32}, Shape{9, 3, 64}}) {
+    for (auto [n_pos, window] : {std::pair{1, 8}, std::pair{8, 8}, std::pair{9, 8},
+                                 std::pair{100, 8}, std::pair{100, 33}, std::pair{700, 512}}) {
+      const int first = n_pos > window ? n_pos - window : 0;
+      const int kv_dim = s.n_kv_heads * s.head_dim;
+      const int n_pages = (n_pos + page - 1) / page;
+      // Pages in reverse pool order; the pool holds only the pages the window touches plus the
+      // last, and the slots before `first` hold NaN: a read of any of them poisons the output.
+      std::vector<int> pages(n_pages);
+      for (int i = 0; i < n_pages; ++i) pages[i] = n_pages - 1 - i;
+      const auto q = randn(s.n_heads * s.head_dim, n_pos, 1.5f);
+      auto k = randn(size_t(n_pages) * page * kv_dim, n_pos + 1, 1.5f);
+      auto v = randn(size_t(n_pages) * page * kv_dim, n_pos + 2);
+      auto row = [&](int t) { return (size_t(pages[t / page]) * page + t % page) * kv_dim; };
+      for (int t = 0; t < first; ++t) {
+        std::fill_n(&k[row(t)], kv_dim, kNaN);
+        std::fill_n(&v[row(t)], kv_dim, kNaN);
+      }
+      const float scale = 1.f / std::sqrt(float(s.head_dim)) * 0.75f;
+      std::vector<float> out(s.n_heads * s.head_dim, kNaN), scratch(n_pos, kNaN);
+      cpu::attention_paged(out.data(), q.data(), k.data(), v.data(), pages.data(), page, n_pos,
+                           s.n_heads, s.n_kv_heads, s.head_dim, scratch.data(), first, scale);
+      const int group = s.n_heads / s.n_kv_heads;
+      for (int h = 0; h < s.n_heads; ++h) {
+        const int kvh = h / group;
+        std::vector<double> p(n_pos, 0.0);
+        double mx = -1e300, sum = 0;
+        for (int t = first; t < n_pos; ++t) {
+          double d = 0;
+          for (int i = 0; i < s.head_dim; ++i)
+            d += double(q[h * s.head_dim + i]) * k[row(t) + kvh * s.head_dim + i];
+          p[t] = d * scale;
+          mx = std::max(mx, p[t]);
+        }
+        for (int t = first; t < n_pos; ++t) sum += (p[t] = std::exp(p[t] - mx));
+        for (int i = 0; i < s.head_dim; ++i) {
+          double ref = 0;
+          for (int t = first; t < n_pos; ++t) ref += p[t] / sum * v[row(t) + kvh * s.head_dim + i];
+          EXPECT_NEAR(out[h * s.head_dim + i], ref, 2e-5)
+              << "n_pos " << n_pos << " window " << window << " h " << h << " i " << i;
+        }
+      }
+    }
+  }
+  // first = 0 and the default scale: bit-identical to the plain call.
+  const auto q = randn(4 * 16, 1), k = randn(40 * 32, 2), v = randn(40 * 32, 3);
+  std::vector<float> a(64), b(64), sc(40);
+  cpu::attention(a.data(), q.data(), k.data(), v.data(), 40, 4, 2, 16, sc.data());
+  const int whole = 0;
+  cpu::attention_paged(b.data(), q.data(), k.data(), v.data(), &whole, 40, 40, 4, 2, 16, sc.data(),
+                       0, 0.f);
+  EXPECT_EQ(a, b);
+}
+
+TEST(CpuOps, GeluTanhMulMatchesDouble) {
+  auto g = randn(2048, 51, 3.0f);
+  const auto u = randn(2048, 52, 2.0f);
+  g[0] = 20.f;   // gelu(x) ~ x
+  g[1] = -20.f;  // gelu(x) ~ -0
+  g[2] = 0.f;
+  g[3] = -200.f;  // exp overflows to inf: -0, not NaN
+  std::vector<float> out(g.size(), kNaN);
+  cpu::gelu_tanh_mul(out.data(), g.data(), u.data(), static_cast<int>(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double x = g[i];
+    const double ref =
+        0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+    EXPECT_NEAR(out[i], ref, 2e-6 * std::fabs(ref) + 1e-7) << i << " x " << x;
+    EXPECT_FALSE(std::isnan(out[i]));
+  }
+  // Not the erf form: at x = -3 they differ by 4.2e-4 (-0.003637 vs -0.004050), 10% relative.
+  const float x = -3.f, up = 1.f;
+  float r = 0;
+  cpu::gelu_tanh_mul(&r, &x, &up, 1);
+  EXPECT_NEAR(r, -0.0036374, 2e-6);
+  EXPECT_GT(std::fabs(r - (-3.0) * 0.5 * (1 + std::erf(-3.0 / std::sqrt(2.0)))), 3e-4);
+}
+
 // --- argmax --------------------------------------------------------------------------------------
 
 TEST(CpuOps, ArgmaxEdgeCases) {

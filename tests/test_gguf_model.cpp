@@ -149,8 +149,8 @@ TEST(ModelLoad, UntiedAndExplicitRope) {
 
 TEST(ModelLoad, RejectsOtherArchitectures) {
   TinyLlama m;
-  m.arch = "qwen2";
-  expect_model_error(m, "architecture 'qwen2' is not supported");
+  m.arch = "falcon";
+  expect_model_error(m, "architecture 'falcon' is not supported");
   TinyLlama n;
   n.skip_kv = {"general.architecture"};
   expect_model_error(n, "'general.architecture' is missing");

@@ -1,6 +1,6 @@
-// smolrt info: what a GGUF file holds (GGUF facts, llama hyperparameters, tensor statistics,
-// tokenizer metadata), as text or --json. A file that is not a llama model still gets its GGUF
-// facts; the model part then says why it is absent or unsupported.
+// smolrt info: what a GGUF file holds (GGUF facts, the model's architecture and hyperparameters,
+// tensor statistics, tokenizer metadata), as text or --json. A file that is not a supported model
+// still gets its GGUF facts; the model part then says why it is absent or unsupported.
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -79,6 +79,24 @@ ordered_json describe(const std::string& path) {
     m["rope_base"] = c.rope_base;
     m["norm_eps"] = c.norm_eps;
     m["tied_output"] = c.tied_output;
+    // The architecture's switches (model/model.h's block).
+    m["family"] = arch_name(c.family);
+    m["q_dim"] = c.q_dim();
+    m["rope_type"] = c.rope_neox ? "neox" : "normal";
+    if (c.sliding_window > 0) m["rope_base_local"] = c.rope_base_swa;
+    m["rope_freq_factors"] = c.rope_freq_factors;
+    m["sliding_window"] = c.sliding_window;
+    std::vector<int> local;
+    for (int l = 0; l < c.n_layers; ++l) {
+      if (c.is_swa(l)) local.push_back(l);
+    }
+    m["local_layers"] = local;
+    m["attn_bias"] = c.attn_bias;
+    m["qk_norm"] = c.qk_norm;
+    m["post_norms"] = c.post_norms;
+    m["ffn_act"] = c.act == FfnAct::GeluTanh ? "gelu_tanh" : "silu";
+    m["embed_scale"] = c.embed_scale;
+    m["attn_scale"] = c.attn_scale;
   } catch (const Error& e) {
     m["supported"] = false;
     m["reason"] = e.what();
@@ -142,14 +160,37 @@ void print_text(const ordered_json& j) {
   std::printf("name:          %s\n", show(j["name"]).c_str());
   const ordered_json& m = j["model"];
   if (m["supported"].get<bool>()) {
-    std::printf("model:         llama, dim %s, %s layers, %s heads / %s kv heads, head_dim %s\n",
-                show(m["dim"]).c_str(), show(m["n_layers"]).c_str(), show(m["n_heads"]).c_str(),
-                show(m["n_kv_heads"]).c_str(), show(m["head_dim"]).c_str());
+    std::printf("model:         %s, dim %s, %s layers, %s heads / %s kv heads, head_dim %s\n",
+                show(m["family"]).c_str(), show(m["dim"]).c_str(), show(m["n_layers"]).c_str(),
+                show(m["n_heads"]).c_str(), show(m["n_kv_heads"]).c_str(),
+                show(m["head_dim"]).c_str());
     std::printf("               hidden_dim %s, vocab %s, ctx %s, rope dim %s base %s, eps %s, %s\n",
                 show(m["hidden_dim"]).c_str(), show(m["vocab_size"]).c_str(),
                 show(m["n_ctx_train"]).c_str(), show(m["rope_dim"]).c_str(),
                 show(m["rope_base"]).c_str(), show(m["norm_eps"]).c_str(),
                 m["tied_output"].get<bool>() ? "tied output" : "separate output.weight");
+    std::string rope = cat("rope:          ", show(m["rope_type"]), ", q_dim ", show(m["q_dim"]));
+    if (!m["rope_freq_factors"].empty()) {
+      rope += cat(", llama3 frequency factors (", m["rope_freq_factors"].size(), ", ",
+                  show(m["rope_freq_factors"].front()), " .. ", show(m["rope_freq_factors"].back()),
+                  ")");
+    }
+    std::printf("%s\n", rope.c_str());
+    if (m["sliding_window"].get<int>() > 0) {
+      std::string layers;
+      for (const auto& l : m["local_layers"]) layers += cat(layers.empty() ? "" : ",", show(l));
+      std::printf(
+          "attention:     sliding window %s on local layers [%s] (rope base %s), global "
+          "layers rope base %s\n",
+          show(m["sliding_window"]).c_str(), layers.c_str(), show(m["rope_base_local"]).c_str(),
+          show(m["rope_base"]).c_str());
+    }
+    std::printf(
+        "block:         q/k/v bias %s, qk-norm %s, post norms %s, ffn %s, embed scale %s, "
+        "attn scale %s\n",
+        m["attn_bias"].get<bool>() ? "yes" : "no", m["qk_norm"].get<bool>() ? "yes" : "no",
+        m["post_norms"].get<bool>() ? "yes" : "no", show(m["ffn_act"]).c_str(),
+        show(m["embed_scale"]).c_str(), show(m["attn_scale"]).c_str());
   } else {
     std::printf("model:         absent or unsupported: %s\n", show(m["reason"]).c_str());
   }

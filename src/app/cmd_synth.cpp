@@ -1,4 +1,5 @@
-// smolrt synth --preset smollm-135m|smollm-360m|smollm2-360m|smollm2-1.7b|tiny
+// smolrt synth --preset smollm-135m|smollm-360m|smollm2-360m|smollm2-1.7b|tiny|qwen2.5-0.5b|
+//                       llama-3.2-1b|gemma3-270m|tiny-qwen2|tiny-llama3|tiny-gemma3
 //              [--tokenizer tokenizer.json] [--type q4_0|q4_k_m|q6_k|...] [--seed N] -o out.gguf
 #include <chrono>
 #include <cstdio>
@@ -44,12 +45,13 @@ int run_synth(const SynthArgs& a) {
 }
 
 REGISTER_COMMAND(Command{
-    "synth", "Write a llama GGUF with random weights and a real model's shapes", 70,
-    [](CLI::App& sub) -> std::function<int()> {
+    "synth", "Write a GGUF (llama, qwen2, gemma3) with random weights and a real model's shapes",
+    70, [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<SynthArgs>();
       sub.add_option(
              "-p,--preset", a->preset,
-             "smollm-135m | smollm-360m (= smollm2-360m) | smollm2-360m | smollm2-1.7b | tiny")
+             "smollm-135m | smollm-360m (= smollm2-360m) | smollm2-360m | smollm2-1.7b | tiny | "
+             "qwen2.5-0.5b | llama-3.2-1b | gemma3-270m | tiny-qwen2 | tiny-llama3 | tiny-gemma3")
           ->capture_default_str();
       sub.add_option("--tokenizer", a->tokenizer,
                      "Hugging Face tokenizer.json to embed (default: a built-in byte-level vocab)");

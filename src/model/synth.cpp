@@ -1,6 +1,7 @@
 #include "model/synth.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/parallel_for.h"
@@ -30,6 +31,52 @@ const std::vector<SynthPreset> kPresets = {
     {"smollm2-1.7b", 2048, 24, 32, 32, 8192, 49152, 8192, 130000.0f, 1e-5f},
     // Seconds-fast tests: head_dim 16, GQA 2:1, all row lengths multiples of 32.
     {"tiny", 64, 2, 4, 2, 192, 0, 512, 10000.0f, 1e-5f},
+    // Qwen/Qwen2.5-0.5B config.json: hidden_size 896, intermediate_size 4864, num_hidden_layers
+    // 24, num_attention_heads 14, num_key_value_heads 2 (head_dim 64), vocab_size 151936,
+    // max_position_embeddings 32768, rope_theta 1e6, rms_norm_eps 1e-6, tie_word_embeddings true;
+    // q/k/v biases.
+    {"qwen2.5-0.5b", 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, 1e-6f, "qwen2"},
+    // meta-llama/Llama-3.2-1B config.json: hidden_size 2048, intermediate_size 8192,
+    // num_hidden_layers 16, num_attention_heads 32, num_key_value_heads 8 (head_dim 64),
+    // vocab_size 128256, max_position_embeddings 131072, rope_theta 500000, rms_norm_eps 1e-5,
+    // tie_word_embeddings true, rope_scaling {rope_type llama3, factor 32, low_freq_factor 1,
+    // high_freq_factor 4, original_max_position_embeddings 8192}.
+    {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.f, 1e-5f, "llama", 0, true, 32.f,
+     1.f, 4.f, 8192},
+    // google/gemma-3-270m config.json: hidden_size 640, intermediate_size 2048, num_hidden_layers
+    // 18, num_attention_heads 4, num_key_value_heads 1, head_dim 256, vocab_size 262144,
+    // max_position_embeddings 32768, rope_theta 1e6 (rope_local_base_freq 10000), rms_norm_eps
+    // 1e-6, sliding_window 512 (every 6th layer global), query_pre_attn_scalar 256, tied.
+    {"gemma3-270m", 640, 18, 4, 1, 2048, 262144, 32768, 1e6f, 1e-6f, "gemma3", 256, true, 0.f, 1.f,
+     4.f, 8192, 512},
+    // Seconds-fast family models: dim 256 and hidden 512 so every matrix row is whole 256-weight
+    // super-blocks (a q4_k model is Q4_K throughout), 2 layers, 4 heads / 2 KV heads, the byte
+    // vocab. tiny-qwen2: biases. tiny-llama3: llama3 frequency factors (rope base 500000,
+    // head_dim 64: pairs 0-14 keep factor 1, 15-17 are blended, 18-31 take 32) and an untied
+    // output.weight. tiny-gemma3: 4 layers, head_dim 128 != dim / n_heads = 64 (q_dim 512), a
+    // window of 8 and layers local, local, global, local.
+    {"tiny-qwen2", 256, 2, 4, 2, 512, 0, 512, 1e6f, 1e-6f, "qwen2"},
+    {"tiny-llama3", 256, 2, 4, 2, 512, 0, 512, 500000.f, 1e-5f, "llama", 0, false, 32.f, 1.f, 4.f,
+     8192},
+    {"tiny-gemma3",
+     256,
+     4,
+     4,
+     2,
+     512,
+     0,
+     512,
+     1e6f,
+     1e-6f,
+     "gemma3",
+     128,
+     true,
+     0.f,
+     1.f,
+     4.f,
+     8192,
+     8,
+     {1, 1, 0, 1}},
 };
 
 // --- counter-based normal generator --------------------------------------------------------------
@@ -194,10 +241,33 @@ VocabData builtin_byte_vocab(int pad_to) {
   return v;
 }
 
+std::vector<float> llama3_rope_factors(const SynthPreset& p, int rope_dim) {
+  // convert_hf_to_gguf.py LlamaModel.generate_extra_tensors (read, not copied): per frequency
+  // base^(-2i/rope_dim), wavelength 2 pi / freq; short wavelengths keep factor 1, long ones take
+  // `factor`, the band between blends 1 / ((1 - smooth) / factor + smooth).
+  const double low_wl = p.rope_orig_ctx / p.rope_low, high_wl = p.rope_orig_ctx / p.rope_high;
+  std::vector<float> f(static_cast<size_t>(rope_dim / 2));
+  for (int i = 0; i < rope_dim / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(p.rope_base), -2.0 * i / rope_dim);
+    const double wl = 2.0 * M_PI / freq;
+    double x = 1.0;
+    if (wl > low_wl) {
+      x = p.rope_factor;
+    } else if (wl >= high_wl) {
+      const double smooth = (p.rope_orig_ctx / wl - p.rope_low) / (p.rope_high - p.rope_low);
+      x = 1.0 / ((1.0 - smooth) / p.rope_factor + smooth);
+    }
+    f[size_t(i)] = static_cast<float>(x);
+  }
+  return f;
+}
+
 std::vector<TensorShape> synth_tensors(const SynthPreset& p, int n_vocab) {
-  const int head_dim = p.dim / p.n_heads;
+  const int head_dim = p.hd();
   const auto D = static_cast<uint64_t>(p.dim), H = static_cast<uint64_t>(p.hidden_dim);
   const auto KV = static_cast<uint64_t>(p.n_kv_heads * head_dim);
+  const auto QD = static_cast<uint64_t>(p.n_heads * head_dim);
+  const auto HD = static_cast<uint64_t>(head_dim);
   std::vector<TensorShape> t;
   auto add = [&t](std::string name, uint64_t cols, uint64_t rows) {
     TensorShape s;
@@ -208,6 +278,7 @@ std::vector<TensorShape> synth_tensors(const SynthPreset& p, int n_vocab) {
     t.push_back(std::move(s));
   };
   // The order llama.cpp's converter writes SmolLM files in (rows 0: a 1-D tensor).
+  if (p.rope_factor > 0.f) add("rope_freqs.weight", HD / 2, 0);
   add("token_embd.weight", D, static_cast<uint64_t>(n_vocab));
   for (int l = 0; l < p.n_layers; ++l) {
     const std::string b = cat("blk.", l, ".");
@@ -217,11 +288,23 @@ std::vector<TensorShape> synth_tensors(const SynthPreset& p, int n_vocab) {
     add(b + "ffn_up.weight", D, H);
     add(b + "ffn_norm.weight", D, 0);
     add(b + "attn_k.weight", D, KV);
-    add(b + "attn_output.weight", D, D);
-    add(b + "attn_q.weight", D, D);
+    add(b + "attn_output.weight", QD, D);
+    add(b + "attn_q.weight", D, QD);
     add(b + "attn_v.weight", D, KV);
+    if (p.arch == "qwen2") {
+      add(b + "attn_q.bias", QD, 0);
+      add(b + "attn_k.bias", KV, 0);
+      add(b + "attn_v.bias", KV, 0);
+    }
+    if (p.arch == "gemma3") {
+      add(b + "attn_q_norm.weight", HD, 0);
+      add(b + "attn_k_norm.weight", HD, 0);
+      add(b + "post_attention_norm.weight", D, 0);
+      add(b + "post_ffw_norm.weight", D, 0);
+    }
   }
   add("output_norm.weight", D, 0);
+  if (!p.tied) add("output.weight", D, static_cast<uint64_t>(n_vocab));
   return t;
 }
 
@@ -230,26 +313,39 @@ SynthModel synth_model(const SynthOptions& o) {
   const VocabData vocab = o.tokenizer_json.empty() ? builtin_byte_vocab(p.vocab_size)
                                                    : vocab_from_hf_json(o.tokenizer_json);
   const int n_vocab = static_cast<int>(vocab.tokens.size());
-  const int head_dim = p.dim / p.n_heads;
+  const int head_dim = p.hd();
 
   SynthModel m;
   m.vocab_size = n_vocab;
   gguf::Writer& w = m.writer;
   using gguf::Value;
-  w.set("general.architecture", Value::str("llama"));
+  w.set("general.architecture", Value::str(p.arch));
   w.set("general.name", Value::str(cat("smolrt synth ", p.name, " seed ", o.seed)));
   w.set("general.file_type", Value::u32(llama_file_type(o.type)));
   w.set("general.quantization_version", Value::u32(2));
-  w.set("llama.context_length", Value::u32(static_cast<uint32_t>(p.n_ctx)));
-  w.set("llama.embedding_length", Value::u32(static_cast<uint32_t>(p.dim)));
-  w.set("llama.block_count", Value::u32(static_cast<uint32_t>(p.n_layers)));
-  w.set("llama.feed_forward_length", Value::u32(static_cast<uint32_t>(p.hidden_dim)));
-  w.set("llama.attention.head_count", Value::u32(static_cast<uint32_t>(p.n_heads)));
-  w.set("llama.attention.head_count_kv", Value::u32(static_cast<uint32_t>(p.n_kv_heads)));
-  w.set("llama.rope.freq_base", Value::f32(p.rope_base));
-  w.set("llama.attention.layer_norm_rms_epsilon", Value::f32(p.norm_eps));
-  w.set("llama.vocab_size", Value::u32(static_cast<uint32_t>(n_vocab)));
-  w.set("llama.rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
+  const std::string a = p.arch + ".";
+  w.set(a + "context_length", Value::u32(static_cast<uint32_t>(p.n_ctx)));
+  w.set(a + "embedding_length", Value::u32(static_cast<uint32_t>(p.dim)));
+  w.set(a + "block_count", Value::u32(static_cast<uint32_t>(p.n_layers)));
+  w.set(a + "feed_forward_length", Value::u32(static_cast<uint32_t>(p.hidden_dim)));
+  w.set(a + "attention.head_count", Value::u32(static_cast<uint32_t>(p.n_heads)));
+  w.set(a + "attention.head_count_kv", Value::u32(static_cast<uint32_t>(p.n_kv_heads)));
+  w.set(a + "rope.freq_base", Value::f32(p.rope_base));
+  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(p.norm_eps));
+  w.set(a + "vocab_size", Value::u32(static_cast<uint32_t>(n_vocab)));
+  w.set(a + "rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
+  if (p.head_dim) {
+    w.set(a + "attention.key_length", Value::u32(static_cast<uint32_t>(p.head_dim)));
+    w.set(a + "attention.value_length", Value::u32(static_cast<uint32_t>(p.head_dim)));
+  }
+  if (p.sliding_window) {
+    w.set(a + "attention.sliding_window", Value::u32(static_cast<uint32_t>(p.sliding_window)));
+  }
+  if (!p.swa_pattern.empty()) {
+    std::vector<Value> on;
+    for (uint8_t x : p.swa_pattern) on.push_back(Value::boolean(x != 0));
+    w.set(a + "attention.sliding_window_pattern", Value::array(gguf::ValueType::BOOL, on));
+  }
   vocab_to_gguf(vocab, w);
 
   const std::vector<TensorShape> specs = synth_tensors(p, n_vocab);
@@ -267,7 +363,17 @@ SynthModel synth_model(const SynthOptions& o) {
     std::vector<uint8_t>& buf = m.buffers[i];
     buf.resize(rb * static_cast<size_t>(rows));
     const uint64_t key = stream_key(o.seed, s.name);
-    const float mean = vec ? 1.0f : 0.0f, std = vec ? 0.05f : 0.02f;
+    const bool bias = s.name.find(".bias") != std::string::npos;
+    const float mean = vec && !bias ? 1.0f : 0.0f, std = bias ? 0.1f : vec ? 0.05f : 0.02f;
+    if (s.name == "rope_freqs.weight") {  // computed, not random
+      const std::vector<float> f = llama3_rope_factors(p, head_dim);
+      buf.resize(f.size() * sizeof(float));
+      std::memcpy(buf.data(), f.data(), buf.size());
+      w.add_tensor(s.name, {cols}, GgmlType::F32, buf.data(), buf.size());
+      m.n_params += cols;
+      m.tensor_bytes += buf.size();
+      continue;
+    }
     parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
       std::vector<float> row(cols);
       std::vector<uint32_t> bits(cols);

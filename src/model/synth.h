@@ -1,5 +1,10 @@
-// `smolrt synth`: llama GGUF files with random weights and a real model's shapes, for speed work
-// and tests without downloading anything.
+// `smolrt synth`: GGUF files (llama, qwen2 or gemma3) with random weights and a real model's
+// shapes, for speed work and tests without downloading anything. A preset writes every key and
+// tensor its family needs (model/model.cpp's load_config reads them back): qwen2 the q/k/v
+// biases (~N(0, 0.1)); gemma3 attention.key_length, the sliding window (and, for the tiny preset,
+// a per-layer sliding_window_pattern), the per-head q/k norms and the post norms (~1 + N(0, 0.05),
+// as GGUF stores gemma norms with the +1 folded in); llama3 presets the rope_freqs.weight factors
+// computed as llama.cpp's converter does from (factor, low, high, original context).
 //
 // Weights: a counter-based hash (splitmix64 of seed, tensor name, element index) feeds an inverse
 // normal CDF, so every element is independent of thread count and tensor order, and a seed always
@@ -28,7 +33,7 @@
 namespace smolrt {
 
 struct SynthPreset {
-  std::string name;  // "smollm-135m" | "smollm-360m" | "smollm2-360m" | "smollm2-1.7b" | "tiny"
+  std::string name;  // "smollm-135m" | ... | "tiny" | "qwen2.5-0.5b" | "tiny-gemma3" | ...
   int dim;           // embedding_length
   int n_layers;      // block_count
   int n_heads;       // head_count
@@ -38,7 +43,22 @@ struct SynthPreset {
   int n_ctx;         // context_length
   float rope_base;   // rope.freq_base
   float norm_eps;    // layer_norm_rms_epsilon
+  std::string arch = "llama";  // general.architecture: "llama" | "qwen2" | "gemma3"
+  int head_dim = 0;            // attention.key_length; 0 = dim / n_heads (key not written)
+  bool tied = true;            // false: an output.weight is written
+  // llama3 RoPE scaling (rope_freqs.weight); rope_factor 0 = none.
+  float rope_factor = 0.f, rope_low = 1.f, rope_high = 4.f;
+  int rope_orig_ctx = 8192;
+  // gemma3: attention.sliding_window; swa_pattern non-empty: written as
+  // attention.sliding_window_pattern (one bool per layer), else the default period 6 applies.
+  int sliding_window = 0;
+  std::vector<uint8_t> swa_pattern = {};
+
+  int hd() const { return head_dim ? head_dim : dim / n_heads; }
 };
+
+// llama.cpp convert_hf_to_gguf.py's llama3 frequency factors for rope_dim and base, [rope_dim/2].
+std::vector<float> llama3_rope_factors(const SynthPreset& p, int rope_dim);
 
 // The preset by name; Error listing the known names otherwise.
 const SynthPreset& synth_preset(const std::string& name);

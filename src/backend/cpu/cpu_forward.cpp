@@ -13,7 +13,7 @@ namespace {
 
 std::vector<float> norm_to_f32(const TensorView& t, int dim) {
   if (t.rows * t.cols != dim) {
-    fail("norm tensor '", t.name, "' has ", t.rows * t.cols, " elements; expected dim = ", dim);
+    fail("norm tensor '", t.name, "' has ", t.rows * t.cols, " elements; expected ", dim);
   }
   std::vector<float> v(dim);
   dequant_row(TensorView{t.name, t.type, 1, dim, t.data, t.nbytes}, 0, v.data());
@@ -38,9 +38,30 @@ Forward::Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n
          c_.n_layers, ")");
   }
   kv_dim_ = c_.kv_dim();
+  if (c_.sliding_window < 0 ||
+      (!c_.swa_layers.empty() && c_.swa_layers.size() != static_cast<size_t>(c_.n_layers)) ||
+      (!c_.rope_freq_factors.empty() &&
+       c_.rope_freq_factors.size() != static_cast<size_t>(c_.rope_dim / 2))) {
+    fail("model config is inconsistent (sliding window ", c_.sliding_window, ", ",
+         c_.swa_layers.size(), " layer flags, ", c_.rope_freq_factors.size(),
+         " rope frequency factors)");
+  }
   for (const LayerWeights& l : w_.layers) {
     attn_norm_.push_back(norm_to_f32(l.attn_norm, c_.dim));
     ffn_norm_.push_back(norm_to_f32(l.ffn_norm, c_.dim));
+    if (c_.post_norms) {
+      post_attn_norm_.push_back(norm_to_f32(l.post_attn_norm, c_.dim));
+      post_ffn_norm_.push_back(norm_to_f32(l.post_ffn_norm, c_.dim));
+    }
+    if (c_.qk_norm) {
+      q_norm_.push_back(norm_to_f32(l.q_norm, c_.head_dim));
+      k_norm_.push_back(norm_to_f32(l.k_norm, c_.head_dim));
+    }
+    if (c_.attn_bias) {
+      bq_.push_back(norm_to_f32(l.bq, c_.q_dim()));
+      bk_.push_back(norm_to_f32(l.bk, c_.kv_dim()));
+      bv_.push_back(norm_to_f32(l.bv, c_.kv_dim()));
+    }
   }
   out_norm_ = norm_to_f32(w_.output_norm, c_.dim);
 
@@ -93,12 +114,26 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     return size_t(r.pages[r.pos / page_size]) * page_size + r.pos % page_size;
   };
 
-  for (int j = 0; j < n; ++j) embed(&x_[size_t(j) * dim], w_.token_embd, rows[j].token);
+  for (int j = 0; j < n; ++j) {
+    float* x = &x_[size_t(j) * dim];
+    embed(x, w_.token_embd, rows[j].token);
+    if (c_.embed_scale != 1.f) {
+      for (int i = 0; i < dim; ++i) x[i] *= c_.embed_scale;
+    }
+  }
   record(-1, "embed", &x_[size_t(last) * dim], dim);
+  const float* freq_factors = c_.rope_freq_factors.empty() ? nullptr : c_.rope_freq_factors.data();
+  auto add_bias = [n](float* y, const std::vector<float>& b) {
+    const size_t m = b.size();
+    for (int j = 0; j < n; ++j) {
+      for (size_t i = 0; i < m; ++i) y[size_t(j) * m + i] += b[i];
+    }
+  };
   for (int l = 0; l < c_.n_layers; ++l) {
     const LayerWeights& lw = w_.layers[l];
     float* k_layer = k_cache_.get() + layer_offset(l);
     float* v_layer = v_cache_.get() + layer_offset(l);
+    const float base = c_.layer_rope_base(l);
     // --- attention
     for (int j = 0; j < n; ++j)
       rmsnorm(&xb_[size_t(j) * dim], &x_[size_t(j) * dim], attn_norm_[l].data(), dim, c_.norm_eps);
@@ -106,12 +141,22 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     matmul(q_.data(), lw.wq, xb_.data(), n, n_threads_);
     matmul(k_.data(), lw.wk, xb_.data(), n, n_threads_);
     matmul(v_.data(), lw.wv, xb_.data(), n, n_threads_);
+    if (c_.attn_bias) {
+      add_bias(q_.data(), bq_[l]);
+      add_bias(k_.data(), bk_[l]);
+      add_bias(v_.data(), bv_[l]);
+    }
     // Every row's K/V goes to the pool before any row attends, so a sequence's later rows in
     // this step see its earlier ones.
     for (int j = 0; j < n; ++j) {
+      float* q = &q_[size_t(j) * q_dim];
       float* k = &k_[size_t(j) * kv_dim_];
-      rope(&q_[size_t(j) * q_dim], c_.n_heads, hd, c_.rope_dim, rows[j].pos, c_.rope_base);
-      rope(k, c_.n_kv_heads, hd, c_.rope_dim, rows[j].pos, c_.rope_base);
+      if (c_.qk_norm) {
+        head_rmsnorm(q, c_.n_heads, hd, q_norm_[l].data(), c_.norm_eps);
+        head_rmsnorm(k, c_.n_kv_heads, hd, k_norm_[l].data(), c_.norm_eps);
+      }
+      rope_ext(q, c_.n_heads, hd, c_.rope_dim, rows[j].pos, base, c_.rope_neox, freq_factors);
+      rope_ext(k, c_.n_kv_heads, hd, c_.rope_dim, rows[j].pos, base, c_.rope_neox, freq_factors);
       const size_t s = slot(rows[j]) * kv_dim_;
       std::copy_n(k, kv_dim_, k_layer + s);
       std::copy_n(&v_[size_t(j) * kv_dim_], kv_dim_, v_layer + s);
@@ -119,19 +164,35 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     for (int j = 0; j < n; ++j) {
       attention_paged(&att_out_[size_t(j) * q_dim], &q_[size_t(j) * q_dim], k_layer, v_layer,
                       rows[j].pages.data(), page_size, rows[j].pos + 1, c_.n_heads, c_.n_kv_heads,
-                      hd, att_.data());
+                      hd, att_.data(), c_.first_key(l, rows[j].pos), c_.attn_scale);
     }
     matmul(xb2_.data(), lw.wo, att_out_.data(), n, n_threads_);
+    if (c_.post_norms) {
+      for (int j = 0; j < n; ++j) {
+        float* y = &xb2_[size_t(j) * dim];
+        rmsnorm(y, y, post_attn_norm_[l].data(), dim, c_.norm_eps);
+      }
+    }
     for (size_t i = 0; i < size_t(n) * dim; ++i) x_[i] += xb2_[i];
     record(l, "attn_out", &x_[size_t(last) * dim], dim);
-    // --- feed-forward (SwiGLU)
+    // --- feed-forward (gated: SwiGLU or GELU(tanh))
     for (int j = 0; j < n; ++j)
       rmsnorm(&xb_[size_t(j) * dim], &x_[size_t(j) * dim], ffn_norm_[l].data(), dim, c_.norm_eps);
     record(l, "ffn_norm", &xb_[size_t(last) * dim], dim);
     matmul(hb_.data(), lw.w_gate, xb_.data(), n, n_threads_);
     matmul(hb2_.data(), lw.w_up, xb_.data(), n, n_threads_);
-    silu_mul(hb_.data(), hb_.data(), hb2_.data(), n * hidden);
+    if (c_.act == FfnAct::GeluTanh) {
+      gelu_tanh_mul(hb_.data(), hb_.data(), hb2_.data(), n * hidden);
+    } else {
+      silu_mul(hb_.data(), hb_.data(), hb2_.data(), n * hidden);
+    }
     matmul(xb2_.data(), lw.w_down, hb_.data(), n, n_threads_);
+    if (c_.post_norms) {
+      for (int j = 0; j < n; ++j) {
+        float* y = &xb2_[size_t(j) * dim];
+        rmsnorm(y, y, post_ffn_norm_[l].data(), dim, c_.norm_eps);
+      }
+    }
     for (size_t i = 0; i < size_t(n) * dim; ++i) x_[i] += xb2_[i];
     record(l, "ffn_out", &x_[size_t(last) * dim], dim);
   }

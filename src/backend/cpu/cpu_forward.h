@@ -1,9 +1,9 @@
-// The fp32 llama forward pass (llama2.c style) shared by the single-sequence CpuBackend and the
-// CPU BatchBackend, so there is one oracle: weights stay in the mmap (dequantized per block inside
-// matmul); norms as f32; activations for max_rows tokens and a KV pool are allocated once here,
-// never inside a forward step. The caller decides where positions live: a sequence's KV rows are
-// pages of page_size pool slots listed by its block table (the single-sequence backend uses one
-// page of its whole context).
+// The fp32 forward pass (llama2.c style) of every family model.h's block describes shared by the
+// single-sequence CpuBackend and the CPU BatchBackend, so there is one oracle: weights stay in the
+// mmap (dequantized per block inside matmul); norms as f32; activations for max_rows tokens and a
+// KV pool are allocated once here, never inside a forward step. The caller decides where positions
+// live: a sequence's KV rows are pages of page_size pool slots listed by its block table (the
+// single-sequence backend uses one page of its whole context).
 #pragma once
 
 #include <functional>
@@ -63,8 +63,11 @@ class Forward {
   int kv_dim_ = 0;
   bool debug_ = false;
 
-  // Norm weights as f32 (any stored type), [dim] each.
+  // Norm weights as f32 (any stored type), [dim] each; the optional ones (model.h's switches)
+  // empty when the config does not use them: q/k norms [head_dim], biases [q_dim] / [kv_dim].
   std::vector<std::vector<float>> attn_norm_, ffn_norm_;
+  std::vector<std::vector<float>> post_attn_norm_, post_ffn_norm_, q_norm_, k_norm_;
+  std::vector<std::vector<float>> bq_, bk_, bv_;
   std::vector<float> out_norm_;
 
   // Activations, [max_rows][...] each (row-major, one row per token).

@@ -288,34 +288,54 @@ void embed(float* out, const TensorView& embd, int token) {
 }
 
 void rope(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base) {
-  for (int i = 0; i < rope_dim / 2; ++i) {
+  rope_ext(v, n_heads, head_dim, rope_dim, pos, base, false, nullptr);
+}
+
+void rope_ext(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base, bool neox,
+              const float* freq_factors) {
+  const int half = rope_dim / 2;
+  for (int i = 0; i < half; ++i) {
     // Angles in double: the oracle should not lose precision at large positions.
-    const double theta = pos * std::pow(static_cast<double>(base), -2.0 * i / rope_dim);
+    double theta = pos * std::pow(static_cast<double>(base), -2.0 * i / rope_dim);
+    if (freq_factors) theta /= static_cast<double>(freq_factors[i]);
     const float c = static_cast<float>(std::cos(theta));
     const float s = static_cast<float>(std::sin(theta));
+    const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
     for (int h = 0; h < n_heads; ++h) {
-      float* p = v + static_cast<size_t>(h) * head_dim + 2 * i;
-      const float a = p[0], b = p[1];
-      p[0] = a * c - b * s;
-      p[1] = a * s + b * c;
+      float* p = v + static_cast<size_t>(h) * head_dim;
+      const float a = p[i0], b = p[i1];
+      p[i0] = a * c - b * s;
+      p[i1] = a * s + b * c;
     }
+  }
+}
+
+void head_rmsnorm(float* v, int n_heads, int head_dim, const float* w, float eps) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* p = v + static_cast<size_t>(h) * head_dim;
+    rmsnorm(p, p, w, head_dim, eps);
   }
 }
 
 void attention_paged(float* out, const float* q, const float* k_pool, const float* v_pool,
                      const int* pages, int page_size, int n_pos, int n_heads, int n_kv_heads,
-                     int head_dim, float* scratch) {
+                     int head_dim, float* scratch, int first, float scale) {
   const int group = n_heads / n_kv_heads;
   const int kv_dim = n_kv_heads * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  // Visits positions 0..n_pos-1 in order with the offset of their row: page by page, so the
+  if (scale == 0.f) scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (first < 0 || first >= n_pos) {
+    fail("internal: attention over keys ", first, "..", n_pos - 1, " is empty");
+  }
+  // Visits positions first..n_pos-1 in order with the offset of their row: page by page, so the
   // summation order (and every result bit) is that of a contiguous cache, and the rows of one page
-  // are read sequentially.
+  // are read sequentially. Pages wholly before `first` are never looked up.
   auto each_row = [&](auto&& fn) {
-    for (int t0 = 0, i = 0; t0 < n_pos; t0 += page_size, ++i) {
+    for (int i = first / page_size, t0 = i * page_size; t0 < n_pos; t0 += page_size, ++i) {
       const size_t base = static_cast<size_t>(pages[i]) * page_size * kv_dim;
       const int n = std::min(page_size, n_pos - t0);
-      for (int r = 0; r < n; ++r) fn(t0 + r, base + static_cast<size_t>(r) * kv_dim);
+      for (int r = std::max(0, first - t0); r < n; ++r) {
+        fn(t0 + r, base + static_cast<size_t>(r) * kv_dim);
+      }
     }
   };
   for (int h = 0; h < n_heads; ++h) {
@@ -331,7 +351,7 @@ void attention_paged(float* out, const float* q, const float* k_pool, const floa
       mx = std::max(mx, s);
     });
     float sum = 0.0f;
-    for (int t = 0; t < n_pos; ++t) {
+    for (int t = first; t < n_pos; ++t) {
       scratch[t] = std::exp(scratch[t] - mx);
       sum += scratch[t];
     }
@@ -357,6 +377,18 @@ void silu_mul(float* out, const float* gate, const float* up, int n) {
   for (int i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void gelu_tanh_mul(float* out, const float* gate, const float* up, int n) {
+  // 0.5 (1 + tanh(z)) == 1 / (1 + exp(-2z)): the same function without the cancellation of
+  // 1 + tanh(z) for z << 0 (which loses ~1e-5 relative at x = -3 in f32); exp overflowing to inf
+  // for very negative x gives -0, never NaN.
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float z = kSqrt2OverPi * g * (1.0f + 0.044715f * g * g);
+    out[i] = g / (1.0f + std::exp(-2.0f * z)) * up[i];
   }
 }
 

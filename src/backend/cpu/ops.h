@@ -30,6 +30,16 @@ void embed(float* out, const TensorView& embd, int token);
 // RoPE, "normal" GGUF llama style: rotate adjacent pairs (2i, 2i+1), i < rope_dim/2, of each of
 // n_heads heads (head_dim apart) by angle pos * base^(-2i/rope_dim). In place.
 void rope(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base);
+// The general form (ggml_rope_ext): pair i of a head is (2i, 2i+1), or with neox (i, i +
+// rope_dim/2) (qwen2, gemma3: HF rotate_half); angle pos * base^(-2i/rope_dim) / freq_factors[i]
+// when freq_factors is non-null ([rope_dim/2], llama3 scaling). Dimensions >= rope_dim are left
+// as they are. rope(...) == rope_ext(..., false, nullptr) bit for bit.
+void rope_ext(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base, bool neox,
+              const float* freq_factors);
+
+// Per-head RMSNorm (gemma3's q/k norm): each of n_heads vectors of head_dim values (contiguous)
+// becomes rmsnorm(v_h, w, eps) with the one weight w [head_dim]. In place.
+void head_rmsnorm(float* v, int n_heads, int head_dim, const float* w, float eps);
 
 // Causal grouped-query attention for one query token at position n_pos-1.
 // q: [n_heads*head_dim]; k_cache, v_cache: [n_pos][n_kv_heads*head_dim]; out: [n_heads*head_dim].
@@ -40,12 +50,18 @@ void attention(float* out, const float* q, const float* k_cache, const float* v_
 // The same over a paged KV pool (bit-identical results): position t's row is row t % page_size
 // of page pages[t / page_size], i.e. at pool + (pages[t / page_size] * page_size + t % page_size)
 // * n_kv_heads*head_dim. pages: at least ceil(n_pos / page_size) entries.
+// first: the first key position read (a sliding window: ModelConfig::first_key); keys before it
+// are never touched (their pages need not exist). scale: the softmax scale, 0 = 1/sqrt(head_dim).
+// With first = 0 and scale 0 the result is bit-identical to before these parameters existed.
 void attention_paged(float* out, const float* q, const float* k_pool, const float* v_pool,
                      const int* pages, int page_size, int n_pos, int n_heads, int n_kv_heads,
-                     int head_dim, float* scratch);
+                     int head_dim, float* scratch, int first = 0, float scale = 0.f);
 
 // out[i] = silu(gate[i]) * up[i]; silu(x) = x / (1 + exp(-x)).
 void silu_mul(float* out, const float* gate, const float* up, int n);
+// out[i] = gelu(gate[i]) * up[i] with the tanh approximation (ggml_gelu, HF gelu_pytorch_tanh):
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_tanh_mul(float* out, const float* gate, const float* up, int n);
 
 // Index of the largest value; ties -> lowest index; NaN never wins (all-NaN -> 0).
 int argmax(const float* x, int n);
