@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "test_util.h"
 
 namespace smolrt {
 namespace {
@@ -171,15 +172,15 @@ TEST(ModelArch, Llama3FrequencyFactorsAndUntiedOutput) {
   EXPECT_FALSE(c.rope_neox);
   EXPECT_FALSE(c.tied_output);
   ASSERT_EQ(c.rope_freq_factors.size(), 32u);
-  // base 500000, rope_dim 64, original ctx 8192, low 1, high 4: wavelength 2 pi * 500000^(i/32) is
-  // below 2048 for i <= 14 (factor 1), between 2048 and 8192 for i = 15..17 (blended: 1.651,
-  // 3.292, 9.667), above 8192 from i = 18 (factor 32).
-  for (int i = 0; i <= 14; ++i) EXPECT_EQ(c.rope_freq_factors[size_t(i)], 1.f) << i;
-  const double want[3] = {1.6513292457638984, 3.2922621029408843, 9.666728978753293};
-  for (int i = 15; i <= 17; ++i) {
-    EXPECT_NEAR(c.rope_freq_factors[size_t(i)], want[i - 15], 1e-5) << i;
+  // base 500000, rope_dim 64, original ctx 64, low 1, high 4: wavelength 2 pi * 500000^(i/32) is
+  // below 16 for i <= 2 (factor 1), between 16 and 64 for i = 3..5 (blended: 1.494, 2.889,
+  // 7.598), above 64 from i = 6 (factor 32).
+  for (int i = 0; i <= 2; ++i) EXPECT_EQ(c.rope_freq_factors[size_t(i)], 1.f) << i;
+  const double want[3] = {1.4935856818570363, 2.8886335541836115, 7.5980844527176};
+  for (int i = 3; i <= 5; ++i) {
+    EXPECT_NEAR(c.rope_freq_factors[size_t(i)], want[i - 3], 1e-5) << i;
   }
-  for (int i = 18; i < 32; ++i) EXPECT_EQ(c.rope_freq_factors[size_t(i)], 32.f) << i;
+  for (int i = 6; i < 32; ++i) EXPECT_EQ(c.rope_freq_factors[size_t(i)], 32.f) << i;
   const Weights w = load_weights(*f, c);
   EXPECT_NE(w.output.data, w.token_embd.data);
   EXPECT_THROW(require_cuda_arch_support(c), Error);
@@ -326,6 +327,45 @@ TEST(ModelArch, RealGemmaFileMatchesThePreset) {
     EXPECT_EQ(t->n_dims, s.n_dims) << s.name;
     EXPECT_EQ(t->ne[0], s.ne[0]) << s.name;
     EXPECT_EQ(t->ne[1], s.ne[1]) << s.name;
+  }
+}
+
+}  // namespace
+}  // namespace smolrt
+
+namespace smolrt {
+namespace {
+
+// `smolrt synth` + `smolrt info` on each tiny family preset: the architecture and its particulars.
+TEST(ModelArchCli, SynthThenInfoShowsTheSwitches) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  struct Case {
+    const char* preset;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {"tiny-qwen2",
+       {"model:         qwen2, dim 256", "rope:          neox, q_dim 256",
+        "block:         q/k/v bias yes, qk-norm no, post norms no, ffn silu, embed scale 1"}},
+      {"tiny-llama3",
+       {"model:         llama, dim 256", "separate output.weight",
+        "rope:          normal, q_dim 256, llama3 frequency factors (32, 1 .. 32)"}},
+      {"tiny-gemma3",
+       {"model:         gemma3, dim 256, 4 layers, 4 heads / 2 kv heads, head_dim 128",
+        "rope:          neox, q_dim 512",
+        "sliding window 8 on local layers [0,1,3] (rope base 10000), global layers rope base 1e+06",
+        "qk-norm yes, post norms yes, ffn gelu_tanh, embed scale 16"}},
+  };
+  for (const Case& c : cases) {
+    const std::string out = cat(dir, "/smolrt_arch_", ::getpid(), "_", c.preset, ".gguf");
+    const test::Proc s =
+        test::run_subcommand("synth", {"--preset", c.preset, "--type", "q8_0", "-o", out});
+    ASSERT_EQ(s.rc, 0) << s.err;
+    const test::Proc i = test::run_subcommand("info", {"-m", out});
+    std::filesystem::remove(out);
+    ASSERT_EQ(i.rc, 0) << i.err;
+    for (const std::string& w : c.want)
+      EXPECT_NE(i.out.find(w), std::string::npos) << w << "\n" << i.out;
   }
 }
 

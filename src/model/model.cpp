@@ -103,7 +103,9 @@ const char* arch_name(Arch a) {
 //   pairs (i, i + d/2)): keys qwen2.*, rope base qwen2.rope.freq_base.
 // gemma3 — llama.cpp LLM_ARCH_GEMMA3 (hparams: swa_type standard, set_swa_pattern(6): layer l is
 //   local iff l % 6 < 5; rope_freq_base_train_swa = 10000; n_swa from
-//   gemma3.attention.sliding_window; f_attention_scale = 1/sqrt(n_embd_head_k), 1/sqrt(dim /
+//   gemma3.attention.sliding_window, and llama-kv-cache's is_masked_swa (standard) hides key p0
+//   from query p1 when p1 - p0 >= n_swa: a query sees itself and the n_swa - 1 keys before it,
+//   which is ModelConfig::first_key; f_attention_scale = 1/sqrt(n_embd_head_k), 1/sqrt(dim /
 //   n_heads) for the 27B; graph: inp * sqrt(n_embd), attn_q_norm / attn_k_norm per head before
 //   RoPE NEOX, post_attention_norm and post_ffw_norm, GELU-gated FFN (ggml_gelu: tanh form)),
 //   HF modeling_gemma3.py (query_pre_attn_scalar ** -0.5, rope_local_base_freq 10000,

@@ -51,13 +51,14 @@ const std::vector<SynthPreset> kPresets = {
      4.f, 8192, 512},
     // Seconds-fast family models: dim 256 and hidden 512 so every matrix row is whole 256-weight
     // super-blocks (a q4_k model is Q4_K throughout), 2 layers, 4 heads / 2 KV heads, the byte
-    // vocab. tiny-qwen2: biases. tiny-llama3: llama3 frequency factors (rope base 500000,
-    // head_dim 64: pairs 0-14 keep factor 1, 15-17 are blended, 18-31 take 32) and an untied
-    // output.weight. tiny-gemma3: 4 layers, head_dim 128 != dim / n_heads = 64 (q_dim 512), a
+    // vocab. tiny-qwen2: biases. tiny-llama3: llama3 frequency factors and an untied output.weight;
+    // its "original context" is 64 (not 8192) so the factors reach fast-turning pairs and matter
+    // within a short prompt (rope base 500000, head_dim 64: pairs 0-2 keep factor 1, 3-5 are
+    // blended, 6-31 take 32). tiny-gemma3: 4 layers, head_dim 128 != dim / n_heads = 64 (q_dim 512), a
     // window of 8 and layers local, local, global, local.
     {"tiny-qwen2", 256, 2, 4, 2, 512, 0, 512, 1e6f, 1e-6f, "qwen2"},
     {"tiny-llama3", 256, 2, 4, 2, 512, 0, 512, 500000.f, 1e-5f, "llama", 0, false, 32.f, 1.f, 4.f,
-     8192},
+     64},
     {"tiny-gemma3",
      256,
      4,

@@ -302,6 +302,13 @@ def check_model(a, path, ids, label):
     if ok and not wrong > TOL:
         print(f"FAILED {label}: the sensitivity check cannot tell the RoPE conventions apart")
         return 1
+    if ok and cfg["freq_factors"] is not None:
+        # The llama3 frequency factors must matter: the reference without them is far off.
+        plain = rel_l2(forward(dict(cfg, freq_factors=None), w, ids)[-1], want[-1])
+        print(f"   {label}: without the RoPE frequency factors the reference moves by {plain:.3e}")
+        if not plain > TOL:
+            print(f"FAILED {label}: the sensitivity check cannot see the frequency factors")
+            return 1
     if ok and cfg["window"] > 0 and len(ids) > cfg["window"]:
         # The window must matter: the same model with full attention everywhere is far off.
         full = rel_l2(forward(dict(cfg, window=0), w, ids)[-1], want[-1])
@@ -376,6 +383,15 @@ def check_real_gemma(a, path):
               f"error of the last position {err:.3e} (bound {TOL:g}); top-10 f64 {top_w}, "
               f"smolrt {top_g}")
         rc |= 0 if ok else 1
+        if len(ids) > cfg["window"] > 0:
+            # The long prompt must depend on the window: full attention on every layer moves the
+            # reference's last position by more than TOL.
+            full = rel_l2(forward(dict(cfg, window=0), w, ids, last_only=True)[0], want)
+            print(f"   {label}: without the sliding window of {cfg['window']} the reference "
+                  f"moves by {full:.3e}")
+            if not full > TOL:
+                print(f"FAILED {label}: the sensitivity check cannot see the sliding window")
+                rc = 1
     return rc
 
 

@@ -1,6 +1,9 @@
 // CpuBackend: the fp32 oracle for one sequence. The forward pass is cpu::Forward (shared with the
-// CPU BatchBackend), one token at a time; here the KV pool is one page of n_ctx positions, so
+// CPU BatchBackend): decode one token at a time, prompts in chunks of kPromptRows tokens (the
+// logits only of the rows that need them); the KV pool is one page of n_ctx positions, so
 // position p is slot p.
+#include <algorithm>
+
 #include "backend/backend.h"
 #include "backend/cpu/cpu_forward.h"
 #include "core/error.h"
@@ -34,6 +37,12 @@ class CpuBackend final : public Backend {
 
  private:
   static int checked_ctx(const ModelConfig& c, int n_ctx);
+  void check_prompt(std::span<const int> tokens) const;
+  // Runs tokens at pos_.. through the model kPromptRows at a time (each weight row read once per
+  // chunk; every row's arithmetic is that of forward_token); on_logits gets the logits of the
+  // rows that want them: all rows, or only the very last.
+  void run_prompt(std::span<const int> tokens, bool all, const cpu::Forward::LogitsFn& on_logits);
+  static constexpr int kPromptRows = 32;
 
   int n_ctx_ = 0;
   int pos_ = 0;
@@ -53,7 +62,7 @@ int CpuBackend::checked_ctx(const ModelConfig& c, int n_ctx) {
 }
 
 CpuBackend::CpuBackend(const Model& m, const BackendOptions& opt)
-    : n_ctx_(checked_ctx(m.config, opt.n_ctx)), f_(m, n_ctx_, n_ctx_, 1, opt.n_threads) {}
+    : n_ctx_(checked_ctx(m.config, opt.n_ctx)), f_(m, n_ctx_, n_ctx_, kPromptRows, opt.n_threads) {}
 
 void CpuBackend::rollback(int pos) {
   if (pos < 0 || pos > pos_) {
@@ -74,31 +83,47 @@ std::span<const float> CpuBackend::forward_token(int token, int pos) {
   return logits;
 }
 
-std::span<const float> CpuBackend::forward_prompt(std::span<const int> tokens) {
-  if (tokens.empty()) fail("forward_prompt needs at least one token");
+void CpuBackend::check_prompt(std::span<const int> tokens) const {
+  if (tokens.empty()) fail("a prompt needs at least one token");
   for (int t : tokens) check_token(t);
   if (pos_ + static_cast<int64_t>(tokens.size()) > n_ctx_) {
     fail("the prompt has ", tokens.size(), " tokens but only ", n_ctx_ - pos_, " of the ", n_ctx_,
          " context positions are free; use a larger --ctx or a shorter prompt");
   }
+}
+
+void CpuBackend::run_prompt(std::span<const int> tokens, bool all,
+                            const cpu::Forward::LogitsFn& on_logits) {
+  static constexpr int kWhole[1] = {0};  // one page holding the whole context
+  const int n = static_cast<int>(tokens.size());
+  cpu::Forward::Row rows[kPromptRows];
+  for (int i0 = 0; i0 < n;) {
+    // With every row's logits wanted, the last token runs alone, so its logits sit where a
+    // forward_token's would (callers have read that buffer after forward_prompt_all).
+    const int m =
+        all && i0 < n - 1 ? std::min(kPromptRows, n - 1 - i0) : std::min(kPromptRows, n - i0);
+    for (int j = 0; j < m; ++j) {
+      rows[j] = cpu::Forward::Row{tokens[size_t(i0 + j)], pos_ + j, kWhole, all || i0 + j == n - 1};
+    }
+    f_.forward({rows, size_t(m)}, n_ctx_, on_logits);
+    pos_ += m;
+    i0 += m;
+  }
+}
+
+std::span<const float> CpuBackend::forward_prompt(std::span<const int> tokens) {
+  check_prompt(tokens);
   std::span<const float> out;
-  for (int t : tokens) out = forward_token(t, pos_);
-  return out;
+  run_prompt(tokens, false, [&](int, std::span<const float> l) { out = l; });
+  return out;  // the last row's logits stay valid until the next forward()
 }
 
 std::vector<float> CpuBackend::forward_prompt_all(std::span<const int> tokens) {
-  if (tokens.empty()) fail("forward_prompt_all needs at least one token");
-  for (int t : tokens) check_token(t);
-  if (pos_ + static_cast<int64_t>(tokens.size()) > n_ctx_) {
-    fail("the prompt has ", tokens.size(), " tokens but only ", n_ctx_ - pos_, " of the ", n_ctx_,
-         " context positions are free; use a larger --ctx or a shorter prompt");
-  }
+  check_prompt(tokens);
   std::vector<float> all;
   all.reserve(tokens.size() * size_t(config().vocab_size));
-  for (int t : tokens) {
-    std::span<const float> l = forward_token(t, pos_);
-    all.insert(all.end(), l.begin(), l.end());
-  }
+  run_prompt(tokens, true,
+             [&](int, std::span<const float> l) { all.insert(all.end(), l.begin(), l.end()); });
   return all;
 }
 
