@@ -16,6 +16,7 @@
 #include "backend/kv_pages.h"
 #include "core/error.h"
 #include "cpu_test_util.h"
+#include "model/synth.h"
 #include "runtime/sampler.h"
 
 namespace smolrt {
@@ -330,14 +331,26 @@ void check_prompts_then_decode(const Model& m, int page_size) {
   }
 }
 
-// The same checks on stories260K (a trained model, vocab 512) and on a tiny random model (GQA,
-// mixed weight types; needs no fixtures).
+// The same checks on stories260K (a trained model, vocab 512), on a tiny random model (GQA,
+// mixed weight types; needs no fixtures) and on the qwen2 / llama3 / gemma3 tiny synth presets.
 class CpuBatchModel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "tiny") {
       tiny_ = test::make_tiny_model({}, 7);
       m_ = &tiny_->model;
+      return;
+    }
+    if (GetParam().rfind("synth_", 0) == 0) {  // a family's tiny synth preset, q8_0
+      SynthOptions o;
+      o.preset = GetParam().substr(6);
+      std::replace(o.preset.begin(), o.preset.end(), '_', '-');
+      o.type = GgmlType::Q8_0;
+      o.seed = 11;
+      loaded_.file = gguf::File::parse(synth_model(o).writer.to_bytes(), o.preset);
+      loaded_.config = load_config(*loaded_.file);
+      loaded_.weights = load_weights(*loaded_.file, loaded_.config);
+      m_ = &loaded_;
       return;
     }
     REQUIRE_FIXTURE(path, "models/stories260K.gguf");
@@ -352,7 +365,11 @@ class CpuBatchModel : public ::testing::TestWithParam<std::string> {
   Model loaded_;
   const Model* m_ = nullptr;
 };
-INSTANTIATE_TEST_SUITE_P(Models, CpuBatchModel, ::testing::Values("tiny", "stories260K"),
+// synth_tiny_gemma3: prompts of up to 33 tokens against a window of 8 on pages of 16 and 3, so a
+// local layer's attention starts inside a page and skips whole pages.
+INSTANTIATE_TEST_SUITE_P(Models, CpuBatchModel,
+                         ::testing::Values("tiny", "stories260K", "synth_tiny_qwen2",
+                                           "synth_tiny_llama3", "synth_tiny_gemma3"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST_P(CpuBatchModel, PromptsThenDecodeMatchAlone) {

@@ -54,7 +54,8 @@ const std::vector<SynthPreset> kPresets = {
     // vocab. tiny-qwen2: biases. tiny-llama3: llama3 frequency factors and an untied output.weight;
     // its "original context" is 64 (not 8192) so the factors reach fast-turning pairs and matter
     // within a short prompt (rope base 500000, head_dim 64: pairs 0-2 keep factor 1, 3-5 are
-    // blended, 6-31 take 32). tiny-gemma3: 4 layers, head_dim 128 != dim / n_heads = 64 (q_dim 512), a
+    // blended, 6-31 take 32). tiny-gemma3: 4 layers, head_dim 128 != dim / n_heads = 64 (q_dim
+    // 512), a
     // window of 8 and layers local, local, global, local.
     {"tiny-qwen2", 256, 2, 4, 2, 512, 0, 512, 1e6f, 1e-6f, "qwen2"},
     {"tiny-llama3", 256, 2, 4, 2, 512, 0, 512, 500000.f, 1e-5f, "llama", 0, false, 32.f, 1.f, 4.f,
