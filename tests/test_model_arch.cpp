@@ -267,6 +267,11 @@ TEST(ModelArch, MalformedFilesNameKeyOrTensor) {
   l3.set = {{"llama.rope.scaling.type", Value::str("llama3")}};
   l3.drop = {"rope_freqs.weight"};
   expect_error("tiny-llama3", l3, "tensor 'rope_freqs.weight' is missing");
+  Edit sc;  // an explicit softmax scale is used as given; a non-positive one is refused
+  sc.set = {{"qwen2.attention.scale", Value::f32(0.5f)}};
+  EXPECT_EQ(load_config(*synth_file("tiny-qwen2", sc)).attn_scale, 0.5f);
+  sc.set = {{"qwen2.attention.scale", Value::f32(0.f)}};
+  expect_error("tiny-qwen2", sc, "qwen2.attention.scale 0 must be a positive finite number");
   // Linear with factor 1 is "no scaling" and loads.
   Edit ok;
   ok.set = {{"qwen2.rope.scaling.type", Value::str("linear")},
