@@ -317,6 +317,13 @@ def check_model(a, path, ids, label):
         if not full > TOL:
             print(f"FAILED {label}: the sensitivity check cannot see the sliding window")
             return 1
+        # And the local layers' own RoPE base must matter.
+        one = rel_l2(forward(dict(cfg, rope_base_local=cfg["rope_base"]), w, ids)[-1], want[-1])
+        print(f"   {label}: with the global RoPE base on the local layers too the reference moves "
+              f"by {one:.3e}")
+        if not one > TOL:
+            print(f"FAILED {label}: the sensitivity check cannot see the local RoPE base")
+            return 1
     return 0 if ok else 1
 
 
