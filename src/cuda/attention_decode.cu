@@ -6,6 +6,8 @@
 // from shared memory (no block reduction); pass 2 accumulates V coalesced over head_dim.
 #include "cuda/attention_decode.h"
 
+#include <type_traits>
+
 #include "core/error.h"
 #include "cuda/device_common.cuh"
 #include "cuda/launch.h"
@@ -14,8 +16,13 @@ namespace smolrt::cuda {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int kAttnTabMax = 256;           // block-table entries a split stages in shared memory
-constexpr int kTpp = kThreads / kAttnSub;  // threads per scored position
+constexpr int kAttnTabMax = 256;  // block-table entries a split stages in shared memory
+// Positions scored together: kAttnSub, or half of it for head_dim 256 (8 threads per position
+// then, so the K, Q and V registers per thread stay at 32 each).
+template <int HD>
+constexpr int sub_of() {
+  return HD > 128 ? kAttnSub / 2 : kAttnSub;
+}
 
 // PAGED: position t's K/V row is table[t / page] * page + t % page (a paged pool's block
 // table), else t.
@@ -24,11 +31,13 @@ __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
                             const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
                             float* partials, int* counters, const int* tables, const int* seq,
-                            int stride, int page) {
+                            int stride, int page, int window, float scale_arg) {
+  constexpr int SUB = sub_of<HD>();
+  constexpr int kTpp = kThreads / SUB;                // threads per scored position
   constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
   constexpr int G = kThreads / HD;                    // pass-2 position groups
-  constexpr int PPT = kAttnSub / G > 0 ? kAttnSub / G : 1;
-  __shared__ float sscore[kAttnSub];
+  constexpr int PPT = SUB / G > 0 ? SUB / G : 1;
+  __shared__ float sscore[SUB];
   __shared__ float sacc[kThreads];
   __shared__ int last;
 
@@ -36,13 +45,15 @@ __global__ void __launch_bounds__(kThreads)
   // step's last kernel (argmax hand-off), complete before this step's first kernel passes its
   // wait; cached K/V rows before it were written by earlier steps: both may be read before the
   // PDL wait. Only q and the current position's K/V row come from the previous kernel.
+  // Keys [lo, n_pos): the whole context, or the last `window` positions (sliding window).
   const int n_pos = *pos_ptr + 1;
   const int cur = n_pos - 1;
+  const int lo = window > 0 && n_pos > window ? n_pos - window : 0;
   const int h = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
-  const int subs = (n_pos + kAttnSub - 1) / kAttnSub;
-  const int chunk = kAttnSub * ((subs + n_splits_max - 1) / n_splits_max);
-  const int n_split = (n_pos + chunk - 1) / chunk;
-  const int start = split * chunk;
+  const int subs = (n_pos - lo + SUB - 1) / SUB;
+  const int chunk = SUB * ((subs + n_splits_max - 1) / n_splits_max);
+  const int n_split = (n_pos - lo + chunk - 1) / chunk;
+  const int start = lo + split * chunk;
   if (start >= n_pos) {
     pdl_wait();  // every block waits, so completion stays transitive along the chain
     return;
@@ -50,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
   const int end = min(n_pos, start + chunk);
   const int kv_dim = n_kv_heads * HD;
   const int kvh = h / (n_heads / n_kv_heads);
-  const float scale = rsqrtf((float)HD);
+  const float scale = scale_arg > 0.f ? scale_arg : rsqrtf((float)HD);
 
   // Pass-1 role: position tid/kTpp of the sub-chunk, dims [j*DPT, j*DPT+DPT).
   const int pp = tid / kTpp, j = tid % kTpp;
@@ -130,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   float m_run = -INFINITY, l_run = 0.f, acc = 0.f;
-  for (int c0 = start; c0 < end; c0 += kAttnSub) {
+  for (int c0 = start; c0 < end; c0 += SUB) {
     if (c0 != start) load_kv(c0, -1);
     const int t = c0 + pp;
     float s = 0.f;
@@ -144,12 +155,12 @@ __global__ void __launch_bounds__(kThreads)
     // then recomputes the p's it needs (no second barrier). Scores past the end are -inf: p = 0.
     float m_c = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < kAttnSub / 32; ++k) m_c = fmaxf(m_c, sscore[lane + 32 * k]);
+    for (int k = 0; k < SUB / 32; ++k) m_c = fmaxf(m_c, sscore[lane + 32 * k]);
     const float m_new = fmaxf(m_run, warp_max(m_c));
     const float corr = expf(m_run - m_new);
     float lsum = 0.f;
 #pragma unroll
-    for (int k = 0; k < kAttnSub / 32; ++k) lsum += expf(sscore[lane + 32 * k] - m_new);
+    for (int k = 0; k < SUB / 32; ++k) lsum += expf(sscore[lane + 32 * k] - m_new);
     l_run = l_run * corr + warp_sum(lsum);
     acc *= corr;
 #pragma unroll
@@ -213,16 +224,16 @@ __global__ void __launch_bounds__(kThreads)
 template <int HD>
 void launch_hd(float* out, const float* q, const float* k, const float* v, const int* pos,
                int n_ctx, int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnPages& pg,
-               cudaStream_t s) {
+               cudaStream_t s, int window, float scale) {
   const int splits = attn_splits(n_ctx);
   if (pg.tables) {
     launch_kernel(attention_decode_kernel<HD, true>, dim3(n_heads, splits), dim3(kThreads), 0, s,
                   out, q, k, v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters,
-                  pg.tables, pg.seq, pg.stride, pg.page);
+                  pg.tables, pg.seq, pg.stride, pg.page, window, scale);
   } else {
     launch_kernel(attention_decode_kernel<HD, false>, dim3(n_heads, splits), dim3(kThreads), 0, s,
                   out, q, k, v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters,
-                  pg.tables, pg.seq, pg.stride, pg.page);
+                  pg.tables, pg.seq, pg.stride, pg.page, window, scale);
   }
 }
 
@@ -230,37 +241,39 @@ void launch_hd(float* out, const float* q, const float* k, const float* v, const
 
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
-                      const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages) {
+                      const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages,
+                      int window, float scale) {
   if (pages.tables && (!pages.seq || pages.page <= 0 || pages.stride <= 0))
     fail("attention_decode: a block table needs its sequence index, stride and page size");
   if (!out || !q || !k_cache || !v_cache || !pos || !scratch.partials || !scratch.counters) {
     fail("attention_decode: null pointer");
   }
-  if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || n_ctx <= 0) {
-    fail("attention_decode: n_heads ", n_heads, " / n_kv_heads ", n_kv_heads, " / n_ctx ", n_ctx);
+  if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || n_ctx <= 0 || window < 0) {
+    fail("attention_decode: n_heads ", n_heads, " / n_kv_heads ", n_kv_heads, " / n_ctx ", n_ctx,
+         " / window ", window);
   }
+  auto go = [&](auto hd) {
+    launch_hd<decltype(hd)::value>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads,
+                                   scratch, pages, s, window, scale);
+  };
   switch (head_dim) {
     case 4:
-      return launch_hd<4>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, pages,
-                          s);
+      return go(std::integral_constant<int, 4>{});
     case 8:
-      return launch_hd<8>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch, pages,
-                          s);
+      return go(std::integral_constant<int, 8>{});
     case 16:
-      return launch_hd<16>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch,
-                           pages, s);
+      return go(std::integral_constant<int, 16>{});
     case 32:
-      return launch_hd<32>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch,
-                           pages, s);
+      return go(std::integral_constant<int, 32>{});
     case 64:
-      return launch_hd<64>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch,
-                           pages, s);
+      return go(std::integral_constant<int, 64>{});
     case 128:
-      return launch_hd<128>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads, scratch,
-                            pages, s);
+      return go(std::integral_constant<int, 128>{});
+    case 256:
+      return go(std::integral_constant<int, 256>{});
     default:
       fail("attention_decode: head_dim ", head_dim,
-           " is not supported by the CUDA kernel (4, 8, 16, 32, 64 or 128)");
+           " is not supported by the CUDA kernel (4, 8, 16, 32, 64, 128 or 256)");
   }
 }
 

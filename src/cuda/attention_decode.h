@@ -30,7 +30,7 @@ struct AttnScratch {
 
 // q: [n_heads*head_dim] (already rotated); k_cache, v_cache: [n_ctx][n_kv_heads*head_dim] for
 // this layer; pos: device pointer, attends to positions [0, *pos]; out: [n_heads*head_dim].
-// head_dim in {4, 8, 16, 32, 64, 128}; n_heads a multiple of n_kv_heads; *pos < n_ctx.
+// head_dim in {4, 8, 16, 32, 64, 128, 256}; n_heads a multiple of n_kv_heads; *pos < n_ctx.
 // With pages.tables set the caches are a paged pool ([slots][kv_dim]) and position t lives in
 // row tb[t / page] * page + t % page, tb = tables + *seq * stride (the sequence's block table;
 // *seq is read from device memory like *pos): the multi-sequence backend's one-row steps.
@@ -39,8 +39,11 @@ struct AttnPages {
   const int* seq = nullptr;
   int stride = 0, page = 0;
 };
+// window > 0: only the last `window` positions [*pos - window + 1, *pos] (a sliding-window
+// layer; keys before are never read). scale: the softmax scale, 0 = 1/sqrt(head_dim).
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
-                      const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages = {});
+                      const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages = {},
+                      int window = 0, float scale = 0.f);
 
 }  // namespace smolrt::cuda

@@ -46,6 +46,16 @@ __device__ __forceinline__ float rope_inv_freq(int i, int rope_dim, float base) 
   return powf(base, -(float)(2 * i) / (float)rope_dim);
 }
 
+// The FFN gate's activation times up (ModelConfig::act: 0 = SiLU, 1 = GELU with the tanh
+// approximation, gemma's gelu_pytorch_tanh); the expressions of the CPU twin (backend/cpu/ops).
+__device__ __forceinline__ float gate_act(float g, int act) {
+  if (act == 1) {
+    constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * g * (1.f + tanhf(kC * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.f + expf(-g));
+}
+
 // fp16 pair as the 32-bit register an mma operand takes.
 __device__ __forceinline__ uint32_t half2_bits(__half2 v) {
   return *reinterpret_cast<uint32_t*>(&v);

@@ -8,12 +8,12 @@
 namespace smolrt::cuda {
 namespace {
 
-__global__ void embed_kernel(const DevMat m, const int* token, float* out) {
+__global__ void embed_kernel(const DevMat m, const int* token, float* out, float scale) {
   pdl_wait();
   pdl_trigger();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= m.cols) return;
-  out[c] = dequant_at(m, (size_t)*token, c);
+  out[c] = dequant_at(m, (size_t)*token, c) * scale;
 }
 
 }  // namespace
@@ -31,10 +31,11 @@ void check_embedding(const char* who, const DevMat& emb) {
   }
 }
 
-void embed(const DevMat& emb, const int* token, float* out, cudaStream_t s) {
+void embed(const DevMat& emb, const int* token, float* out, cudaStream_t s, float scale) {
   check_embedding("embed", emb);
   if (token == nullptr || out == nullptr) fail("embed: null pointer");
-  launch_kernel(embed_kernel, dim3((emb.cols + 255) / 256), dim3(256), 0, s, emb, token, out);
+  launch_kernel(embed_kernel, dim3((emb.cols + 255) / 256), dim3(256), 0, s, emb, token, out,
+                scale);
 }
 
 }  // namespace smolrt::cuda

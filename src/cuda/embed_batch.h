@@ -12,6 +12,8 @@ namespace smolrt::cuda {
 // are left untouched. emb: F32, F16, Q4_0 or Q8_0 (split layout). tokens: device [n]; an id
 // outside [0, emb.rows) writes a NaN row instead of reading out of bounds (the backend checks
 // ids on the host first). Bit-identical to cpu::embed row by row.
-void embed_batch(const DevMat& emb, const int* tokens, int n, float* x, int ldx, cudaStream_t s);
+// scale: ModelConfig::embed_scale, applied to every element.
+void embed_batch(const DevMat& emb, const int* tokens, int n, float* x, int ldx, cudaStream_t s,
+                 float scale = 1.f);
 
 }  // namespace smolrt::cuda

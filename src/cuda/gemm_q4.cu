@@ -46,7 +46,7 @@ struct Params {
   // from mt_v0 on (V's), the others those before it (Q's and K's).
   int vb0, mt_v0;
   int cps;  // chunks per K split (gridDim.z splits)
-  int n;    // epilogue width: rows (Store/Accumulate), 2*rows (SiluPair), q+k+v rows (QkvRope)
+  int n;    // epilogue width: rows (Store/Accumulate), 2*rows (GatePair), q+k+v rows (QkvRope)
   int mw;   // warps side by side along the rows (16-row tiles per block)
 };
 
@@ -64,10 +64,10 @@ __device__ __forceinline__ RowSrc row_src(const DevMat& m, int row) {
 
 // Weight rows of m-tile mt for fragment rows g (A) and g + 8 (B). Store/Accumulate/QkvRope: rows
 // 2g and 2g+1 of the tile, so a thread's accumulators hold adjacent output columns (a RoPE pair).
-// SiluPair: gate row and up row of the same output column 8*mt + g.
+// GatePair: gate row and up row of the same output column 8*mt + g.
 template <GemmEpilogue E>
 __device__ __forceinline__ void tile_rows(const Params& p, int mt, int g, RowSrc& A, RowSrc& B) {
-  if constexpr (E == GemmEpilogue::SiluPair) {
+  if constexpr (E == GemmEpilogue::GatePair) {
     A = row_src(p.a.w0, mt * 8 + g);
     B = row_src(p.a.w1, mt * 8 + g);
   } else if constexpr (E == GemmEpilogue::QkvRope) {
@@ -141,8 +141,8 @@ __device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, 
     }
     y[0] = v0;
     if (c + 1 < n) y[1] = v1;
-  } else if constexpr (E == GemmEpilogue::SiluPair) {
-    const float h = v0 / (1.f + expf(-v0)) * v1;
+  } else if constexpr (E == GemmEpilogue::GatePair) {
+    const float h = gate_act(v0, o.act) * v1;
     const int j = c / 2;
     if (o.yh) {
       o.yh[(size_t)t * o.ldyh + (j & ~63) + gemm_frag_pos(j & 63)] =
@@ -155,7 +155,7 @@ __device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, 
     const bool is_q = c < o.q_dim;
     const int cc = is_q ? c : (c - o.q_dim) % o.kv_dim;  // column inside q, k or v
     const bool is_v = !is_q && c >= o.q_dim + o.kv_dim;
-    if (freq >= 0.f) {  // same angle expression as the decode path (rope_kv.cu)
+    if (freq >= 0.f) {  // same angle expression as the decode path (qkv_finish.cu)
       const float theta = (float)pos * freq;
       float sn, cs;
       sincosf(theta, &sn, &cs);
@@ -194,7 +194,7 @@ __device__ __forceinline__ void epilogue(const Params& p, const float* rs, bool 
     const float sc = norm ? rs[tl] : 1.f;
     const float v0 = v[h] * sc, v1 = v[2 + h] * sc;
     int col;
-    if constexpr (E == GemmEpilogue::SiluPair) {
+    if constexpr (E == GemmEpilogue::GatePair) {
       if (mt * 8 + g >= p.a.w0.rows) continue;
       col = 2 * (mt * 8 + g);
     } else {
@@ -474,11 +474,11 @@ void check_mat(const DevMat& m, const char* name, int k) {
 void check_args(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o) {
   const int k = a.w0.cols;
   if (k <= 0 || k % 32 != 0) fail("gemm_q4: k=", k, " must be a positive multiple of 32");
-  if (ep == GemmEpilogue::SiluPair && a.w1.type != a.w0.type)
-    fail("gemm_q4: SiluPair gate (", type_name(a.w0.type), ") and up (", type_name(a.w1.type),
+  if (ep == GemmEpilogue::GatePair && a.w1.type != a.w0.type)
+    fail("gemm_q4: GatePair gate (", type_name(a.w0.type), ") and up (", type_name(a.w1.type),
          ") must share one type");
   check_mat(a.w0, "w0", k);
-  if (ep == GemmEpilogue::SiluPair || ep == GemmEpilogue::QkvRope) check_mat(a.w1, "w1", k);
+  if (ep == GemmEpilogue::GatePair || ep == GemmEpilogue::QkvRope) check_mat(a.w1, "w1", k);
   if (ep == GemmEpilogue::QkvRope) check_mat(a.w2, "w2", k);
   if (a.t <= 0) fail("gemm_q4: empty batch t=", a.t);
   if (a.xh) {
@@ -492,17 +492,17 @@ void check_args(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o) {
     if (a.ldx < k || a.ldx % 4 != 0)
       fail("gemm_q4: ldx=", a.ldx, " must be >= k=", k, " and a multiple of 4");
   }
-  if (!o.y && !(ep == GemmEpilogue::SiluPair && o.yh)) fail("gemm_q4: null output pointer");
+  if (!o.y && !(ep == GemmEpilogue::GatePair && o.yh)) fail("gemm_q4: null output pointer");
   switch (ep) {
     case GemmEpilogue::Store:
     case GemmEpilogue::Accumulate:
       if (o.ldy < a.w0.rows) fail("gemm_q4: ldy=", o.ldy, " < rows=", a.w0.rows);
       break;
-    case GemmEpilogue::SiluPair:
+    case GemmEpilogue::GatePair:
       if (a.w1.rows != a.w0.rows)
-        fail("gemm_q4: SiluPair gate has ", a.w0.rows, " rows but up has ", a.w1.rows);
+        fail("gemm_q4: GatePair gate has ", a.w0.rows, " rows but up has ", a.w1.rows);
       if (o.yh ? o.ldyh % 64 != 0 || o.ldyh < (a.w0.rows + 63) / 64 * 64 : o.ldy < a.w0.rows)
-        fail("gemm_q4: SiluPair output pitch ", o.yh ? o.ldyh : o.ldy, " does not fit ", a.w0.rows,
+        fail("gemm_q4: GatePair output pitch ", o.yh ? o.ldyh : o.ldy, " does not fit ", a.w0.rows,
              " columns", o.yh ? " (fp16: a multiple of 64)" : "");
       break;
     case GemmEpilogue::QkvRope:
@@ -699,9 +699,9 @@ void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_
     case GemmEpilogue::Accumulate:
       p.n = a.w0.rows;
       return dispatch<GemmEpilogue::Accumulate>(p, t, (p.n + 15) / 16, stream);
-    case GemmEpilogue::SiluPair:
+    case GemmEpilogue::GatePair:
       p.n = 2 * a.w0.rows;
-      return dispatch<GemmEpilogue::SiluPair>(p, t, (a.w0.rows + 7) / 8, stream);
+      return dispatch<GemmEpilogue::GatePair>(p, t, (a.w0.rows + 7) / 8, stream);
     case GemmEpilogue::QkvRope: {
       p.n = a.w0.rows + a.w1.rows + a.w2.rows;
       if (a.w1.type == t && a.w2.type == t)

@@ -19,7 +19,7 @@
 //   norm_w != nullptr : x'[t] = x[t] / sqrt(mean(x[t]^2) + eps) * norm_w   (RMSNorm), else x' = x
 //   Store      : y[t*ldy + n] = acc                        (w0: n rows)
 //   Accumulate : y[t*ldy + n] += acc                       (residual: attention output, down)
-//   SiluPair   : y[t*ldy + j] = silu(gate_j . x') * (up_j . x')   (w0 = gate, w1 = up)
+//   GatePair   : y[t*ldy + j] = act(gate_j . x') * (up_j . x')  (w0 = gate, w1 = up; act SiLU/GELU)
 //   QkvRope    : rows [Wq (w0); Wk (w1); Wv (w2)]; RoPE ("normal" GGUF style, adjacent pairs,
 //                angle pos * base^(-2i/rope_dim), pos = pos0 + t) on q and k; q to
 //                y[t*ldy + c], k and v to k_cache / v_cache[(pos0+t)*kv_dim + c] (fp16 or fp32)
@@ -33,7 +33,7 @@
 
 namespace smolrt::cuda {
 
-enum class GemmEpilogue { Store, Accumulate, SiluPair, QkvRope };
+enum class GemmEpilogue { Store, Accumulate, GatePair, QkvRope };
 
 // Whether the GEMM takes matrices of type t (every format of qformat.h but F32).
 inline bool gemm_takes(GgmlType t) {
@@ -42,8 +42,8 @@ inline bool gemm_takes(GgmlType t) {
 
 struct GemmQ4Args {
   // Matrices of any type gemm_takes() in their device layout, all with the same column count k (a
-  // multiple of 32). QkvRope's three may differ in type (one launch each); SiluPair's two may not.
-  // Store / Accumulate: w0. SiluPair: w0 = gate, w1 = up (same rows). QkvRope: w0 = Wq, w1 = Wk,
+  // multiple of 32). QkvRope's three may differ in type (one launch each); GatePair's two may not.
+  // Store / Accumulate: w0. GatePair: w0 = gate, w1 = up (same rows). QkvRope: w0 = Wq, w1 = Wk,
   // w2 = Wv (Wq and Wk rows multiples of 16).
   DevMat w0, w1, w2;
   const float* x = nullptr;  // device [t][ldx] fp32 activations, 16-byte aligned
@@ -59,7 +59,7 @@ struct GemmQ4Args {
 };
 
 struct GemmOut {
-  float* y = nullptr;  // device [t][ldy]; Store/Accumulate: w0.rows cols, SiluPair: w0.rows,
+  float* y = nullptr;  // device [t][ldy]; Store/Accumulate: w0.rows cols, GatePair: w0.rows,
   int ldy = 0;         // QkvRope: q_dim
   // QkvRope only:
   int q_dim = 0, kv_dim = 0, head_dim = 0, rope_dim = 0;
@@ -73,7 +73,9 @@ struct GemmOut {
   const int* row_slot = nullptr;
   void* v_cache = nullptr;
   bool kv_half = true;
-  // SiluPair only: when yh is set, silu(g)*u goes to yh [t][ldyh] as fp16 in fragment order (the
+  // GatePair only: the gate's activation (0 SiLU, 1 GELU-tanh: ModelConfig::act).
+  int act = 0;
+  // GatePair only: when yh is set, act(g)*u goes to yh [t][ldyh] as fp16 in fragment order (the
   // next GEMM's xh input) instead of y. ldyh a multiple of 64, >= rows rounded up to 64.
   uint16_t* yh = nullptr;
   int ldyh = 0;

@@ -32,6 +32,7 @@ struct GemvParams {
   float* out2;
   int accumulate;
   int head_dim, rope_dim, kv_dim, rope;
+  int act;  // GateUp: gate_act's activation (0 SiLU, 1 GELU-tanh)
   float rope_base;
   const int* pos;
   const int* slot;  // Qkv: K/V cache row (nullptr: the position)
@@ -410,7 +411,7 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
         if (rb != ra && !isnan(vb) && amax_beats(vb, rb, best_v, best_i)) best_v = vb, best_i = rb;
       }
     } else if constexpr (E == Epi::GateUp) {
-      p.out0[item] = va / (1.f + expf(-va)) * vb;
+      p.out0[item] = gate_act(va, p.act) * vb;
     } else {
       if (cur.rot) {
         const float a = va, b = vb;
@@ -625,7 +626,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
 }
 
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s) {
+                  float eps, float* out, cudaStream_t s, int act) {
   check_mat(wg, "W_gate");
   check_mat(wu, "W_up");
   if (wg.rows != wu.rows || wg.cols != wu.cols || wg.type != wu.type) {
@@ -637,6 +638,8 @@ void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const floa
   p.m1 = wu;
   p.n_items = wg.rows;
   p.out0 = out;
+  if (act != 0 && act != 1) fail("gemv_gate_up: activation ", act, " (0 SiLU, 1 GELU-tanh)");
+  p.act = act;
   dispatch<Epi::GateUp>(p, s);
 }
 

@@ -59,9 +59,10 @@ struct QkvArgs {
 };
 void gemv_qkv(const QkvArgs& a, cudaStream_t s);
 
-// FFN input: out[r] = silu(Wg[r,:]·n(x)) * (Wu[r,:]·n(x)), r < hidden_dim; one warp does the
-// gate and up row of the same r, so SiLU·up never leaves registers. Wg and Wu of one type.
+// FFN input: out[r] = act(Wg[r,:]·n(x)) * (Wu[r,:]·n(x)), r < hidden_dim; one warp does the
+// gate and up row of the same r, so act·up never leaves registers. Wg and Wu of one type.
+// act: 0 SiLU, 1 GELU (tanh approximation) — ModelConfig::act as int.
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s);
+                  float eps, float* out, cudaStream_t s, int act = 0);
 
 }  // namespace smolrt::cuda

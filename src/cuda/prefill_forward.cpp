@@ -2,15 +2,20 @@
 #include "cuda/prefill_forward.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/attention_paged.h"
 #include "cuda/attention_prefill.h"
+#include "cuda/decode_layer.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemm_q4.h"
 #include "cuda/gemv.h"
 #include "cuda/prefill_ops.h"
+#include "cuda/qkv_finish.h"
+#include "cuda/rmsnorm.h"
 
 namespace smolrt::cuda {
 
@@ -22,22 +27,38 @@ PrefillWorkspace::~PrefillWorkspace() {
 
 void PrefillWorkspace::release() {
   for (void* p : {(void*)x, (void*)q, (void*)att, (void*)ffh, (void*)logits, (void*)tokens,
-                  (void*)argmax, (void*)xh, (void*)hh})
+                  (void*)argmax, (void*)xh, (void*)hh, (void*)k, (void*)v, (void*)tmp,
+                  (void*)attn_partials, (void*)attn_counters})
     if (p) cudaFree(p);
-  x = q = att = ffh = logits = nullptr;
+  x = q = att = ffh = logits = k = v = tmp = attn_partials = nullptr;
+  attn_counters = nullptr;
   tokens = argmax = nullptr;
   xh = hh = nullptr;
   cap_tokens_ = cap_logits_ = 0;
 }
 
 void PrefillWorkspace::reserve(const ModelConfig& c, int max_tokens, int max_logit_rows) {
-  const bool same_shape =
-      dim_ == c.dim && q_dim_ == c.q_dim() && hidden_ == c.hidden_dim && vocab_ == c.vocab_size;
+  const bool same_shape = dim_ == c.dim && q_dim_ == c.q_dim() && kv_dim_ == c.kv_dim() &&
+                          heads_ == c.n_heads && hd_ == c.head_dim && hidden_ == c.hidden_dim &&
+                          vocab_ == c.vocab_size;
   if (same_shape && max_tokens <= cap_tokens_ && max_logit_rows <= cap_logits_) return;
   const int nt = std::max(max_tokens, same_shape ? cap_tokens_ : 0);
   const int nl = std::max(std::max(max_logit_rows, 1), same_shape ? cap_logits_ : 0);
   release();
   dim_ = c.dim, q_dim_ = c.q_dim(), hidden_ = c.hidden_dim, vocab_ = c.vocab_size;
+  kv_dim_ = c.kv_dim(), heads_ = c.n_heads, hd_ = c.head_dim;
+  // The unfused architecture path's buffers, only for models that take it.
+  if (!qkv_fused(c)) {
+    CUDA_CHECK(cudaMalloc(&k, sizeof(float) * nt * kv_dim_));
+    CUDA_CHECK(cudaMalloc(&v, sizeof(float) * nt * kv_dim_));
+  }
+  if (c.post_norms) CUDA_CHECK(cudaMalloc(&tmp, sizeof(float) * nt * dim_));
+  if (needs_paged_attention(c)) {
+    CUDA_CHECK(cudaMalloc(&attn_partials,
+                          sizeof(float) * nt * heads_ * kAttnPagedSplits * (size_t)(hd_ + 2)));
+    CUDA_CHECK(cudaMalloc(&attn_counters, sizeof(int) * nt * c.n_kv_heads));
+    CUDA_CHECK(cudaMemset(attn_counters, 0, sizeof(int) * nt * c.n_kv_heads));
+  }
   CUDA_CHECK(cudaMalloc(&x, sizeof(float) * nt * dim_));
   CUDA_CHECK(cudaMalloc(&q, sizeof(float) * nt * q_dim_));
   CUDA_CHECK(cudaMalloc(&att, sizeof(float) * nt * q_dim_));
@@ -57,9 +78,22 @@ void PrefillWorkspace::reserve(const ModelConfig& c, int max_tokens, int max_log
 
 // --- forward -------------------------------------------------------------------------------------
 
-void attention_rows(const PrefillWeights& w, const PrefillLayerWeights& L, PrefillWorkspace& ws,
-                    int n, const StepRows& rows, cudaStream_t s) {
+bool needs_paged_attention(const ModelConfig& c) {
+  for (int l = 0; l < c.n_layers; ++l)
+    if (!layer_takes_prefill_attention(c, l)) return true;
+  return false;
+}
+
+bool layer_takes_prefill_attention(const ModelConfig& c, int l) {
+  const float def = 1.f / std::sqrt((float)c.head_dim);
+  return attention_prefill_supports(c.head_dim) && !c.is_swa(l) &&
+         std::fabs(c.attn_scale - def) <= 1e-6f * def;
+}
+
+void attention_rows(const PrefillWeights& w, int l, PrefillWorkspace& ws, int n,
+                    const StepRows& rows, cudaStream_t s) {
   const ModelConfig& c = w.cfg;
+  const PrefillLayerWeights& L = w.layers[l];
   PagedAttnArgs pa;
   pa.q = ws.q, pa.ldq = c.q_dim(), pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
   pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = c.q_dim(), pa.n = n;
@@ -67,6 +101,7 @@ void attention_rows(const PrefillWeights& w, const PrefillLayerWeights& L, Prefi
   pa.table_stride = rows.table_stride, pa.page_size = rows.page_size;
   pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;
   pa.partials = rows.attn_partials, pa.counters = rows.attn_counters;
+  pa.window = c.is_swa(l) ? c.sliding_window : 0, pa.scale = c.attn_scale;
   attention_paged(pa, s);
 }
 
@@ -85,13 +120,14 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   if ((int)w.layers.size() != c.n_layers) fail("prefill_forward: layer count mismatch");
   const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hid = c.hidden_dim;
 
-  if (w.token_embd.q) embed_batch(w.token_embd, ws.tokens, n, ws.x, dim, s);
+  if (w.token_embd.q) embed_batch(w.token_embd, ws.tokens, n, ws.x, dim, s, c.embed_scale);
   // Large chunks: GEMM inputs go through act_to_f16 once (fp16, fragment order, norm applied) and
   // the GEMMs stage them as they are; small ones fuse the norm and the conversion into the GEMM.
   const bool h = n >= kGemmF16MinTokens;
-  // The down GEMM reads silu(gate)*up as fp16 from kDownF16MinTokens on (no conversion, half
+  // The down GEMM reads act(gate)*up as fp16 from kDownF16MinTokens on (no conversion, half
   // the staging bytes). H200, `smolrt bench`: pp128 124,202 vs 112,631 tok/s.
   const bool down_f16 = h || n >= kDownF16MinTokens;
+  const bool fused = qkv_fused(c);
   const int ldh = ws.ldh();
   auto input = [&](GemmQ4Args& a, float* x, int k, const float* norm_w) {
     if (!h) {
@@ -101,46 +137,89 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       a.xh = ws.xh, a.ldh = ldh;
     }
   };
-  for (const PrefillLayerWeights& L : w.layers) {
-    // 1. norm + QKV + RoPE + KV write
+  // x += b's product, or x += rmsnorm(product, post_norm) (gemma3's post norms).
+  auto residual = [&](const GemmQ4Args& b, const float* post_norm) {
+    GemmOut r;
+    if (!post_norm) {
+      r.y = ws.x, r.ldy = dim;
+      gemm_q4(b, GemmEpilogue::Accumulate, r, s);
+      return;
+    }
+    r.y = ws.tmp, r.ldy = dim;
+    gemm_q4(b, GemmEpilogue::Store, r, s);
+    rmsnorm_add(ws.x, dim, ws.tmp, dim, post_norm, dim, n, c.norm_eps, s);
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    const PrefillLayerWeights& L = w.layers[l];
+    // 1. norm + QKV + RoPE + KV write: fused in the GEMM epilogue (plain llama), or the GEMMs
+    //    store raw Q, K, V and qkv_finish applies the architecture's biases, norms and RoPE
     GemmQ4Args a;
     a.t = n;
     a.eps = c.norm_eps;
     a.w0 = L.wq, a.w1 = L.wk, a.w2 = L.wv;
     input(a, ws.x, dim, L.attn_norm);
-    GemmOut o;
-    o.y = ws.q, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = c.head_dim;
-    o.rope_dim = c.rope_dim, o.rope_base = c.rope_base, o.pos0 = pos0;
-    o.k_cache = L.k_cache, o.v_cache = L.v_cache, o.kv_half = w.kv_half;
-    if (rows) o.row_pos = rows->pos, o.row_slot = rows->slot;
-    gemm_q4(a, GemmEpilogue::QkvRope, o, s);
+    if (fused) {
+      GemmOut o;
+      o.y = ws.q, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = c.head_dim;
+      o.rope_dim = c.rope_dim, o.rope_base = c.layer_rope_base(l), o.pos0 = pos0;
+      o.k_cache = L.k_cache, o.v_cache = L.v_cache, o.kv_half = w.kv_half;
+      if (rows) o.row_pos = rows->pos, o.row_slot = rows->slot;
+      gemm_q4(a, GemmEpilogue::QkvRope, o, s);
+    } else {
+      const std::pair<DevMat, float*> proj[3] = {{L.wq, ws.q}, {L.wk, ws.k}, {L.wv, ws.v}};
+      for (const auto& [m, y] : proj) {
+        GemmQ4Args one = a;
+        one.w0 = m, one.w1 = one.w2 = DevMat{};
+        GemmOut o;
+        o.y = y, o.ldy = m.rows;
+        gemm_q4(one, GemmEpilogue::Store, o, s);
+      }
+      QkvFinishArgs f;
+      f.n = n, f.q = ws.q, f.ldq = q_dim, f.k = ws.k, f.v = ws.v, f.ldkv = kv_dim;
+      f.k_cache = L.k_cache, f.v_cache = L.v_cache, f.kv_half = w.kv_half, f.pos0 = pos0;
+      if (rows) f.row_pos = rows->pos, f.row_slot = rows->slot;
+      f.bq = L.bq, f.bk = L.bk, f.bv = L.bv, f.q_norm = L.q_norm, f.k_norm = L.k_norm;
+      f.eps = c.norm_eps, f.n_heads = c.n_heads, f.n_kv_heads = c.n_kv_heads;
+      f.head_dim = c.head_dim, f.rope_dim = c.rope_dim, f.rope_base = c.layer_rope_base(l);
+      f.neox = c.rope_neox, f.freq_factors = w.rope_factors;
+      qkv_finish(f, s);
+    }
     // 2. attention
     if (rows) {
-      attention_rows(w, L, ws, n, *rows, s);
-    } else {
+      attention_rows(w, l, ws, n, *rows, s);
+    } else if (layer_takes_prefill_attention(c, l)) {
       AttentionPrefillArgs at;
       at.q = ws.q, at.ldq = q_dim, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
       at.kv_half = w.kv_half, at.out = ws.att, at.ldo = q_dim, at.n_tokens = n, at.start = pos0;
       at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
       attention_prefill(at, s);
+    } else {
+      // One sequence's contiguous cache through the paged kernel (no table): sliding windows,
+      // head_dim 128/256 and explicit scales.
+      PagedAttnArgs pa;
+      pa.q = ws.q, pa.ldq = q_dim, pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
+      pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = q_dim, pa.n = n, pa.pos0 = pos0;
+      pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;
+      pa.window = c.is_swa(l) ? c.sliding_window : 0, pa.scale = c.attn_scale;
+      pa.partials = ws.attn_partials, pa.counters = ws.attn_counters;
+      if (!pa.partials) fail("prefill_forward: the workspace has no paged-attention scratch");
+      attention_paged(pa, s);
     }
-    // 3. x += Wo att
+    // 3. x += Wo att (post norm)
     GemmQ4Args b;
     b.t = n, b.w0 = L.wo;
     input(b, ws.att, q_dim, nullptr);
-    GemmOut r;
-    r.y = ws.x, r.ldy = dim;
-    gemm_q4(b, GemmEpilogue::Accumulate, r, s);
-    // 4. norm + gate/up + silu; from kDownF16MinTokens on written as fp16 in fragment order,
+    residual(b, L.post_attn_norm);
+    // 4. norm + gate/up + act; from kDownF16MinTokens on written as fp16 in fragment order,
     //    the down GEMM's input as is
     GemmQ4Args g;
     g.t = n, g.eps = c.norm_eps, g.w0 = L.w_gate, g.w1 = L.w_up;
     input(g, ws.x, dim, L.ffn_norm);
     GemmOut go;
-    go.y = ws.ffh, go.ldy = hid;
+    go.y = ws.ffh, go.ldy = hid, go.act = static_cast<int>(c.act);
     if (down_f16) go.yh = ws.hh, go.ldyh = ldh;
-    gemm_q4(g, GemmEpilogue::SiluPair, go, s);
-    // 5. x += Wdown h
+    gemm_q4(g, GemmEpilogue::GatePair, go, s);
+    // 5. x += Wdown h (post norm)
     GemmQ4Args d;
     d.t = n, d.w0 = L.w_down;
     if (down_f16) {
@@ -148,7 +227,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     } else {
       d.x = ws.ffh, d.ldx = hid;
     }
-    gemm_q4(d, GemmEpilogue::Accumulate, r, s);
+    residual(d, L.post_ffn_norm);
   }
   if (logit_rows == 0) return;
   // The decode lm_head (fused output norm), one launch per row: the last-token case is one launch,

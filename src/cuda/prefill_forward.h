@@ -4,7 +4,7 @@
 //                           k and v written into the KV cache at positions pos0..pos0+n-1
 //   2. attention_prefill  : causal GQA over cache positions [0, pos0+i] for query i
 //   3. gemm_q4 Accumulate : x += Wo * att
-//   4. gemm_q4 SiluPair   : RMSNorm(ffn_norm) prologue, gate and up GEMMs, silu(g)*u
+//   4. gemm_q4 GatePair   : RMSNorm(ffn_norm) prologue, gate and up GEMMs, silu(g)*u
 //   5. gemm_q4 Accumulate : x += Wdown * h
 // then RMSNorm(output_norm) + lm_head (the decode gemv, one launch per logits row) and argmax.
 #pragma once
@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cuda/device_weights.h"
 #include "cuda/dev_mat.h"
 #include "model/model.h"
 #include "quant/formats.h"
@@ -22,14 +23,10 @@ namespace smolrt::cuda {
 
 // Device pointers the prefill reads: the decode backend's own weight image (cuda/dev_mat.h split
 // layout), so nothing is copied for the prefill.
-struct PrefillLayerWeights {
-  DevMat wq, wk, wv;                 // Q4_0 [q_dim | kv_dim | kv_dim rows][dim]
-  DevMat wo;                         // Q4_0 [dim rows][q_dim]
-  DevMat w_gate, w_up;               // Q4_0 [hidden_dim rows][dim]
-  DevMat w_down;                     // Q4_0 [dim rows][hidden_dim]
-  const float* attn_norm = nullptr;  // [dim]
-  const float* ffn_norm = nullptr;   // [dim]
-  void* k_cache = nullptr;           // [n_ctx][kv_dim], fp16 if kv_half else fp32
+// The layer's weights are the decode weights' (DevLayer: matrices in any format the GEMM takes,
+// f32 norms, the architecture's optional vectors) plus where its KV cache lives.
+struct PrefillLayerWeights : DevLayer {
+  void* k_cache = nullptr;  // [n_ctx][kv_dim], fp16 if kv_half else fp32
   void* v_cache = nullptr;
 };
 
@@ -40,8 +37,9 @@ struct PrefillWeights {
   // Embedding table (any type embed_batch takes); q == nullptr: prefill_forward skips the
   // embedding and the caller has filled ws.x rows [0, n) itself.
   DevMat token_embd;
-  const float* output_norm = nullptr;  // [dim]
-  DevMat output;                       // lm_head (any type the decode gemv takes)
+  const float* output_norm = nullptr;   // [dim]
+  DevMat output;                        // lm_head (any type the decode gemv takes)
+  const float* rope_factors = nullptr;  // [rope_dim / 2] llama3 frequency factors, or nullptr
   std::vector<PrefillLayerWeights> layers;
 };
 
@@ -65,7 +63,15 @@ class PrefillWorkspace {
   float* x = nullptr;    // [cap][dim] residual stream
   float* q = nullptr;    // [cap][q_dim] roped queries
   float* att = nullptr;  // [cap][q_dim] attention output
-  float* ffh = nullptr;  // [cap][hidden_dim] silu(gate)*up
+  float* ffh = nullptr;  // [cap][hidden_dim] act(gate)*up
+  // The unfused architecture path (cuda/decode_layer.h qkv_fused false, post norms, windowed or
+  // wide-head attention): raw K and V [cap][kv_dim], a projection before its post norm
+  // [cap][dim], and attention_paged's scratch for cap rows (counters zeroed once).
+  float* k = nullptr;
+  float* v = nullptr;
+  float* tmp = nullptr;
+  float* attn_partials = nullptr;
+  int* attn_counters = nullptr;
   // fp16 GEMM inputs in fragment order (gemm_q4.h), pad columns zero: xh for chunks of at least
   // kGemmF16MinTokens, hh (the down GEMM's input) from 33 tokens on:
   uint16_t* xh = nullptr;  // [cap][ldh()] normalized x or attention output
@@ -79,7 +85,7 @@ class PrefillWorkspace {
   void release();
   int cap_tokens_ = 0, cap_logits_ = 0;
   unsigned long generation_ = 0;
-  int dim_ = 0, q_dim_ = 0, hidden_ = 0, vocab_ = 0, ldh_ = 0;
+  int dim_ = 0, q_dim_ = 0, kv_dim_ = 0, heads_ = 0, hd_ = 0, hidden_ = 0, vocab_ = 0, ldh_ = 0;
 };
 
 // Where the rows of a multi-sequence step go (device arrays [n]; the layers' k_cache/v_cache are
@@ -97,9 +103,15 @@ struct StepRows {
 };
 
 // Attention of a multi-sequence step's n rows for one layer: ws.q (roped) -> ws.att over the
-// paged pool in L.k_cache / L.v_cache (attention_paged).
-void attention_rows(const PrefillWeights& w, const PrefillLayerWeights& L, PrefillWorkspace& ws,
-                    int n, const StepRows& rows, cudaStream_t stream);
+// paged pool in the layer's k_cache / v_cache (attention_paged).
+void attention_rows(const PrefillWeights& w, int layer, PrefillWorkspace& ws, int n,
+                    const StepRows& rows, cudaStream_t stream);
+
+// Whether layer l's prefill attention (one sequence, contiguous cache) runs on
+// attention_prefill (head_dim <= 64, full causal attention, the default scale); otherwise on
+// attention_paged without a block table, whose scratch the workspace then holds.
+bool layer_takes_prefill_attention(const ModelConfig& c, int l);
+bool needs_paged_attention(const ModelConfig& c);
 
 // One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
 // logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.

@@ -1,7 +1,10 @@
 // PrefillModel and prefill_view (see header).
 #include "cuda/prefill_model.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "cuda/attention_paged.h"
 #include "cuda/attention_prefill.h"
 #include "cuda/gemm_q4.h"
 
@@ -21,13 +24,11 @@ PrefillWeights prefill_view(const ModelConfig& c, const DeviceWeights& dw, int n
   pw.token_embd = dw.token_embd;
   pw.output_norm = dw.output_norm;
   pw.output = dw.output;
+  pw.rope_factors = dw.rope_factors;
   for (size_t l = 0; l < dw.layers.size(); ++l) {
     const DevLayer& L = dw.layers[l];
     PrefillLayerWeights P;
-    P.wq = L.wq, P.wk = L.wk, P.wv = L.wv, P.wo = L.wo;
-    P.w_gate = L.w_gate, P.w_up = L.w_up, P.w_down = L.w_down;
-    P.attn_norm = L.attn_norm;
-    P.ffn_norm = L.ffn_norm;
+    static_cast<DevLayer&>(P) = L;
     P.k_cache = k_caches[l];
     P.v_cache = v_caches[l];
     pw.layers.push_back(P);
@@ -45,9 +46,10 @@ bool shape_is(const TensorView& t, int64_t rows, int64_t cols) {
 }  // namespace
 
 bool prefill_fits(const ModelConfig& c, const Weights& w) {
-  if (!attention_prefill_supports(c.head_dim) || c.dim % 32 != 0 || c.q_dim() % 32 != 0 ||
-      c.hidden_dim % 32 != 0 || c.kv_dim() % 16 != 0 || c.rope_dim % 2 != 0 ||
-      c.rope_dim > c.head_dim || (int)w.layers.size() != c.n_layers)
+  if (!(attention_prefill_supports(c.head_dim) ||
+        attention_paged_supports(c.head_dim, c.n_heads / std::max(c.n_kv_heads, 1))) ||
+      c.dim % 32 != 0 || c.q_dim() % 32 != 0 || c.hidden_dim % 32 != 0 || c.kv_dim() % 16 != 0 ||
+      c.rope_dim % 2 != 0 || c.rope_dim > c.head_dim || (int)w.layers.size() != c.n_layers)
     return false;
   for (const LayerWeights& L : w.layers) {
     if (!shape_is(L.wq, c.q_dim(), c.dim) || !shape_is(L.wk, c.kv_dim(), c.dim) ||
@@ -63,7 +65,7 @@ PrefillModel::PrefillModel(const ModelConfig& c, const Weights& w, int n_ctx, bo
   if (!prefill_fits(c, w))
     fail("prefill: model shape/types not supported by the batched prefill kernels (layer type ",
          w.layers.empty() ? "none" : type_name(w.layers[0].wq.type), ", head_dim ", c.head_dim,
-         "); it needs layers the GEMM takes (not f32) and head_dim 8, 16, 32 or 64");
+         "); it needs layers the GEMM takes (not f32) and head_dim 8..256, powers of two");
   dw_ = upload_weights(w, c);
   const size_t per = (size_t)n_ctx * c.kv_dim() * (kv_half ? 2 : 4);
   kv_ = DeviceBuffer(per * 2 * c.n_layers, "prefill KV cache");

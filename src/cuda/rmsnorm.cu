@@ -25,7 +25,35 @@ __global__ void __launch_bounds__(256)
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * scale * w[i];
 }
 
+// x[row] += rmsnorm(y[row]) * w: one block per row.
+__global__ void __launch_bounds__(256)
+    rmsnorm_add_kernel(float* x, int ldx, const float* y, int ldy, const float* w, int n,
+                       float eps) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float partial[8];
+  const float* yr = y + (size_t)blockIdx.x * ldy;
+  float* xr = x + (size_t)blockIdx.x * ldx;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += yr[i] * yr[i];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) total += partial[k];
+  const float scale = rsqrtf(total / (float)n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] += yr[i] * scale * w[i];
+}
+
 }  // namespace
+
+void rmsnorm_add(float* x, int ldx, const float* y, int ldy, const float* w, int n, int rows,
+                 float eps, cudaStream_t s) {
+  if (!x || !y || !w || n <= 0 || rows <= 0 || ldx < n || ldy < n)
+    fail("rmsnorm_add: null pointer or bad shape (n ", n, ", rows ", rows, ")");
+  launch_kernel(rmsnorm_add_kernel, dim3(rows), dim3(256), 0, s, x, ldx, y, ldy, w, n, eps);
+}
 
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps, cudaStream_t s) {
   if (out == nullptr || x == nullptr || w == nullptr || n <= 0) {

@@ -312,24 +312,6 @@ ModelConfig load_config(const gguf::File& f) {
   return c;
 }
 
-void require_cuda_arch_support(const ModelConfig& c) {
-  std::string what;
-  if (c.family != Arch::Llama)
-    what = cat("architecture ", c.arch);
-  else if (!c.rope_freq_factors.empty())
-    what = "llama3 RoPE frequency factors";
-  else if (c.q_dim() != c.dim)
-    what = cat("a head size ", c.head_dim, " with q_dim != dim");
-  else if (c.attn_bias || c.qk_norm || c.post_norms || c.act != FfnAct::Silu ||
-           c.embed_scale != 1.f || c.rope_neox || c.sliding_window > 0 ||
-           std::fabs(c.attn_scale * std::sqrt(float(c.head_dim)) - 1.f) > 1e-6f) {
-    what = cat("the ", c.arch, " variant of this file (biases, norms, activation or attention)");
-  }
-  if (!what.empty()) {
-    fail(what, " is not yet supported by the CUDA backend; use --backend cpu");
-  }
-}
-
 // --- weights
 // --------------------------------------------------------------------------------------
 

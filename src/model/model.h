@@ -125,10 +125,4 @@ Weights load_weights(const gguf::File& f, const ModelConfig& c);
 // open + load_config + load_weights.
 Model load_model(const std::string& path);
 
-// Throws "<what> is not yet supported by the CUDA backend; use --backend cpu" for a config that
-// uses any switch beyond plain llama (another family, llama3 frequency factors, q_dim != dim, a
-// non-default attention scale). Temporary: the CUDA backends call it until they follow every
-// switch.
-void require_cuda_arch_support(const ModelConfig& c);
-
 }  // namespace smolrt

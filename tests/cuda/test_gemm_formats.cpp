@@ -77,23 +77,30 @@ TEST(GemmFormats, StoreMatchesReferenceForEveryFormat) {
   }
 }
 
-TEST(GemmFormats, SiluPairAndMixedQkvRopeMatchReference) {
+TEST(GemmFormats, GatePairAndMixedQkvRopeMatchReference) {
   REQUIRE_GPU();
   const int dim = 512, hid = 256, T = 9;
   const std::vector<float> x = test::randn((size_t)T * dim, 41);
   Dev<float> dx(x);
-  // SiluPair over a K-quant gate/up pair.
-  {
+  // GatePair over a K-quant gate/up pair, with SiLU (llama) and GELU-tanh (gemma3).
+  for (int act : {0, 1}) {
+    SCOPED_TRACE(act ? "gelu" : "silu");
     RandMat g(GgmlType::Q4_K, hid, dim, 42), u(GgmlType::Q4_K, hid, dim, 43);
     const std::vector<double> rg = ref_gemm(g, x, T), ru = ref_gemm(u, x, T);
     std::vector<double> ref(rg.size());
-    for (size_t i = 0; i < ref.size(); ++i) ref[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double v = rg[i];
+      const double a =
+          act ? 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+              : v / (1.0 + std::exp(-v));
+      ref[i] = a * ru[i];
+    }
     Dev<float> dy((size_t)T * hid);
     cuda::GemmQ4Args a;
     a.w0 = g.mat, a.w1 = u.mat, a.x = dx.p(), a.ldx = dim, a.t = T;
     cuda::GemmOut o;
-    o.y = dy.p(), o.ldy = hid;
-    cuda::gemm_q4(a, cuda::GemmEpilogue::SiluPair, o, nullptr);
+    o.y = dy.p(), o.ldy = hid, o.act = act;
+    cuda::gemm_q4(a, cuda::GemmEpilogue::GatePair, o, nullptr);
     EXPECT_LT(rel_l2(dy.get(), ref), kTol);
   }
   // QkvRope with Q, K in Q4_K and V in Q6_K or Q8_0 (a Q4_K_M mixture's attn_v: the two-type
@@ -129,7 +136,7 @@ TEST(GemmFormats, SiluPairAndMixedQkvRopeMatchReference) {
     a.w0 = g.mat, a.w1 = u.mat, a.x = dx.p(), a.ldx = dim, a.t = T;
     cuda::GemmOut o;
     o.y = dy.p(), o.ldy = hid;
-    EXPECT_THROW(cuda::gemm_q4(a, cuda::GemmEpilogue::SiluPair, o, nullptr), Error);
+    EXPECT_THROW(cuda::gemm_q4(a, cuda::GemmEpilogue::GatePair, o, nullptr), Error);
   }
 }
 

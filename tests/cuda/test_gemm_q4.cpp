@@ -156,7 +156,7 @@ TEST_P(GemmTokens, StoreAccumulateNorm) {
   }
 }
 
-TEST_P(GemmTokens, SiluPair) {
+TEST_P(GemmTokens, GatePair) {
   REQUIRE_GPU();
   const int T = GetParam();
   const int dim = 576;
@@ -183,7 +183,7 @@ TEST_P(GemmTokens, SiluPair) {
       o.y = dy.p, o.ldy = hid;
       if (f16) o.yh = dyh.p, o.ldyh = ldyh;  // fp16 output in the down GEMM's input order
       dy.poison(), dyh.poison();
-      gemm_q4(a, GemmEpilogue::SiluPair, o, nullptr);
+      gemm_q4(a, GemmEpilogue::GatePair, o, nullptr);
       // silu*up multiplies two GEMM errors; the fp16 output adds one 2^-11 rounding.
       const auto got = f16 ? unpermute(dyh.download(), T, hid, ldyh) : dy.download();
       EXPECT_LT(rel_l2(got, ref), kTol * 2 + (f16 ? 1e-3 : 0.0));
@@ -336,7 +336,7 @@ TEST(GemmQ4, BadArgumentsThrowError) {
   bad = a;
   bad.w1 = w.m;
   bad.w1.rows = 8;  // gate and up row counts differ
-  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::SiluPair, o, nullptr), Error);
+  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::GatePair, o, nullptr), Error);
   GemmOut q = o;  // QkvRope with q_dim not a multiple of 16
   q.q_dim = 8, q.kv_dim = 4, q.head_dim = 4, q.rope_dim = 4, q.k_cache = y.p, q.v_cache = y.p;
   bad = a;

@@ -15,8 +15,8 @@
 #include "cuda/gemv.h"
 #include "cuda/gemv_head.h"
 #include "cuda/launch.h"
+#include "cuda/qkv_finish.h"
 #include "cuda/rmsnorm.h"
-#include "cuda/rope_kv.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 
@@ -291,8 +291,12 @@ void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx,
   a.v_out = rope_in_epilogue ? vc.p() : v.p();
   cuda::gemv_qkv(a, nullptr);
   if (!rope_in_epilogue) {
-    cuda::rope_qk_kv_append(q.p(), k.p(), v.p(), kc.p(), vc.p(), dpos.p(), s.n_heads, s.n_kv,
-                            s.head_dim, s.rope_dim, s.base, nullptr);
+    cuda::QkvFinishArgs f;
+    f.q = q.p(), f.ldq = q_dim, f.k = k.p(), f.v = v.p(), f.ldkv = kv_dim;
+    f.k_cache = kc.p(), f.v_cache = vc.p(), f.pos_dev = dpos.p();
+    f.n_heads = s.n_heads, f.n_kv_heads = s.n_kv, f.head_dim = s.head_dim;
+    f.rope_dim = s.rope_dim, f.rope_base = s.base;
+    cuda::qkv_finish(f, nullptr);
   }
   std::vector<float> gq = q.get(), gk = kc.get(), gv = vc.get();
   const float f = fused_norm ? 2.f : 1.f;
@@ -341,32 +345,43 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
   }
 }
 
-TEST(KernelGateUp, SiluMulMatchesCpu) {
+TEST(KernelGateUp, SiluAndGeluMulMatchCpu) {
   REQUIRE_GPU();
-  for (GgmlType t : kTypes) {
-    const int rows = is_float(t) ? 172 : 1536,
-              cols = is_float(t) ? 64 : (block_of(t) == 256 ? 1024 : 576);
-    for (bool norm : {true, false}) {
-      SCOPED_TRACE(testing::Message() << type_name(t) << " norm " << norm);
-      RandMat wg(t, rows, cols, 21), wu(t, rows, cols, 22);
-      std::vector<float> x = test::randn(cols, 23), nw = test::randn(cols, 24), xin = x;
-      if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), cols, 1e-5f);
-      std::vector<float> g, u, tg, tu, ref(rows);
-      ref_matvec(wg.view, xin, g, tg);
-      ref_matvec(wu.view, xin, u, tu);
-      cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
-      Dev<float> dx(x), dnw(nw), out((size_t)rows);
-      cuda::gemv_gate_up(wg.mat, wu.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(), nullptr);
-      std::vector<float> got = out.get();
-      const float f = norm ? 2.f : 1.f;
-      for (int r = 0; r < rows; ++r) {
-        // |d(silu(g)u)| <= |u|·1.1·dg + |silu(g)|·du (silu' <= 1.1)
-        const float b = f * (1.1f * std::fabs(u[r]) * tg[r] + (std::fabs(g[r]) + 1.f) * tu[r]) +
-                        1e-6f * std::fabs(ref[r]) + 1e-7f;
-        ASSERT_NEAR(got[r], ref[r], b) << "row " << r;
+  for (int act : {0, 1})
+    for (GgmlType t : kTypes) {
+      const int rows = is_float(t) ? 172 : 1536,
+                cols = is_float(t) ? 64 : (block_of(t) == 256 ? 1024 : 576);
+      for (bool norm : {true, false}) {
+        SCOPED_TRACE(testing::Message() << type_name(t) << " norm " << norm << " act " << act);
+        RandMat wg(t, rows, cols, 21), wu(t, rows, cols, 22);
+        std::vector<float> x = test::randn(cols, 23), nw = test::randn(cols, 24), xin = x;
+        if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), cols, 1e-5f);
+        std::vector<float> g, u, tg, tu, ref(rows);
+        ref_matvec(wg.view, xin, g, tg);
+        ref_matvec(wu.view, xin, u, tu);
+        if (act == 0) {
+          cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
+        } else {  // GELU, tanh approximation, in double
+          for (int r = 0; r < rows; ++r) {
+            const double v = g[r];
+            ref[r] =
+                (float)(0.5 * v *
+                        (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))) * u[r]);
+          }
+        }
+        Dev<float> dx(x), dnw(nw), out((size_t)rows);
+        cuda::gemv_gate_up(wg.mat, wu.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(),
+                           nullptr, act);
+        std::vector<float> got = out.get();
+        const float f = norm ? 2.f : 1.f;
+        for (int r = 0; r < rows; ++r) {
+          // |d(act(g)u)| <= |u|·1.13·dg + |act(g)|·du (silu' <= 1.1, gelu' <= 1.13)
+          const float b = f * (1.13f * std::fabs(u[r]) * tg[r] + (std::fabs(g[r]) + 1.f) * tu[r]) +
+                          1e-6f * std::fabs(ref[r]) + 1e-7f;
+          ASSERT_NEAR(got[r], ref[r], b) << "row " << r;
+        }
       }
     }
-  }
 }
 
 // --- attention -------------------------------------------------------------------------------

@@ -14,12 +14,12 @@
 #include "core/error.h"
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
+#include "cuda/decode_layer.h"
 #include "cuda/embed.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_head.h"
 #include "cuda/launch.h"
 #include "cuda/rmsnorm.h"
-#include "cuda/rope_kv.h"
 #include "cuda/sample.h"
 
 namespace smolrt {
@@ -36,7 +36,8 @@ struct Scratch {
   float* k;          // [kv_dim] (debug path: raw K before RoPE)
   float* v;          // [kv_dim] (debug path)
   float* att;        // [q_dim] attention output
-  float* hb;         // [hidden_dim] silu(gate)*up
+  float* hb;         // [hidden_dim] act(gate)*up
+  float* tmp;        // [dim] a projection before its post norm (gemma3)
   float* logits;     // [vocab]
   float* kv;         // [n_layers][2][n_ctx][kv_dim] fp32
   float* attn_part;  // [n_heads][max_splits][head_dim+2]
@@ -57,6 +58,7 @@ void carve(cuda::Carver& c, Scratch& s, const ModelConfig& cfg, int n_ctx) {
   s.v = c.take<float>(cfg.kv_dim());
   s.att = c.take<float>(cfg.q_dim());
   s.hb = c.take<float>(cfg.hidden_dim);
+  s.tmp = c.take<float>(cfg.dim);
   s.logits = c.take<float>(cfg.vocab_size);
   s.kv = c.take<float>((size_t)cfg.n_layers * 2 * n_ctx * cfg.kv_dim());
   s.attn_part = c.take<float>((size_t)cfg.n_heads * cuda::attn_splits(n_ctx) * (cfg.head_dim + 2));
@@ -82,9 +84,9 @@ class CudaBackend final : public CudaBackendApi {
            " tokens; pass --ctx ", cfg_.n_ctx_train, " or less");
     }
     const int hd = cfg_.head_dim;
-    if (hd < 4 || hd > 128 || hd % 4 != 0 || 128 % hd != 0) {
+    if (hd < 4 || hd > 256 || hd % 4 != 0 || 256 % hd != 0) {
       fail("head_dim ", hd,
-           " has no CUDA attention kernel (supported 4..128, powers of two); use "
+           " has no CUDA attention kernel (supported 4..256, powers of two); use "
            "--backend cpu");
     }
     if (cfg_.n_heads % cfg_.n_kv_heads != 0) {
@@ -452,7 +454,7 @@ class CudaBackend final : public CudaBackendApi {
     cudaStream_t st = stream_;
     const float eps = cfg_.norm_eps;
     const int* pos = s_.params + 1;
-    if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st);
+    if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st, cfg_.embed_scale);
     if (debug) record("embed", s_.x, cfg_.dim);
     // The matvec input: x with its RMSNorm weight (the kernels normalize their staged copy), or
     // in debug x normalized by the separate kernel into xb and recorded.
@@ -470,41 +472,24 @@ class CudaBackend final : public CudaBackendApi {
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const cuda::DevLayer& L = w_.layers[l];
       const std::string blk = "blk." + std::to_string(l) + ".";
-      cuda::QkvArgs qa;
-      qa.wq = L.wq;
-      qa.wk = L.wk;
-      qa.wv = L.wv;
-      qa.eps = eps;
-      qa.head_dim = cfg_.head_dim;
-      qa.rope_dim = cfg_.rope_dim;
-      qa.rope_base = cfg_.rope_base;
-      qa.pos = pos;
-      qa.q_out = s_.q;
-      norm_in(L.attn_norm, blk + "attn_norm", qa.x, qa.norm_w);
-      if (debug) {
-        qa.rope = false;
-        qa.k_out = s_.k;
-        qa.v_out = s_.v;
-        cuda::gemv_qkv(qa, st);
-        cuda::rope_qk_kv_append(s_.q, s_.k, s_.v, kcache(l), vcache(l), pos, cfg_.n_heads,
-                                cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.rope_base, st);
-      } else {
-        qa.rope = true;
-        qa.k_out = kcache(l);
-        qa.v_out = vcache(l);
-        if (mask & kQkv) cuda::gemv_qkv(qa, st);
-      }
+      const float *qx = nullptr, *qn = nullptr;
+      norm_in(L.attn_norm, blk + "attn_norm", qx, qn);
+      if (mask & kQkv)
+        cuda::step_qkv(cfg_, w_, l, qx, qn, pos, nullptr, s_.q, s_.k, s_.v, kcache(l), vcache(l),
+                       st);
       if (mask & kAttn)
         cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
-                               cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st);
-      if (mask & kWo) cuda::gemv(L.wo, s_.att, nullptr, eps, s_.x, /*accumulate=*/true, st);
+                               cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st,
+                               {}, cfg_.is_swa(l) ? cfg_.sliding_window : 0, cfg_.attn_scale);
+      if (mask & kWo) cuda::step_residual(cfg_, L.wo, s_.att, L.post_attn_norm, s_.x, s_.tmp, st);
       if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
       if (mask & kGateUp) {
         const float *x = nullptr, *n = nullptr;
         norm_in(L.ffn_norm, blk + "ffn_norm", x, n);
-        cuda::gemv_gate_up(L.w_gate, L.w_up, x, n, eps, s_.hb, st);
+        cuda::gemv_gate_up(L.w_gate, L.w_up, x, n, eps, s_.hb, st, static_cast<int>(cfg_.act));
       }
-      if (mask & kDown) cuda::gemv(L.w_down, s_.hb, nullptr, eps, s_.x, /*accumulate=*/true, st);
+      if (mask & kDown)
+        cuda::step_residual(cfg_, L.w_down, s_.hb, L.post_ffn_norm, s_.x, s_.tmp, st);
       if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
     }
     // Hand-off to the next step: token/pos slots and the pinned id. Not in the profiling graphs,

@@ -28,6 +28,7 @@
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
+#include "cuda/decode_layer.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemm_q4.h"
 #include "cuda/gemv.h"
@@ -221,31 +222,29 @@ void CudaBatchBackend::forward(int nb, int mb) {
   rows.pos = d_st_ + cap, rows.slot = d_st_ + 2 * cap, rows.seq = d_st_ + 3 * cap;
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_;
-  cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_);
+  cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_, c_.embed_scale);
   cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
-  if (nb == 1 && !pw_.kv_half && c_.head_dim <= 128) {
+  if (nb == 1 && !pw_.kv_half) {
     // One row: the decode step's kernels, GEMVs and the split decode attention over the row's
     // block table (built for latency: H200, synth SmolLM-135M, a step of one sequence took 0.74
     // ms on the GEMM path, 0.56 ms with GEMVs + attention_paged).
     const float eps = c_.norm_eps;
-    for (size_t l = 0; l < dw_.layers.size(); ++l) {
+    for (int l = 0; l < c_.n_layers; ++l) {
       const cuda::DevLayer& L = dw_.layers[l];
       const cuda::PrefillLayerWeights& P = pw_.layers[l];
-      cuda::QkvArgs qa;
-      qa.wq = L.wq, qa.wk = L.wk, qa.wv = L.wv, qa.x = ws_.x, qa.norm_w = L.attn_norm;
-      qa.eps = eps, qa.head_dim = c_.head_dim, qa.rope_dim = c_.rope_dim;
-      qa.rope_base = c_.rope_base, qa.pos = rows.pos, qa.rope = true, qa.slot = rows.slot;
-      qa.q_out = ws_.q, qa.k_out = static_cast<float*>(P.k_cache);
-      qa.v_out = static_cast<float*>(P.v_cache);
-      cuda::gemv_qkv(qa, stream_);
+      float* kc = static_cast<float*>(P.k_cache);
+      float* vc = static_cast<float*>(P.v_cache);
+      cuda::step_qkv(c_, dw_, l, ws_.x, L.attn_norm, rows.pos, rows.slot, ws_.q, ws_.k, ws_.v, kc,
+                     vc, stream_);
       cuda::attention_decode(
-          ws_.att, ws_.q, static_cast<const float*>(P.k_cache),
-          static_cast<const float*>(P.v_cache), rows.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
-          c_.head_dim, attn1_, stream_,
-          cuda::AttnPages{rows.tables, rows.seq, rows.table_stride, rows.page_size});
-      cuda::gemv(L.wo, ws_.att, nullptr, eps, ws_.x, /*accumulate=*/true, stream_);
-      cuda::gemv_gate_up(L.w_gate, L.w_up, ws_.x, L.ffn_norm, eps, ws_.ffh, stream_);
-      cuda::gemv(L.w_down, ws_.ffh, nullptr, eps, ws_.x, /*accumulate=*/true, stream_);
+          ws_.att, ws_.q, kc, vc, rows.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads, c_.head_dim,
+          attn1_, stream_,
+          cuda::AttnPages{rows.tables, rows.seq, rows.table_stride, rows.page_size},
+          c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
+      cuda::step_residual(c_, L.wo, ws_.att, L.post_attn_norm, ws_.x, ws_.tmp, stream_);
+      cuda::gemv_gate_up(L.w_gate, L.w_up, ws_.x, L.ffn_norm, eps, ws_.ffh, stream_,
+                         static_cast<int>(c_.act));
+      cuda::step_residual(c_, L.w_down, ws_.ffh, L.post_ffn_norm, ws_.x, ws_.tmp, stream_);
     }
     // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
     const int parts = cuda::gemv_argmax(dw_.output, ws_.x, dw_.output_norm, eps, ws_.logits,

@@ -46,7 +46,7 @@ void CudaPrefill::chunk(const int* host_ids, int i0, int m, int pos0, cudaStream
   const int dim = pw_.cfg.dim;
   CUDA_CHECK(
       cudaMemcpyAsync(ws_.tokens, host_ids + i0, sizeof(int) * m, cudaMemcpyHostToDevice, s));
-  embed_batch(dw_->token_embd, ws_.tokens, m, ws_.x, dim, s);
+  embed_batch(dw_->token_embd, ws_.tokens, m, ws_.x, dim, s, pw_.cfg.embed_scale);
   prefill_forward(pw_, ws_, m, pos0 + i0, /*logit_rows=*/0, s);
 }
 

@@ -91,57 +91,88 @@ DeviceWeights upload_weights(const Weights& w, const ModelConfig& c) {
            ") differ in type; the CUDA gate/up kernel needs one type");
     }
   }
-  const bool tied = w.output.data == w.token_embd.data;
-
-  // 2. Lay out: every tensor 256-byte aligned in one image.
-  std::vector<const TensorView*> order;
-  order.push_back(&w.token_embd);
-  if (!tied) order.push_back(&w.output);
-  order.push_back(&w.output_norm);
+  auto check_vec = [](const TensorView& t, int64_t n, const char* what) {
+    if (!t.data) return;
+    check_norm(t);
+    if (t.rows * t.cols != n)
+      fail("tensor '", t.name, "' has ", t.rows * t.cols, " elements; the ", what, " needs ", n);
+  };
   for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t :
-         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-      order.push_back(t);
-    }
+    check_vec(l.bq, c.q_dim(), "Q bias");
+    check_vec(l.bk, c.kv_dim(), "K bias");
+    check_vec(l.bv, c.kv_dim(), "V bias");
+    check_vec(l.q_norm, c.head_dim, "Q norm");
+    check_vec(l.k_norm, c.head_dim, "K norm");
+    check_vec(l.post_attn_norm, c.dim, "post-attention norm");
+    check_vec(l.post_ffn_norm, c.dim, "post-FFN norm");
+  }
+  const bool tied = w.output.data == w.token_embd.data;
+  // The llama3 RoPE frequency factors (a config vector) travel as one more f32 tensor.
+  const TensorView factors{"rope_freqs",
+                           GgmlType::F32,
+                           1,
+                           (int64_t)c.rope_freq_factors.size(),
+                           c.rope_freq_factors.data(),
+                           c.rope_freq_factors.size() * sizeof(float)};
+
+  // 2. Lay out: every tensor present 256-byte aligned in one image; each item says where its
+  // device address goes (a matrix view or a vector pointer; absent optional tensors stay null).
+  DeviceWeights dw;
+  dw.layers.resize(w.layers.size());
+  struct Item {
+    const TensorView* t;
+    DevMat* mat;
+    const float** vec;
+  };
+  std::vector<Item> order;
+  auto add_mat = [&](const TensorView& t, DevMat& m) { order.push_back({&t, &m, nullptr}); };
+  auto add_vec = [&](const TensorView& t, const float*& v) {
+    if (t.data && t.nbytes) order.push_back({&t, nullptr, &v});
+  };
+  add_mat(w.token_embd, dw.token_embd);
+  if (!tied) add_mat(w.output, dw.output);
+  add_vec(w.output_norm, dw.output_norm);
+  add_vec(factors, dw.rope_factors);
+  for (size_t li = 0; li < w.layers.size(); ++li) {
+    const LayerWeights& l = w.layers[li];
+    DevLayer& L = dw.layers[li];
+    add_vec(l.attn_norm, L.attn_norm);
+    add_mat(l.wq, L.wq);
+    add_mat(l.wk, L.wk);
+    add_mat(l.wv, L.wv);
+    add_mat(l.wo, L.wo);
+    add_vec(l.ffn_norm, L.ffn_norm);
+    add_mat(l.w_gate, L.w_gate);
+    add_mat(l.w_up, L.w_up);
+    add_mat(l.w_down, L.w_down);
+    add_vec(l.bq, L.bq);
+    add_vec(l.bk, L.bk);
+    add_vec(l.bv, L.bv);
+    add_vec(l.q_norm, L.q_norm);
+    add_vec(l.k_norm, L.k_norm);
+    add_vec(l.post_attn_norm, L.post_attn_norm);
+    add_vec(l.post_ffn_norm, L.post_ffn_norm);
   }
   std::vector<size_t> offs;
   size_t total = 0;
-  for (const TensorView* t : order) {
+  for (const Item& it : order) {
     total = (total + 255) & ~size_t{255};
     offs.push_back(total);
-    total += device_bytes(*t);
+    total += device_bytes(*it.t);
   }
   total = (total + 255) & ~size_t{255};
 
-  DeviceWeights dw;
   dw.buffer = DeviceBuffer(total, "model weights");
   dw.bytes = total;
   std::vector<uint8_t> image(total);
   const uint8_t* dev = static_cast<const uint8_t*>(dw.buffer.get());
-  std::vector<DevMat> mats;
   for (size_t i = 0; i < order.size(); ++i) {
-    mats.push_back(stage_matrix(*order[i], image.data() + offs[i], dev + offs[i]));
+    const DevMat m = stage_matrix(*order[i].t, image.data() + offs[i], dev + offs[i]);
+    if (order[i].mat) *order[i].mat = m;
+    if (order[i].vec) *order[i].vec = static_cast<const float*>(m.q);
   }
   CUDA_CHECK(cudaMemcpy(dw.buffer.get(), image.data(), total, cudaMemcpyHostToDevice));
-
-  size_t k = 0;
-  dw.token_embd = mats[k++];
-  dw.output = tied ? dw.token_embd : mats[k++];
-  dw.output_norm = static_cast<const float*>(mats[k++].q);
-  for (size_t li = 0; li < w.layers.size(); ++li) {
-    DevLayer L;
-    L.attn_norm = static_cast<const float*>(mats[k++].q);
-    L.wq = mats[k++];
-    L.wk = mats[k++];
-    L.wv = mats[k++];
-    L.wo = mats[k++];
-    L.ffn_norm = static_cast<const float*>(mats[k++].q);
-    L.w_gate = mats[k++];
-    L.w_up = mats[k++];
-    L.w_down = mats[k++];
-    dw.layers.push_back(L);
-  }
-  (void)c;
+  if (tied) dw.output = dw.token_embd;
   dw.upload_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return dw;

@@ -18,6 +18,10 @@ struct DevLayer {
   const float* ffn_norm = nullptr;   // [dim]
   DevMat w_gate, w_up;               // rows hidden_dim, cols dim
   DevMat w_down;                     // rows dim, cols hidden_dim
+  // The architecture's optional vectors (model/model.h), nullptr when the model has none:
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;          // [q_dim], [kv_dim], [kv_dim]
+  const float *q_norm = nullptr, *k_norm = nullptr;                 // [head_dim]
+  const float *post_attn_norm = nullptr, *post_ffn_norm = nullptr;  // [dim]
 };
 
 struct DeviceWeights {
@@ -26,8 +30,9 @@ struct DeviceWeights {
   const float* output_norm = nullptr;  // [dim]
   DevMat output;                       // rows vocab, cols dim (== token_embd's bytes when tied)
   std::vector<DevLayer> layers;
-  size_t bytes = 0;      // size of the allocation
-  double upload_ms = 0;  // repack + host-to-device copy, wall time
+  const float* rope_factors = nullptr;  // [rope_dim / 2] llama3 frequency factors, or nullptr
+  size_t bytes = 0;                     // size of the allocation
+  double upload_ms = 0;                 // repack + host-to-device copy, wall time
 };
 
 // Checks every tensor has a CUDA kernel for its type and shape (Error names the tensor, its type

@@ -1,0 +1,47 @@
+// See decode_layer.h.
+#include "cuda/decode_layer.h"
+
+#include "cuda/gemv.h"
+#include "cuda/qkv_finish.h"
+#include "cuda/rmsnorm.h"
+
+namespace smolrt::cuda {
+
+bool qkv_fused(const ModelConfig& c) {
+  return !c.attn_bias && !c.qk_norm && !c.rope_neox && c.rope_freq_factors.empty();
+}
+
+void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float* x,
+              const float* norm_w, const int* pos, const int* slot, float* q, float* k_raw,
+              float* v_raw, float* k_cache, float* v_cache, cudaStream_t s) {
+  const DevLayer& L = dw.layers[l];
+  const bool fused = qkv_fused(c);
+  QkvArgs qa;
+  qa.wq = L.wq, qa.wk = L.wk, qa.wv = L.wv, qa.x = x, qa.norm_w = norm_w, qa.eps = c.norm_eps;
+  qa.head_dim = c.head_dim, qa.rope_dim = c.rope_dim, qa.rope_base = c.layer_rope_base(l);
+  qa.pos = pos, qa.rope = fused, qa.slot = slot, qa.q_out = q;
+  qa.k_out = fused ? k_cache : k_raw;
+  qa.v_out = fused ? v_cache : v_raw;
+  gemv_qkv(qa, s);
+  if (fused) return;
+  QkvFinishArgs f;
+  f.q = q, f.ldq = c.q_dim(), f.k = k_raw, f.v = v_raw, f.ldkv = c.kv_dim();
+  f.k_cache = k_cache, f.v_cache = v_cache, f.pos_dev = pos, f.row_slot = slot;
+  f.bq = L.bq, f.bk = L.bk, f.bv = L.bv, f.q_norm = L.q_norm, f.k_norm = L.k_norm;
+  f.eps = c.norm_eps, f.n_heads = c.n_heads, f.n_kv_heads = c.n_kv_heads;
+  f.head_dim = c.head_dim, f.rope_dim = c.rope_dim, f.rope_base = c.layer_rope_base(l);
+  f.neox = c.rope_neox, f.freq_factors = dw.rope_factors;
+  qkv_finish(f, s);
+}
+
+void step_residual(const ModelConfig& c, const DevMat& w, const float* in, const float* post_norm,
+                   float* x, float* tmp, cudaStream_t s) {
+  if (!post_norm) {
+    gemv(w, in, nullptr, c.norm_eps, x, /*accumulate=*/true, s);
+    return;
+  }
+  gemv(w, in, nullptr, c.norm_eps, tmp, /*accumulate=*/false, s);
+  rmsnorm_add(x, c.dim, tmp, c.dim, post_norm, c.dim, 1, c.norm_eps, s);
+}
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,92 @@
+// Bias + per-head norm + RoPE + KV write (see qkv_finish.h): one block per (head, token), one
+// thread per element of the head.
+#include "cuda/qkv_finish.h"
+
+#include <cuda_fp16.h>
+
+#include "core/error.h"
+#include "cuda/device_common.cuh"
+#include "cuda/launch.h"
+
+namespace smolrt::cuda {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+
+__global__ void __launch_bounds__(kMaxHeadDim) qkv_finish_kernel(const QkvFinishArgs a) {
+  __shared__ float sv[kMaxHeadDim];
+  __shared__ float part[kMaxHeadDim / 32];
+  pdl_wait();
+  pdl_trigger();
+  const int hd = a.head_dim, d = threadIdx.x, row = blockIdx.y;
+  const int head = blockIdx.x;  // [0, n_heads): Q, then n_kv_heads of K, then of V
+  const int seg = head < a.n_heads ? 0 : head < a.n_heads + a.n_kv_heads ? 1 : 2;
+  const int hh = seg == 0 ? head : seg == 1 ? head - a.n_heads : head - a.n_heads - a.n_kv_heads;
+  const bool on = d < hd;
+  const int pos = a.pos_dev ? *a.pos_dev : a.row_pos ? a.row_pos[row] : a.pos0 + row;
+  const size_t kv_dim = (size_t)a.n_kv_heads * hd;
+  const size_t cache_at = (size_t)(a.row_slot ? a.row_slot[row] : pos) * kv_dim + hh * hd + d;
+  const float* src =
+      seg == 0 ? a.q + (size_t)row * a.ldq : (seg == 1 ? a.k : a.v) + (size_t)row * a.ldkv;
+  const float* bias = seg == 0 ? a.bq : seg == 1 ? a.bk : a.bv;
+  float x = on ? src[hh * hd + d] + (bias ? bias[hh * hd + d] : 0.f) : 0.f;
+  auto store = [&](void* cache) {
+    if (a.kv_half) {
+      static_cast<__half*>(cache)[cache_at] = __float2half_rn(x);
+    } else {
+      static_cast<float*>(cache)[cache_at] = x;
+    }
+  };
+  if (seg == 2) {  // V: bias only
+    if (on) store(a.v_cache);
+    return;
+  }
+  const float* nw = seg == 0 ? a.q_norm : a.k_norm;
+  if (nw) {  // per-head RMSNorm (the whole block takes this branch or none)
+    const float ss = warp_sum(x * x);
+    if ((d & 31) == 0) part[d >> 5] = ss;
+    __syncthreads();
+    float total = 0.f;
+    for (int w = 0; w < (blockDim.x + 31) / 32; ++w) total += part[w];
+    x = on ? x * rsqrtf(total / (float)hd + a.eps) * nw[d] : 0.f;
+  }
+  if (on) sv[d] = x;
+  __syncthreads();
+  if (on && d < a.rope_dim) {
+    // Pair (i, partner): normal RoPE rotates (2i, 2i+1), NeoX (i, i + rope_dim/2).
+    const int half = a.rope_dim / 2;
+    const int i = a.neox ? (d < half ? d : d - half) : d / 2;
+    const bool first = a.neox ? d < half : (d & 1) == 0;
+    const int partner = a.neox ? (first ? d + half : d - half) : d ^ 1;
+    float freq = rope_inv_freq(i, a.rope_dim, a.rope_base);
+    if (a.freq_factors) freq /= a.freq_factors[i];
+    float sn, cs;
+    sincosf((float)pos * freq, &sn, &cs);
+    const float y = sv[partner];
+    x = first ? x * cs - y * sn : y * sn + x * cs;
+  }
+  if (!on) return;
+  if (seg == 0) {
+    a.q[(size_t)row * a.ldq + hh * hd + d] = x;
+  } else {
+    store(a.k_cache);
+  }
+}
+
+}  // namespace
+
+void qkv_finish(const QkvFinishArgs& a, cudaStream_t s) {
+  if (!a.q || !a.k || !a.v || !a.k_cache || !a.v_cache) fail("qkv_finish: null pointer");
+  if (a.n <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.head_dim <= 0 || a.head_dim % 2 ||
+      a.head_dim > kMaxHeadDim || a.rope_dim < 0 || a.rope_dim % 2 || a.rope_dim > a.head_dim)
+    fail("qkv_finish: bad shape (rows ", a.n, ", heads ", a.n_heads, "/", a.n_kv_heads,
+         ", head_dim ", a.head_dim, ", rope_dim ", a.rope_dim, "); head_dim is at most ",
+         kMaxHeadDim);
+  if (a.ldq < a.n_heads * a.head_dim || a.ldkv < a.n_kv_heads * a.head_dim)
+    fail("qkv_finish: ldq/ldkv smaller than the heads' width");
+  if (a.pos_dev && a.n != 1) fail("qkv_finish: a device position slot serves one row only");
+  const int threads = (a.head_dim + 31) / 32 * 32;
+  launch_kernel(qkv_finish_kernel, dim3(a.n_heads + 2 * a.n_kv_heads, a.n), dim3(threads), 0, s, a);
+}
+
+}  // namespace smolrt::cuda

@@ -1,0 +1,216 @@
+// Every architecture family end to end on the GPU against the CPU backend (the fp32 oracle):
+// seconds-fast synth models of each family (`tiny-gemma3`: QK norm, post norms, GELU, embedding
+// scale, NeoX RoPE, sliding-window and global layers with their own bases, head_dim != dim /
+// n_heads; `tiny-qwen2`: Q/K/V biases, NeoX; `tiny-llama3`: frequency factors) in several weight
+// types, through the three CUDA paths: the decode step (token by token), the batched prefill,
+// and the multi-sequence backend. Prompts run past the tiny models' windows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/batch.h"
+#include "core/error.h"
+#include "cuda_test_util.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+namespace smolrt {
+namespace {
+
+struct ArchCase {
+  const char* preset;
+  const char* type;
+};
+
+Model synth(const ArchCase& c) {
+  SynthOptions o;
+  o.preset = c.preset;
+  o.type = parse_quant_target(c.type);
+  o.seed = 7;
+  SynthModel s = synth_model(o);
+  Model m;
+  m.file = gguf::File::parse(s.writer.to_bytes(), std::string(c.preset) + "-" + c.type);
+  m.config = load_config(*m.file);
+  m.weights = load_weights(*m.file, m.config);
+  return m;
+}
+
+double rel_l2(std::span<const float> a, std::span<const float> ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+    den += (double)ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+std::vector<int> prompt_of(int n, int vocab, unsigned seed) {
+  std::vector<int> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (int)((i * 7919u + seed * 104729u + 13u) % (unsigned)vocab);
+  return t;
+}
+
+std::unique_ptr<Backend> backend(const Model& m, const char* kind) {
+  BackendOptions o;
+  o.kind = kind;
+  o.n_ctx = 128;
+  return make_backend(m, o);
+}
+
+// The CPU backend's logits at every position of toks.
+std::vector<std::vector<float>> cpu_logits(const Model& m, const std::vector<int>& toks) {
+  auto cpu = backend(m, "cpu");
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    std::span<const float> l = cpu->forward_token(toks[i], (int)i);
+    out.emplace_back(l.begin(), l.end());
+  }
+  return out;
+}
+
+const ArchCase kCases[] = {
+    {"tiny-gemma3", "f32"},  {"tiny-gemma3", "q8_0"}, {"tiny-gemma3", "q4_k"},
+    {"tiny-qwen2", "q8_0"},  {"tiny-qwen2", "q5_0"},  {"tiny-llama3", "q8_0"},
+    {"tiny-llama3", "q6_k"},
+};
+
+class ArchBackend : public ::testing::TestWithParam<ArchCase> {};
+
+// Decode path: fp32 activations and the same dequantized weights on both sides, so only the
+// summation order differs: the decode bound of test_cuda_backend.cpp, 5e-4 relative (max norm).
+TEST_P(ArchBackend, DecodeStepMatchesCpu) {
+  REQUIRE_GPU();
+  const Model m = synth(GetParam());
+  const std::vector<int> toks = prompt_of(40, m.config.vocab_size, 1);
+  const auto ref = cpu_logits(m, toks);
+  auto gpu = backend(m, "cuda");
+  double worst = 0;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    std::span<const float> g = gpu->forward_token(toks[i], (int)i);
+    double md = 0, mc = 0;
+    for (size_t j = 0; j < g.size(); ++j) {
+      md = std::max(md, std::fabs((double)g[j] - ref[i][j]));
+      mc = std::max(mc, std::fabs((double)ref[i][j]));
+    }
+    worst = std::max(worst, md / mc);
+    ASSERT_LE(md / mc, 5e-4) << "position " << i;
+  }
+  std::cout << "[ measure ] " << GetParam().preset << " " << GetParam().type
+            << " decode vs CPU: worst rel err " << worst << "\n";
+}
+
+// Batched prefill (tensor-core GEMMs on fp16 activations): the prefill bound, 2e-2 relative L2
+// per logits row (test_cuda_prefill.cpp), on every row of the prompt.
+TEST_P(ArchBackend, PrefillMatchesCpu) {
+  REQUIRE_GPU();
+  const Model m = synth(GetParam());
+  const std::vector<int> toks = prompt_of(37, m.config.vocab_size, 2);
+  const auto ref = cpu_logits(m, toks);
+  auto gpu = backend(m, "cuda");
+  const std::vector<float> all = gpu->forward_prompt_all(toks);
+  const size_t V = m.config.vocab_size;
+  ASSERT_EQ(all.size(), toks.size() * V);
+  double worst = 0;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    const double e = rel_l2(std::span<const float>(all.data() + i * V, V), ref[i]);
+    worst = std::max(worst, e);
+    ASSERT_LT(e, 2e-2) << "row " << i;
+  }
+  // The decode step continues from the prefilled cache.
+  const int next = 5 % m.config.vocab_size;
+  std::span<const float> g = gpu->forward_token(next, (int)toks.size());
+  std::vector<int> longer = toks;
+  longer.push_back(next);
+  const auto ref2 = cpu_logits(m, longer);
+  EXPECT_LT(rel_l2(g, ref2.back()), 2e-2);
+  std::cout << "[ measure ] " << GetParam().preset << " " << GetParam().type
+            << " prefill vs CPU: worst rel L2 " << worst << "\n";
+}
+
+// The multi-sequence backend: three sequences of different lengths prefilled together, then
+// decoded together (multi-row GEMM steps) and one alone (the one-row GEMV step), fp32 and fp16
+// pools: every returned logits row within the prefill bound of the CPU's.
+TEST_P(ArchBackend, MultiSequenceMatchesCpu) {
+  REQUIRE_GPU();
+  const Model m = synth(GetParam());
+  const int V = m.config.vocab_size;
+  if (std::string(GetParam().type) == "f32") {
+    // The multi-sequence GEMMs take every format but F32: a clear Error, not a wrong answer.
+    BatchOptions bo;
+    bo.kind = "cuda";
+    EXPECT_THROW(make_batch_backend(m, bo), Error);
+    return;
+  }
+  for (bool half : {false, true}) {
+    SCOPED_TRACE(half ? "fp16 pool" : "fp32 pool");
+    BatchOptions bo;
+    bo.kind = "cuda";
+    bo.max_seqs = 4;
+    bo.seq_ctx = 128;
+    bo.kv_half = half;
+    auto b = make_batch_backend(m, bo);
+    std::vector<std::vector<int>> seqs = {prompt_of(9, V, 3), prompt_of(30, V, 4),
+                                          prompt_of(17, V, 5)};
+    std::vector<int> ids;
+    std::vector<SeqStep> st;
+    for (auto& p : seqs) {
+      ids.push_back(b->add_sequence());
+      SeqStep s;
+      s.seq = ids.back(), s.tokens = p, s.sample = true, s.logits = 1;
+      st.push_back(s);
+    }
+    std::vector<SeqResult> r = b->step(st);
+    double worst = 0;
+    // Checks every returned row against the CPU on the sequence so far, then appends the token.
+    auto check = [&](const std::vector<size_t>& which, const char* what, int it) {
+      for (size_t j = 0; j < which.size(); ++j) {
+        const size_t k = which[j];
+        const double e = rel_l2(r[j].logits, cpu_logits(m, seqs[k]).back());
+        worst = std::max(worst, e);
+        ASSERT_LT(e, 2e-2) << what << ": sequence " << k << " step " << it;
+        seqs[k].push_back(r[j].token);
+      }
+    };
+    auto decode = [&](const std::vector<size_t>& which) {
+      std::vector<SeqStep> d(which.size());
+      for (size_t j = 0; j < which.size(); ++j) {
+        d[j].seq = ids[which[j]], d[j].tokens = std::span<const int>(&seqs[which[j]].back(), 1);
+        d[j].sample = true, d[j].logits = 1;
+      }
+      r = b->step(d);
+    };
+    const std::vector<size_t> all = {0, 1, 2}, one = {1};
+    for (int it = 0; it < 8; ++it) {  // together: the multi-row GEMM step
+      check(all, "together", it);
+      if (HasFatalFailure()) return;
+      decode(all);
+    }
+    check(all, "together", 8);
+    b->free_sequence(ids[0]);
+    b->free_sequence(ids[2]);
+    for (int it = 0; it < 6; ++it) {  // alone: the one-row GEMV step
+      decode(one);
+      check(one, "alone", it);
+      if (HasFatalFailure()) return;
+    }
+    std::cout << "[ measure ] " << GetParam().preset << " " << GetParam().type
+              << (half ? " fp16" : " fp32") << " pool, multi-sequence vs CPU: worst rel L2 "
+              << worst << "\n";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ArchBackend, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<ArchCase>& i) {
+                           std::string s = std::string(i.param.preset) + "_" + i.param.type;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace smolrt

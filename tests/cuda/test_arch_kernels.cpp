@@ -1,0 +1,319 @@
+// The kernels behind the architecture switches (model/model.h) against float64 references on
+// random data: qkv_finish (biases, per-head QK norm, normal/NeoX RoPE, frequency factors, fp32
+// and fp16 caches, slots), sliding-window and head_dim-256 decode attention, the paged kernel
+// without a block table and with a window, and the post-norm residual. Caches are poisoned with
+// NaN wherever a kernel must not read (outside the window, past the context), so reading a key
+// outside the window fails the test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/attention_decode.h"
+#include "cuda/attention_paged.h"
+#include "cuda/qkv_finish.h"
+#include "cuda/rmsnorm.h"
+#include "cuda_test_util.h"
+#include "test_util.h"
+
+namespace smolrt {
+namespace {
+
+using test::Dev;
+
+// --- qkv_finish ---------------------------------------------------------------------------------
+
+struct FinishCase {
+  const char* name;
+  int n_heads, n_kv, hd, rope_dim;
+  bool bias, norm, neox, factors, half;
+};
+
+// The reference of one head vector in double: + bias, RMSNorm with weight, RoPE.
+void ref_head(double* v, const float* bias, const float* nw, int hd, int rope_dim, bool neox,
+              const float* factors, double base, int pos, double eps) {
+  for (int d = 0; d < hd; ++d) v[d] += bias ? bias[d] : 0.0;
+  if (nw) {
+    double ss = 0;
+    for (int d = 0; d < hd; ++d) ss += v[d] * v[d];
+    const double r = 1.0 / std::sqrt(ss / hd + eps);
+    for (int d = 0; d < hd; ++d) v[d] = v[d] * r * nw[d];
+  }
+  for (int i = 0; i < rope_dim / 2; ++i) {
+    double f = std::pow(base, -2.0 * i / rope_dim);
+    if (factors) f /= factors[i];
+    const double th = pos * f, c = std::cos(th), s = std::sin(th);
+    const int a = neox ? i : 2 * i, b = neox ? i + rope_dim / 2 : 2 * i + 1;
+    const double x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x0 * s + x1 * c;
+  }
+}
+
+void check_finish(const FinishCase& fc) {
+  SCOPED_TRACE(fc.name);
+  const int n = 5, pos0 = 37, q_dim = fc.n_heads * fc.hd, kv_dim = fc.n_kv * fc.hd;
+  const int slots = 64;
+  const float eps = 1e-6f, base = 10000.f;
+  std::vector<float> q = test::randn((size_t)n * q_dim, 1, 2.f),
+                     k = test::randn((size_t)n * kv_dim, 2, 2.f),
+                     v = test::randn((size_t)n * kv_dim, 3, 2.f);
+  std::vector<float> bq = test::randn(q_dim, 4, 0.5f), bk = test::randn(kv_dim, 5, 0.5f),
+                     bv = test::randn(kv_dim, 6, 0.5f);
+  std::vector<float> qn = test::randn(fc.hd, 7, 0.3f), kn = test::randn(fc.hd, 8, 0.3f);
+  for (float& x : qn) x += 1.f;
+  for (float& x : kn) x += 1.f;
+  std::vector<float> fac(fc.rope_dim / 2);
+  for (int i = 0; i < (int)fac.size(); ++i) fac[i] = 1.f + (float)(i % 7);  // 1..7
+  std::vector<int> slot(n);
+  for (int i = 0; i < n; ++i) slot[i] = (i * 13 + 5) % slots;  // scattered pool rows
+
+  Dev<float> dq(q), dk(k), dv(v), dbq(bq), dbk(bk), dbv(bv), dqn(qn), dkn(kn), dfac(fac);
+  Dev<int> dslot(slot);
+  const size_t elt = fc.half ? 2 : 4;
+  cuda::DeviceBuffer kc(slots * kv_dim * elt, "test"), vc(slots * kv_dim * elt, "test");
+  CUDA_CHECK(cudaMemset(kc.get(), 0xff, kc.size()));
+  CUDA_CHECK(cudaMemset(vc.get(), 0xff, vc.size()));
+  cuda::QkvFinishArgs a;
+  a.n = n, a.q = dq.p(), a.ldq = q_dim, a.k = dk.p(), a.v = dv.p(), a.ldkv = kv_dim;
+  a.k_cache = kc.get(), a.v_cache = vc.get(), a.kv_half = fc.half, a.pos0 = pos0;
+  a.row_slot = dslot.p();
+  if (fc.bias) a.bq = dbq.p(), a.bk = dbk.p(), a.bv = dbv.p();
+  if (fc.norm) a.q_norm = dqn.p(), a.k_norm = dkn.p();
+  a.eps = eps, a.n_heads = fc.n_heads, a.n_kv_heads = fc.n_kv, a.head_dim = fc.hd;
+  a.rope_dim = fc.rope_dim, a.rope_base = base, a.neox = fc.neox;
+  if (fc.factors) a.freq_factors = dfac.p();
+  cuda::qkv_finish(a, nullptr);
+
+  const std::vector<float> gq = dq.get();
+  std::vector<float> gk(slots * kv_dim), gv(slots * kv_dim);
+  std::vector<uint16_t> hk(fc.half ? slots * kv_dim : 0), hv(hk.size());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  if (fc.half) {
+    CUDA_CHECK(cudaMemcpy(hk.data(), kc.get(), kc.size(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(hv.data(), vc.get(), vc.size(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < hk.size(); ++i) gk[i] = fp16_to_f32(hk[i]), gv[i] = fp16_to_f32(hv[i]);
+  } else {
+    CUDA_CHECK(cudaMemcpy(gk.data(), kc.get(), kc.size(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(gv.data(), vc.get(), vc.size(), cudaMemcpyDeviceToHost));
+  }
+  // fp32 kernel vs double: a few ulps of the norm and sincosf at angles up to ~40 rad; fp16
+  // caches round to 2^-11 relative.
+  const double tol = fc.half ? 2e-3 : 2e-5;
+  std::vector<bool> written(slots, false);
+  for (int i = 0; i < n; ++i) {
+    const int pos = pos0 + i;
+    written[slot[i]] = true;
+    for (int h = 0; h < fc.n_heads + 2 * fc.n_kv; ++h) {
+      const int seg = h < fc.n_heads ? 0 : h < fc.n_heads + fc.n_kv ? 1 : 2;
+      const int hh = seg == 0 ? h : seg == 1 ? h - fc.n_heads : h - fc.n_heads - fc.n_kv;
+      const float* src = (seg == 0 ? q.data() + (size_t)i * q_dim
+                                   : (seg == 1 ? k.data() : v.data()) + (size_t)i * kv_dim) +
+                         hh * fc.hd;
+      std::vector<double> ref(src, src + fc.hd);
+      const float* b = !fc.bias ? nullptr
+                                : (seg == 0   ? bq
+                                   : seg == 1 ? bk
+                                              : bv)
+                                          .data() +
+                                      hh * fc.hd;
+      if (seg == 2) {
+        for (int d = 0; d < fc.hd; ++d) ref[d] += b ? b[d] : 0.0;
+      } else {
+        ref_head(ref.data(), b, fc.norm ? (seg == 0 ? qn : kn).data() : nullptr, fc.hd, fc.rope_dim,
+                 fc.neox, fc.factors ? fac.data() : nullptr, base, pos, eps);
+      }
+      for (int d = 0; d < fc.hd; ++d) {
+        const float got = seg == 0   ? gq[(size_t)i * q_dim + hh * fc.hd + d]
+                          : seg == 1 ? gk[(size_t)slot[i] * kv_dim + hh * fc.hd + d]
+                                     : gv[(size_t)slot[i] * kv_dim + hh * fc.hd + d];
+        ASSERT_NEAR(got, ref[d], tol * (1.0 + std::fabs(ref[d])))
+            << "row " << i << " segment " << seg << " head " << hh << " dim " << d;
+      }
+    }
+  }
+  // Pool rows no token maps to were not written (still the 0xff poison: NaN in both widths).
+  for (int r = 0; r < slots; ++r) {
+    if (written[r]) continue;
+    for (int e = 0; e < kv_dim; ++e)
+      ASSERT_TRUE(std::isnan(gk[(size_t)r * kv_dim + e]) && std::isnan(gv[(size_t)r * kv_dim + e]))
+          << "slot " << r << " written";
+  }
+}
+
+TEST(ArchKernels, QkvFinishMatchesFloat64) {
+  REQUIRE_GPU();
+  const FinishCase cases[] = {
+      // gemma3-270m: 4 heads / 1 KV head of 256, QK norm, NeoX.
+      {"gemma3", 4, 1, 256, 256, false, true, true, false, false},
+      {"gemma3 fp16 cache", 4, 1, 256, 256, false, true, true, false, true},
+      // qwen2.5-0.5b: biases, NeoX, head_dim 64.
+      {"qwen2", 14, 2, 64, 64, true, false, true, false, false},
+      // llama 3: frequency factors, normal RoPE; rope_dim < head_dim leaves the tail as is.
+      {"llama3", 8, 2, 64, 64, false, false, false, true, false},
+      {"partial rope", 4, 2, 32, 16, true, true, false, true, false},
+      {"neox partial", 2, 1, 16, 8, false, true, true, false, true},
+  };
+  for (const FinishCase& c : cases) check_finish(c);
+}
+
+TEST(ArchKernels, QkvFinishRefusesBadShapes) {
+  REQUIRE_GPU();
+  Dev<float> b(4096);
+  cuda::QkvFinishArgs a;
+  a.q = b.p(), a.k = b.p();
+  a.v = b.p(), a.k_cache = b.p(), a.v_cache = b.p();
+  a.n_heads = 1, a.n_kv_heads = 1, a.head_dim = 512, a.rope_dim = 64, a.ldq = a.ldkv = 512;
+  EXPECT_THROW(cuda::qkv_finish(a, nullptr), Error);  // head_dim > 256
+  a.head_dim = 64, a.rope_dim = 66;
+  EXPECT_THROW(cuda::qkv_finish(a, nullptr), Error);  // rope_dim > head_dim
+  a.rope_dim = 64, a.ldq = 32;
+  EXPECT_THROW(cuda::qkv_finish(a, nullptr), Error);  // pitch too small
+}
+
+// --- attention ----------------------------------------------------------------------------------
+
+// softmax(scale q·k_t) v_t over t in [lo, pos], per query head, in double.
+std::vector<double> ref_attention(const float* q, const std::vector<float>& kc,
+                                  const std::vector<float>& vc, const std::vector<int>& slot_of,
+                                  int lo, int pos, int n_heads, int n_kv, int hd, double scale) {
+  std::vector<double> out((size_t)n_heads * hd, 0.0);
+  const int kv_dim = n_kv * hd;
+  for (int h = 0; h < n_heads; ++h) {
+    const int kvh = h / (n_heads / n_kv);
+    std::vector<double> s;
+    double mx = -1e300;
+    for (int t = lo; t <= pos; ++t) {
+      double d = 0;
+      const float* kr = &kc[(size_t)slot_of[t] * kv_dim + kvh * hd];
+      for (int e = 0; e < hd; ++e) d += (double)q[h * hd + e] * kr[e];
+      s.push_back(d * scale);
+      mx = std::max(mx, d * scale);
+    }
+    double den = 0;
+    for (double& x : s) den += (x = std::exp(x - mx));
+    for (int t = lo; t <= pos; ++t) {
+      const float* vr = &vc[(size_t)slot_of[t] * kv_dim + kvh * hd];
+      for (int e = 0; e < hd; ++e) out[(size_t)h * hd + e] += s[t - lo] / den * vr[e];
+    }
+  }
+  return out;
+}
+
+// Random cache rows for positions [lo, hi) at their slots; NaN everywhere else.
+std::vector<float> window_cache(int rows, int kv_dim, const std::vector<int>& slot_of, int lo,
+                                int hi, uint32_t seed) {
+  std::vector<float> c((size_t)rows * kv_dim, NAN);
+  const std::vector<float> r = test::randn((size_t)rows * kv_dim, seed);
+  for (int t = lo; t < hi; ++t)
+    for (int e = 0; e < kv_dim; ++e)
+      c[(size_t)slot_of[t] * kv_dim + e] = r[(size_t)slot_of[t] * kv_dim + e];
+  return c;
+}
+
+TEST(ArchKernels, DecodeAttentionWindowAndWideHeads) {
+  REQUIRE_GPU();
+  struct C {
+    int nh, nkv, hd, ctx, pos, window;
+    float scale;
+  };
+  const C cases[] = {
+      {4, 1, 256, 1024, 700, 512, 0.0625f},  // gemma3-270m local layer, window full
+      {4, 1, 256, 1024, 300, 512, 0.0625f},  // window not yet full
+      {4, 1, 256, 1024, 900, 0, 0.0625f},    // gemma3 global layer
+      {9, 3, 64, 512, 400, 37, 0.f},         // odd window, split context
+      {8, 4, 16, 64, 63, 8, 0.3f},           // tiny window, explicit scale
+      {2, 2, 128, 4096, 3000, 1000, 0.f},    // many splits inside the window
+  };
+  for (const C& c : cases) {
+    SCOPED_TRACE(testing::Message() << c.nh << "/" << c.nkv << "x" << c.hd << " pos " << c.pos
+                                    << " window " << c.window);
+    const int kv_dim = c.nkv * c.hd, q_dim = c.nh * c.hd;
+    const int lo = c.window > 0 && c.pos + 1 > c.window ? c.pos + 1 - c.window : 0;
+    std::vector<int> ident(c.ctx);
+    std::iota(ident.begin(), ident.end(), 0);
+    const std::vector<float> q = test::randn(q_dim, 11, 2.f);
+    const std::vector<float> kc = window_cache(c.ctx, kv_dim, ident, lo, c.pos + 1, 12),
+                             vc = window_cache(c.ctx, kv_dim, ident, lo, c.pos + 1, 13);
+    const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt((double)c.hd);
+    const std::vector<double> ref =
+        ref_attention(q.data(), kc, vc, ident, lo, c.pos, c.nh, c.nkv, c.hd, scale);
+    Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim),
+        part((size_t)c.nh * cuda::attn_splits(c.ctx) * (c.hd + 2));
+    Dev<int> cnt(std::vector<int>(c.nh, 0)), dpos(std::vector<int>{c.pos});
+    for (int rep = 0; rep < 2; ++rep) {  // the split counters reset themselves
+      out.poison();
+      cuda::attention_decode(out.p(), dq.p(), dk.p(), dv.p(), dpos.p(), c.ctx, c.nh, c.nkv, c.hd,
+                             {part.p(), cnt.p()}, nullptr, {}, c.window, c.scale);
+      const std::vector<float> got = out.get();
+      for (int i = 0; i < q_dim; ++i) ASSERT_NEAR(got[i], ref[i], 2e-5) << "out " << i;
+    }
+  }
+}
+
+TEST(ArchKernels, PagedAttentionWindowWithAndWithoutTable) {
+  REQUIRE_GPU();
+  const int nh = 4, nkv = 1, hd = 256, n = 6, pos0 = 90, window = 40, page = 16;
+  const int kv_dim = nkv * hd, q_dim = nh * hd, npos = pos0 + n, n_pages = (npos + page - 1) / page;
+  for (bool table : {false, true}) {
+    SCOPED_TRACE(table ? "block table" : "contiguous");
+    // Table: pages in reverse order inside a pool of n_pages + 3 pages.
+    std::vector<int> pages(n_pages), slot_of(npos);
+    for (int i = 0; i < n_pages; ++i) pages[i] = table ? n_pages + 2 - i : i;
+    for (int t = 0; t < npos; ++t) slot_of[t] = pages[t / page] * page + t % page;
+    const int rows = (n_pages + 3) * page;
+    const int lo0 = pos0 + 1 - window;  // the first row's window start; keys before: NaN
+    const std::vector<float> kc = window_cache(rows, kv_dim, slot_of, lo0, npos, 21),
+                             vc = window_cache(rows, kv_dim, slot_of, lo0, npos, 22);
+    const std::vector<float> q = test::randn((size_t)n * q_dim, 23, 2.f);
+    Dev<float> dq(q), dk(kc), dv(vc), out((size_t)n * q_dim),
+        part((size_t)n * nh * cuda::kAttnPagedSplits * (hd + 2));
+    Dev<int> cnt(std::vector<int>(n * nkv, 0)), dpages(pages);
+    std::vector<int> rp(n), rs(n, 0);
+    for (int i = 0; i < n; ++i) rp[i] = pos0 + i;
+    Dev<int> dpos(rp), dseq(rs);
+    cuda::PagedAttnArgs a;
+    a.q = dq.p(), a.ldq = q_dim, a.k_pool = dk.p(), a.v_pool = dv.p(), a.out = out.p();
+    a.ldo = q_dim, a.n = n, a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd;
+    a.window = window, a.scale = 0.0625f, a.partials = part.p(), a.counters = cnt.p();
+    if (table) {
+      a.row_pos = dpos.p(), a.row_seq = dseq.p(), a.tables = dpages.p();
+      a.table_stride = n_pages, a.page_size = page;
+    } else {
+      a.pos0 = pos0;
+    }
+    cuda::attention_paged(a, nullptr);
+    const std::vector<float> got = out.get();
+    for (int i = 0; i < n; ++i) {
+      const int pos = pos0 + i;
+      const std::vector<double> ref = ref_attention(&q[(size_t)i * q_dim], kc, vc, slot_of,
+                                                    pos + 1 - window, pos, nh, nkv, hd, 0.0625);
+      for (int e = 0; e < q_dim; ++e)
+        ASSERT_NEAR(got[(size_t)i * q_dim + e], ref[e], 2e-5) << "row " << i << " out " << e;
+    }
+  }
+}
+
+TEST(ArchKernels, PostNormResidualMatchesFloat64) {
+  REQUIRE_GPU();
+  const int dim = 640, rows = 3, ld = 648;
+  const std::vector<float> x = test::randn((size_t)rows * ld, 31),
+                           y = test::randn((size_t)rows * ld, 32, 30.f), w = test::randn(dim, 33);
+  Dev<float> dx(x), dy(y), dw(w);
+  cuda::rmsnorm_add(dx.p(), ld, dy.p(), ld, dw.p(), dim, rows, 1e-6f, nullptr);
+  const std::vector<float> got = dx.get();
+  for (int r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += (double)y[r * ld + i] * y[r * ld + i];
+    const double s = 1.0 / std::sqrt(ss / dim + 1e-6);
+    for (int i = 0; i < ld; ++i) {
+      const double want = i < dim ? x[r * ld + i] + y[r * ld + i] * s * w[i] : x[r * ld + i];
+      ASSERT_NEAR(got[r * ld + i], want, 1e-5 * (1 + std::fabs(want))) << r << "," << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace smolrt
