@@ -184,15 +184,14 @@ __device__ __forceinline__ void epi_pair(const GemmOut& o, int n, int t, int c, 
 // Accumulator fragment of n-tile j (c0,c1: row g, tokens 2t4, 2t4+1; c2,c3: row g+8) through
 // the epilogue.
 template <GemmEpilogue E>
-__device__ __forceinline__ void epilogue(const Params& p, const float* rs, bool norm, int mt,
-                                         int t0, int j, int g, int t4, float freq,
-                                         const float (&v)[4], const float2* res = nullptr) {
+__device__ __forceinline__ void epilogue(const Params& p, int mt, int t0, int j, int g, int t4,
+                                         float freq, const float (&v)[4],
+                                         const float2* res = nullptr) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int tl = 8 * j + 2 * t4 + h, tok = t0 + tl;
     if (tok >= p.a.t) continue;
-    const float sc = norm ? rs[tl] : 1.f;
-    const float v0 = v[h] * sc, v1 = v[2 + h] * sc;
+    const float v0 = v[h], v1 = v[2 + h];
     int col;
     if constexpr (E == GemmEpilogue::GatePair) {
       if (mt * 8 + g >= p.a.w0.rows) continue;
@@ -212,20 +211,19 @@ __device__ __forceinline__ void epilogue(const Params& p, const float* rs, bool 
 }
 
 // ---- shared-memory layout ---------------------------------------------------------------------
-// fp32 input: [raw fp32 tile BN x kc | norm weight kc floats | fp16 tile BN x (kc + 16) | rs BN
-// floats]; the K-split reduction buffer (kred: warps along K) reuses the raw tile after the
+// fp32 input: [raw fp32 tile BN x kc | norm weight kc floats | fp16 tile BN x (kc + 16)]; the
+// K-split reduction buffer (kred: warps along K) reuses the raw tile after the
 // conversion. fp16 input (h): [reduction buffer if kred | fp16 tile]. The fp16 row pitch (kc + 16
 // halves = 8 mod 32 words) puts the 8 token rows of a B-fragment load in distinct bank octets.
 struct Layout {
-  int kc, pitch, nw, xs, rs, bytes;  // byte offsets; the raw tile is at 0
+  int kc, pitch, nw, xs, bytes;  // byte offsets; the raw tile is at 0
   __host__ __device__ Layout(int bn, int kc_, int nw_warps, int nt, bool h, bool kred) {
     kc = kc_;
     pitch = kc + 16;
     const int red = kred ? nw_warps * nt * 4 * 32 * 4 : 0;
     nw = h ? red : bn * kc * 4 > red ? bn * kc * 4 : red;
     xs = h ? red : nw + kc * 4;
-    rs = xs + bn * pitch * 2;
-    bytes = rs + (h ? 0 : bn * 4);
+    bytes = xs + bn * pitch * 2;
   }
 };
 
@@ -261,7 +259,6 @@ __device__ __forceinline__ void gemm_body(const Params& p, int mt_first, int bx,
   float* raw = reinterpret_cast<float*>(smem);
   float* nws = reinterpret_cast<float*>(smem + L.nw);
   __half* xs = reinterpret_cast<__half*>(smem + L.xs);
-  float* rs = reinterpret_cast<float*>(smem + L.rs);
   const bool norm = !H && p.a.norm_w != nullptr;
 
   // Weights never depend on the previous kernel: the first round is in flight before the wait.
@@ -345,26 +342,34 @@ __device__ __forceinline__ void gemm_body(const Params& p, int mt_first, int bx,
     __syncthreads();
     const int fp = gemm_frag_pos(4 * sub);
     for (int r = tid >> 4; r < BN; r += NTH >> 4) {  // warp-uniform: a warp covers 2 whole rows
-      float ss = 0.f;
       const float* src = raw + r * L.kc + 4 * sub;
       __half* dst = xs + r * L.pitch + fp;
+      // RMSNorm: the row's scale first (fixed-order sum of squares), then x * scale * w goes to
+      // fp16, so only normalized values are rounded: a residual stream past the fp16 range
+      // (gemma3's reaches ~1e5, times norm weights up to ~1e3) stays finite.
+      float sc = 1.f;
+      if (norm) {
+        float ss = 0.f;
+#pragma unroll 4
+        for (int m = 0; m < L.kc / kChunk; ++m) {
+          const float4 v = *reinterpret_cast<const float4*>(src + m * kChunk);
+          ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        sc = rsqrtf(ss / (float)p.k + p.a.eps);
+      }
 #pragma unroll 4
       for (int m = 0; m < L.kc / kChunk; ++m) {
         float4 v = *reinterpret_cast<const float4*>(src + m * kChunk);
         if (norm) {
-          ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
           const float4 w = *reinterpret_cast<const float4*>(nws + 4 * sub + m * kChunk);
-          v.x *= w.x, v.y *= w.y, v.z *= w.z, v.w *= w.w;
+          v.x *= sc * w.x, v.y *= sc * w.y, v.z *= sc * w.z, v.w *= sc * w.w;
         }
         uint2 u;  // elements k, k+2 | k+1, k+3 (the B register order)
         u.x = pack_half2(v.x, v.z);
         u.y = pack_half2(v.y, v.w);
         *reinterpret_cast<uint2*>(dst + m * kChunk) = u;
-      }
-      if (norm) {
-#pragma unroll
-        for (int o = 1; o < 16; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (sub == 0) rs[r] = rsqrtf(ss / (float)p.k + p.a.eps);
       }
     }
     __syncthreads();
@@ -430,12 +435,12 @@ __device__ __forceinline__ void gemm_body(const Params& p, int mt_first, int bx,
       for (int w = 0; w < KW; ++w)
 #pragma unroll
         for (int e = 0; e < 4; ++e) v[e] += red[(((w * MW + mw) * NT + j) * 4 + e) * 32 + lane];
-      if (mt_ok) epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, v, have_res ? res : nullptr);
+      if (mt_ok) epilogue<E>(p, mt, t0, j, g, t4, freq, v, have_res ? res : nullptr);
     }
   } else {
 #pragma unroll
     for (int j = 0; j < NT; ++j)  // have_res: NT = KW = 1, the residual of tile j = 0
-      if (mt_ok) epilogue<E>(p, rs, norm, mt, t0, j, g, t4, freq, acc[j], have_res ? res : nullptr);
+      if (mt_ok) epilogue<E>(p, mt, t0, j, g, t4, freq, acc[j], have_res ? res : nullptr);
   }
 }
 
@@ -622,11 +627,13 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
     int z = 1;
     const int blocks = (mtiles + 3) / 4 * ((t + 63) / 64);
     if (split) z = std::min(p.nchunks, std::max(1, (sm_count() + blocks - 1) / blocks));
-    while (Layout(64, (p.nchunks + z - 1) / z * kChunk, 4, 8, true, false).bytes > kMaxSmem) {
-      if (!split) fail("gemm_q4: k=", p.k, " is too large for the fp16 path; use fp32 input");
-      ++z;
-    }
-    return launch<T, E, 8, true, TV>(p, mtiles, 4, 1, z, s);
+    const auto fits = [&] {
+      return Layout(64, (p.nchunks + z - 1) / z * kChunk, 4, 8, true, false).bytes <= kMaxSmem;
+    };
+    while (split && !fits()) ++z;
+    // A 64-token tile of a long row (k above ~1,700) that may not split K (Store, GatePair,
+    // QkvRope): the small-batch shapes, whose token tile shrinks to fit.
+    if (fits()) return launch<T, E, 8, true, TV>(p, mtiles, 4, 1, z, s);
   }
   if (p.a.xh) return dispatch_small<T, E, true, TV>(p, mtiles, split, s);
   return dispatch_small<T, E, false, TV>(p, mtiles, split, s);

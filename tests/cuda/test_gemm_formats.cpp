@@ -77,6 +77,48 @@ TEST(GemmFormats, StoreMatchesReferenceForEveryFormat) {
   }
 }
 
+// The fused RMSNorm on a residual stream past the fp16 range (gemma3's reaches ~1e5 and its norm
+// weights ~1e3): the GEMM normalizes before rounding to fp16, so the output stays finite and
+// within the usual bound; fp32 input (small batches) and fp16 input through act_to_f16 (long rows
+// past the 64-token tile: k = 2048 without a K split, the Store epilogue).
+TEST(GemmFormats, NormFusedInputPastFp16Range) {
+  REQUIRE_GPU();
+  for (int T : {9, 600}) {
+    SCOPED_TRACE(testing::Message() << T << " tokens");
+    const int dim = 2048, rows = 96;
+    std::vector<float> x = test::randn((size_t)T * dim, 51, 3e4f), nw = test::randn(dim, 52, 50.f);
+    for (float& w : nw) w += 300.f;
+    for (int i = 0; i < T; ++i) x[(size_t)i * dim + i % dim] = 1.2e5f;
+    std::vector<float> xn((size_t)T * dim);
+    for (int i = 0; i < T; ++i) {
+      double ss = 0;
+      for (int j = 0; j < dim; ++j) ss += (double)x[(size_t)i * dim + j] * x[(size_t)i * dim + j];
+      const double r = 1.0 / std::sqrt(ss / dim + 1e-6);
+      for (int j = 0; j < dim; ++j)
+        xn[(size_t)i * dim + j] = (float)(x[(size_t)i * dim + j] * r * nw[j]);
+    }
+    RandMat w(GgmlType::Q8_0, rows, dim, 53);
+    const std::vector<double> ref = ref_gemm(w, xn, T);
+    Dev<float> dx(x), dnw(nw), dy((size_t)T * rows);
+    cuda::GemmQ4Args a;
+    a.w0 = w.mat, a.t = T, a.eps = 1e-6f;
+    const int ldh = (dim + 63) / 64 * 64;
+    Dev<uint16_t> xh((size_t)T * ldh);
+    if (T >= cuda::kGemmF16MinTokens) {
+      cuda::act_to_f16(dx.p(), dim, T, dim, dnw.p(), 1e-6f, xh.p(), ldh, nullptr);
+      a.xh = xh.p(), a.ldh = ldh;
+    } else {
+      a.x = dx.p(), a.ldx = dim, a.norm_w = dnw.p();
+    }
+    cuda::GemmOut o;
+    o.y = dy.p(), o.ldy = rows;
+    cuda::gemm_q4(a, cuda::GemmEpilogue::Store, o, nullptr);
+    const std::vector<float> got = dy.get();
+    for (float v : got) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_LT(rel_l2(got, ref), kTol);
+  }
+}
+
 TEST(GemmFormats, GatePairAndMixedQkvRopeMatchReference) {
   REQUIRE_GPU();
   const int dim = 512, hid = 256, T = 9;
