@@ -17,11 +17,11 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kAttnTabMax = 256;  // block-table entries a split stages in shared memory
-// Positions scored together: kAttnSub, or half of it for head_dim 256 (8 threads per position
-// then, so the K, Q and V registers per thread stay at 32 each).
+// Positions scored together: kAttnSub, or a quarter of it for head_dim 256 (16 threads per
+// position then, so the K, Q and V registers per thread stay at 16 each).
 template <int HD>
 constexpr int sub_of() {
-  return HD > 128 ? kAttnSub / 2 : kAttnSub;
+  return HD > 128 ? kAttnSub / 4 : kAttnSub;
 }
 
 // PAGED: position t's K/V row is table[t / page] * page + t % page (a paged pool's block
