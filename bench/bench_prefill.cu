@@ -173,7 +173,7 @@ int main(int argc, char** argv) try {
       GemmOut og;
       og.y = ws.ffh, og.ldy = 1536;
       if (down_f16) og.yh = ws.hh, og.ldyh = ws.ldh();
-      const double t_gu = rep([&] { gemm_q4(g, GemmEpilogue::SiluPair, og, s); });
+      const double t_gu = rep([&] { gemm_q4(g, GemmEpilogue::GatePair, og, s); });
       GemmQ4Args d;
       d.t = T, d.w0 = L.w_down, d.x = ws.ffh, d.ldx = 1536;
       if (down_f16) d.xh = ws.hh, d.ldh = ws.ldh();
