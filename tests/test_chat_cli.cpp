@@ -63,7 +63,7 @@ TEST(ChatCli, EndOfInputEndsTheChatAndResetWorks) {
 TEST(ChatCli, BadOptionsAreClearErrors) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   const std::string m = "-m '" + path.string() + "' --backend cpu ";
-  Proc p = run_chat(m + "--chat-template llama3", "hi\n");
+  Proc p = run_chat(m + "--chat-template vicuna", "hi\n");
   EXPECT_NE(p.rc, 0);
   EXPECT_NE(p.err.find("--chat-template"), std::string::npos) << p.err;
   // stories260K has no chat template: auto detection says how to force ChatML.

@@ -46,7 +46,7 @@ int chat_main(const ChatArgs& a) {
   const Model model = load_model(path);
   const Tokenizer tok(vocab_from_gguf(*model.file));
   const std::string& tmpl = tok.vocab().chat_template;
-  resolve_chat_format(a.chat_template, tmpl);  // ChatML or a clear Error naming --chat-template
+  const ChatFormat format = resolve_chat_format(a.chat_template, tmpl);  // or an Error
 
   std::unique_ptr<Backend> be = make_backend(model, a.backend);
 
@@ -56,6 +56,7 @@ int chat_main(const ChatArgs& a) {
   co.max_tokens = a.n_predict;
   co.system = a.system_given ? a.system : template_default_system(tmpl);
   co.policy = a.policy == "stop" ? ContextPolicy::kStop : ContextPolicy::kDropOldest;
+  co.format = format;
   ChatSession session(*be, tok, co);
 
   LineReader reader;
@@ -118,7 +119,8 @@ REGISTER_COMMAND(Command{
                      "\"\" for none)")
           ->each([a](const std::string&) { a->system_given = true; });
       sub.add_option("--chat-template", a->chat_template,
-                     "chatml | auto (the model's tokenizer.chat_template, when it is ChatML)")
+                     "chatml | gemma | llama3 | auto (the format of the model's "
+                     "tokenizer.chat_template)")
           ->capture_default_str();
       sub.add_option("--context-policy", a->policy,
                      "when the context is full: drop (the oldest exchanges) | stop")

@@ -67,12 +67,17 @@ int serve_main(const ServeArgs& a) {
   pc.model_name = a.model_name.empty() ? std::filesystem::path(path).stem().string() : a.model_name;
   if (a.chat_template == "none") {
     pc.chat = false;
-  } else if (a.chat_template == "auto" && tmpl.find("<|im_start|>") == std::string::npos) {
-    pc.chat = false;  // no ChatML template: /v1/chat/completions answers 400 saying so
   } else {
-    resolve_chat_format(a.chat_template, tmpl);  // ChatML or an Error naming --chat-template
-    pc.chat = true;
-    pc.default_system = template_default_system(tmpl);
+    try {
+      pc.format = resolve_chat_format(a.chat_template, tmpl);
+      pc.chat = true;
+      pc.default_system = template_default_system(tmpl);
+    } catch (const Error&) {
+      // auto on a model without a known template: /v1/chat/completions answers 400 saying so;
+      // a format asked for by name is always known, so only auto lands here.
+      if (a.chat_template != "auto") throw;
+      pc.chat = false;
+    }
   }
 
   std::unique_ptr<BatchBackend> be = make_batch_backend(model, a.batch);
@@ -82,7 +87,8 @@ int serve_main(const ServeArgs& a) {
   so.max_queue = a.queue >= 0 ? a.queue : 4 * be->max_seqs();
   so.step_delay_ms = a.step_delay_ms;
   if (pc.chat) {
-    const std::vector<int> end = tok.encode("<|im_end|>", /*parse_special=*/true, /*add_bos=*/0);
+    const std::vector<int> end =
+        tok.encode(chat_end_marker(pc.format), /*parse_special=*/true, /*add_bos=*/0);
     if (end.size() == 1) so.extra_eog = end;
   }
   server::Metrics metrics;
@@ -173,8 +179,8 @@ REGISTER_COMMAND(Command{
       sub.add_option("--model-name", a->model_name,
                      "the name clients pass as 'model' (default: the file name without .gguf)");
       sub.add_option("--chat-template", a->chat_template,
-                     "auto (the model's, when it is ChatML) | chatml | none")
-          ->check(CLI::IsMember({"auto", "chatml", "none"}))
+                     "auto (the format of the model's template) | chatml | gemma | llama3 | none")
+          ->check(CLI::IsMember({"auto", "chatml", "gemma", "llama3", "none"}))
           ->capture_default_str();
       sub.add_option("--grace", a->grace_s,
                      "seconds in-flight requests may finish after SIGTERM/SIGINT")

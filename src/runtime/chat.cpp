@@ -17,8 +17,9 @@ ChatSession::ChatSession(Backend& backend, const Tokenizer& tok, ChatOptions opt
   if (opt_.max_tokens < -1) {
     fail("--n-predict ", opt_.max_tokens, " is invalid; use -1 (until the reply ends) or >= 0");
   }
-  end_ids_ = tok_.encode("<|im_end|>", /*parse_special=*/true, /*add_bos=*/0);
-  opt_.stops.emplace_back("<|im_end|>");  // the marker as plain text, for vocabularies without it
+  const char* end = chat_end_marker(opt_.format);
+  end_ids_ = tok_.encode(end, /*parse_special=*/true, /*add_bos=*/0);
+  opt_.stops.emplace_back(end);  // the marker as plain text, for vocabularies without it
   reset();
 }
 
@@ -40,7 +41,7 @@ int ChatSession::drop_oldest_until_fits(std::string_view user) {
   for (;;) {
     std::vector<ChatMessage> kept(messages_.begin(), messages_.end());
     kept.push_back({"user", std::string(user)});
-    std::vector<int> all = encode(render_chatml(kept, true), true);
+    std::vector<int> all = encode(render_chat(opt_.format, kept, true), true);
     if (static_cast<int>(all.size()) + 1 <= be_.n_ctx()) {
       tokens_ = std::move(all);
       be_.reset();
@@ -82,13 +83,13 @@ TurnResult ChatSession::turn(std::string_view user,
   const auto t0 = std::chrono::steady_clock::now();
 
   // The new text: system (first turn), user message, assistant header. After a previous reply,
-  // tokens_ ends with its <|im_end|>, so the "\n" that ChatML puts after it comes first.
+  // tokens_ ends with its end marker, so what the format puts after it comes first ("\n").
   const bool first = tokens_.empty();
   std::vector<ChatMessage> add_msgs;
   if (first && !messages_.empty()) add_msgs.push_back(messages_[0]);  // the system prompt
   add_msgs.push_back({"user", std::string(user)});
-  std::string delta = first ? std::string() : std::string("\n");
-  delta += render_chatml(add_msgs, true);
+  std::string delta = first ? std::string() : std::string(chat_turn_gap(opt_.format));
+  delta += render_chat(opt_.format, add_msgs, true);
   std::vector<int> add = encode(delta, first);
 
   if (static_cast<int>(tokens_.size() + add.size()) + 1 > be_.n_ctx()) {

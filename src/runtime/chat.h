@@ -35,6 +35,7 @@ struct ChatOptions {
   int max_tokens = -1;             // per reply; -1 = until end of turn or a full context
   std::string system;              // system prompt; "" = none (no system message rendered)
   ContextPolicy policy = ContextPolicy::kDropOldest;
+  ChatFormat format = ChatFormat::kChatML;  // resolve_chat_format's choice
 };
 
 struct TurnResult {
@@ -75,7 +76,7 @@ class ChatSession {
   TokenSampler sampler_;
   std::vector<ChatMessage> messages_;
   std::vector<int> tokens_;
-  std::vector<int> end_ids_;  // "<|im_end|>" as tokens (one control token for SmolLM2)
+  std::vector<int> end_ids_;  // the format's end marker as tokens (one control token)
 };
 
 }  // namespace smolrt

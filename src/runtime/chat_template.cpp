@@ -13,23 +13,85 @@ constexpr std::string_view kImEnd = "<|im_end|>";
 
 ChatFormat resolve_chat_format(const std::string& option, const std::string& model_template) {
   if (option == "chatml") return ChatFormat::kChatML;
+  if (option == "gemma") return ChatFormat::kGemma;
+  if (option == "llama3") return ChatFormat::kLlama3;
   if (option != "" && option != "auto") {
     fail("unknown --chat-template '", option,
-         "'; supported values: chatml, auto (the default: "
-         "use the model's tokenizer.chat_template when it is ChatML)");
+         "'; supported values: chatml, gemma, llama3, auto (the default: "
+         "the format of the model's tokenizer.chat_template)");
   }
   if (model_template.empty()) {
     fail(
-        "the model has no tokenizer.chat_template; pass --chat-template chatml to chat with the "
-        "ChatML format");
+        "the model has no tokenizer.chat_template; pass --chat-template chatml, gemma or llama3 "
+        "to pick a format");
   }
   if (model_template.find(kImStart) != std::string::npos &&
       model_template.find(kImEnd) != std::string::npos) {
     return ChatFormat::kChatML;
   }
+  if (model_template.find("<start_of_turn>") != std::string::npos) return ChatFormat::kGemma;
+  if (model_template.find("<|start_header_id|>") != std::string::npos) return ChatFormat::kLlama3;
   fail(
-      "the model's tokenizer.chat_template is not ChatML (no <|im_start|>/<|im_end|> markers) "
-      "and only ChatML is supported; pass --chat-template chatml to force it");
+      "the model's tokenizer.chat_template is none of ChatML, Gemma or Llama 3 (no "
+      "<|im_start|>, <start_of_turn> or <|start_header_id|> markers); pass --chat-template "
+      "chatml, gemma or llama3 to force one");
+}
+
+const char* chat_end_marker(ChatFormat f) {
+  switch (f) {
+    case ChatFormat::kGemma:
+      return "<end_of_turn>";
+    case ChatFormat::kLlama3:
+      return "<|eot_id|>";
+    case ChatFormat::kChatML:
+      break;
+  }
+  return "<|im_end|>";
+}
+
+const char* chat_turn_gap(ChatFormat f) {
+  return f == ChatFormat::kLlama3 ? "" : "\n";
+}
+
+namespace {
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\n\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\n\r") - b + 1);
+}
+
+}  // namespace
+
+std::string render_chat(ChatFormat f, std::span<const ChatMessage> messages,
+                        bool add_generation_prompt) {
+  if (f == ChatFormat::kChatML) return render_chatml(messages, add_generation_prompt);
+  std::string out;
+  if (f == ChatFormat::kGemma) {
+    std::string prefix;  // the system prompt, in front of the first user turn
+    size_t i = 0;
+    if (!messages.empty() && messages[0].role == "system") {
+      prefix = trimmed(messages[0].content) + "\n\n";
+      i = 1;
+    }
+    for (bool first = true; i < messages.size(); ++i, first = false) {
+      const ChatMessage& m = messages[i];
+      out += "<start_of_turn>";
+      out += m.role == "assistant" ? "model" : m.role;
+      out += '\n';
+      if (first) out += prefix;
+      out += trimmed(m.content);
+      out += "<end_of_turn>\n";
+    }
+    if (add_generation_prompt) out += "<start_of_turn>model\n";
+    return out;
+  }
+  for (const ChatMessage& m : messages) {
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trimmed(m.content) +
+           "<|eot_id|>";
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
 }
 
 std::string template_default_system(const std::string& model_template) {

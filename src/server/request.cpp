@@ -224,8 +224,8 @@ GenRequest parse_chat(const json& body, const ParseContext& ctx) {
   parse_common(body, ctx, r);
   if (!ctx.chat) {
     bad("messages",
-        "this model has no ChatML chat template; use /v1/completions or start the server with "
-        "--chat-template chatml");
+        "this model has no chat template of a known format (ChatML, Gemma, Llama 3); use "
+        "/v1/completions or start the server with --chat-template chatml, gemma or llama3");
   }
   const json* msgs = field(body, "messages", &json::is_array, "a list of messages");
   if (!msgs) bad("messages", "'messages' is required", "missing");
@@ -258,7 +258,7 @@ GenRequest parse_chat(const json& body, const ParseContext& ctx) {
   }
   if (chat.front().role != "system" && !ctx.default_system.empty())
     chat.insert(chat.begin(), ChatMessage{"system", ctx.default_system});
-  r.prompt = ctx.tok->encode(render_chatml(chat, /*add_generation_prompt=*/true),
+  r.prompt = ctx.tok->encode(render_chat(ctx.format, chat, /*add_generation_prompt=*/true),
                              /*parse_special=*/true, /*add_bos=*/-1);
   if (auto v = get_bool(body, "logprobs"); v && *v) r.logprobs = 0;
   if (auto v = get_int(body, "top_logprobs")) {

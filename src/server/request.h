@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/sampling.h"
+#include "runtime/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace smolrt::server {
@@ -60,7 +61,8 @@ struct ParseContext {
   const Tokenizer* tok = nullptr;
   std::string model_name;  // `model` must equal it (or be absent)
   int seq_ctx = 0;         // positions per sequence
-  bool chat = false;       // the model has a (ChatML) chat template
+  bool chat = false;       // the model has a chat template of a known format
+  ChatFormat format = ChatFormat::kChatML;
   std::string default_system;
 };
 
