@@ -25,7 +25,16 @@ json read_json(const std::filesystem::path& p) {
   }
 }
 
-// "smollm" for Sequence[Digits(individual_digits), ByteLevel], "gpt-2" for ByteLevel alone.
+// The Split patterns of Llama 3's and Qwen2's tokenizer.json (they differ in \p{N}{1,3} / \p{N}).
+constexpr const char* kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// "smollm" for Sequence[Digits(individual_digits), ByteLevel], "gpt-2" for ByteLevel alone,
+// "llama-bpe" / "qwen2" for their Split patterns.
 std::string pre_from_json(const json& pre, const std::string& path) {
   auto is_byte_level = [](const json& j) {
     return j.is_object() && j.value("type", "") == "ByteLevel" && j.value("use_regex", true);
@@ -38,9 +47,21 @@ std::string pre_from_json(const json& pre, const std::string& path) {
       return "smollm";
     }
   }
+  // Llama 3 / Qwen2: Sequence[Split(Regex pattern, Isolated), ByteLevel(use_regex false)].
+  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers")) {
+    const json& seq = pre["pretokenizers"];
+    if (seq.size() == 2 && seq[0].value("type", "") == "Split" && seq[1].is_object() &&
+        seq[1].value("type", "") == "ByteLevel" && !seq[1].value("use_regex", true) &&
+        seq[0].contains("pattern") && seq[0]["pattern"].is_object() &&
+        seq[0]["pattern"].contains("Regex") && seq[0]["pattern"]["Regex"].is_string()) {
+      const std::string re = seq[0]["pattern"]["Regex"].get<std::string>();
+      if (re == kLlama3Regex) return "llama-bpe";
+      if (re == kQwen2Regex) return "qwen2";
+    }
+  }
   fail(path, ": pre_tokenizer ", pre.dump(),
-       " is not supported; known: ByteLevel (gpt-2) and Sequence[Digits(individual_digits), "
-       "ByteLevel] (smollm)");
+       " is not supported; known: ByteLevel (gpt-2), Sequence[Digits(individual_digits), "
+       "ByteLevel] (smollm), and the Llama 3 and Qwen2 Split patterns with ByteLevel");
 }
 
 // The id of a token id field in config.json, or -1 when absent / not an id.
