@@ -221,14 +221,16 @@ TEST(TokenizerSpm, StreamMatchesDecodeRandom) {
 TEST(TokenizerErrors, UnknownPreTokenizerListsKnownOnes) {
   VocabData v = tiny_spm();
   v.model = "gpt2";
-  v.pre = "qwen2";
+  v.pre = "deepseek-llm";
   try {
     Tokenizer t(v);
     FAIL() << "no error for an unknown pre-tokenizer";
   } catch (const Error& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("qwen2"), std::string::npos) << m;
+    EXPECT_NE(m.find("deepseek-llm"), std::string::npos) << m;
     EXPECT_NE(m.find("gpt-2"), std::string::npos) << m;
+    EXPECT_NE(m.find("llama-bpe"), std::string::npos) << m;
+    EXPECT_NE(m.find("qwen2"), std::string::npos) << m;
     EXPECT_NE(m.find("smollm"), std::string::npos) << m;
     EXPECT_NE(m.find("starcoder"), std::string::npos) << m;
   }

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   detail::pdl_wait();  // q and this step's K/V rows come from the QKV GEMM
   detail::pdl_trigger();
-  const int n_pos = (a.row_pos ? a.row_pos[row] : a.pos0 + row) + 1;
+  const int n_pos = a.row_pos[row] + 1;
   // Keys [lo, n_pos): the whole context or the sliding window's last `window` positions; tiles
   // are counted from the one holding lo (its positions before lo are masked like those past
   // the context).
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int n_split = (tiles + per - 1) / per;
   if (split >= n_split) return;
   const int tile_end = min(tiles, (split + 1) * per);
-  const int* table = a.tables ? a.tables + (size_t)a.row_seq[row] * a.table_stride : nullptr;
+  const int* table = a.tables + (size_t)a.row_seq[row] * a.table_stride;
   const size_t kv_dim = (size_t)a.n_kv_heads * HD;
   const float scale = a.scale > 0.f ? a.scale : rsqrtf((float)HD);
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
@@ -84,9 +84,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   for (int tile = split * per + warp; tile < tile_end; tile += kWarps) {
     const int t0 = (tile0 + tile) * kTile, t = t0 + lane;
-    const int slot = t < lo || t >= n_pos ? -1
-                     : table              ? table[t / a.page_size] * a.page_size + t % a.page_size
-                                          : t;
+    const int slot =
+        t < lo || t >= n_pos ? -1 : table[t / a.page_size] * a.page_size + t % a.page_size;
     // K rows into shared memory (cp.async, coalesced 16-byte chunks; zero past the context).
 #pragma unroll
     for (int k = 0; k < (kTile * CPR + 31) / 32; ++k) {
@@ -285,11 +284,11 @@ bool attention_paged_supports(int head_dim, int group) {
 }
 
 void attention_paged(const PagedAttnArgs& a, cudaStream_t s) {
-  if (!a.q || !a.k_pool || !a.v_pool || !a.out || (a.tables && !a.row_seq) || !a.partials ||
-      !a.counters)
+  if (!a.q || !a.k_pool || !a.v_pool || !a.out || !a.row_pos || !a.row_seq || !a.tables ||
+      !a.partials || !a.counters)
     fail("attention_paged: null pointer");
   if (a.n <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
-      (a.tables && (a.page_size <= 0 || a.table_stride <= 0)) || a.window < 0 || a.pos0 < 0)
+      a.page_size <= 0 || a.table_stride <= 0 || a.window < 0)
     fail("attention_paged: bad shape (rows ", a.n, ", heads ", a.n_heads, "/", a.n_kv_heads,
          ", page size ", a.page_size, ")");
   if (!attention_paged_supports(a.head_dim, a.n_heads / a.n_kv_heads))

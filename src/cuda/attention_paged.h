@@ -30,11 +30,10 @@ struct PagedAttnArgs {
   float* out = nullptr;  // device [n][ldo]
   int ldo = 0;
   int n = 0;                     // rows (>= 1)
-  const int* row_pos = nullptr;  // device [n]: the row's position (attends to [0, pos]), or
-  int pos0 = 0;                  // nullptr: row i is at position pos0 + i (one sequence's chunk)
+  const int* row_pos = nullptr;  // device [n]: the row's position (attends to [0, pos])
   const int* row_seq = nullptr;  // device [n]: the row's block-table row
-  const int* tables = nullptr;   // device [..][table_stride] page ids, or nullptr: the pools are
-  int table_stride = 0, page_size = 0;  // one sequence's contiguous cache (slot = position)
+  const int* tables = nullptr;   // device [..][table_stride] page ids
+  int table_stride = 0, page_size = 0;
   int window = 0;  // > 0: only keys [pos - window + 1, pos] (a sliding-window layer)
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;  // head_dim in {8, 16, 32, 64, 128, 256}
   float scale = 0.f;                              // 0: 1/sqrt(head_dim)

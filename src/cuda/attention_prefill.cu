@@ -1,4 +1,6 @@
-// Flash-style causal GQA attention for prefill. One 128-thread block per (16 queries, head):
+// Flash-style causal GQA attention for prefill: the argument checks, the dispatch, and the fp32
+// SIMT kernel for head_dim 8 (the tiny test models; 16..256 take the tensor-core kernel of
+// attention_prefill_tc.cu). One 128-thread block per (16 queries, head):
 // 8 threads per query, each owning 8 of the 64 keys of a tile (scores) and head_dim/8 adjacent
 // output dims (P*V). The query lives in registers and K/V rows are read as float4 from shared
 // memory (4 FMAs per shared load: the loop is shared-memory-bandwidth-bound otherwise). K/V tiles
@@ -83,6 +85,10 @@ __global__ void __launch_bounds__(128)
   const bool valid = q0 + qi < a.n_tokens;
   const int qpos = a.start + q0 + qi;
   const int n_keys = a.start + min(q0 + kQT, a.n_tokens);  // keys the last query of the block sees
+  // Sliding window: this query sees keys > qlo; tiles before the block's first query's window
+  // are skipped.
+  const int qlo = a.window > 0 ? qpos - a.window : -1;
+  const int kbeg = a.window > 0 ? max(0, a.start + q0 - a.window + 1) / kKT * kKT : 0;
 
   pdl_wait();  // q and the cache come from the QKV GEMM
   pdl_trigger();
@@ -114,8 +120,8 @@ __global__ void __launch_bounds__(128)
       }
     }
   };
-  kv_load(0);
-  for (int k0 = 0; k0 < n_keys; k0 += kKT) {
+  kv_load(kbeg);
+  for (int k0 = kbeg; k0 < n_keys; k0 += kKT) {
     __syncthreads();  // previous tile fully consumed
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
@@ -141,7 +147,7 @@ __global__ void __launch_bounds__(128)
         dot = fmaf(qr[d + 2], k4.z, dot);
         dot = fmaf(qr[d + 3], k4.w, dot);
       }
-      s[u] = (valid && k0 + j <= qpos) ? dot : -INFINITY;
+      s[u] = (valid && k0 + j <= qpos && k0 + j > qlo) ? dot : -INFINITY;
       mt = fmaxf(mt, s[u]);
     }
 #pragma unroll
@@ -190,21 +196,20 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-template <int HD>
-void launch(const AttentionPrefillArgs& a, cudaStream_t s) {
+void launch_simt8(const AttentionPrefillArgs& a, cudaStream_t s) {
   const dim3 grid((unsigned)((a.n_tokens + kQT - 1) / kQT), (unsigned)a.n_heads);
-  const float qscale = 1.4426950408889634f / sqrtf((float)HD);  // log2(e)/sqrt(head_dim)
+  const float qscale = 1.4426950408889634f * (a.scale > 0.f ? a.scale : 1.f / sqrtf(8.f));
   if (a.kv_half) {
-    detail::launch_pdl(attention_prefill_kernel<HD, __half>, grid, dim3(128), s, a, qscale);
+    detail::launch_pdl(attention_prefill_kernel<8, __half>, grid, dim3(128), s, a, qscale);
   } else {
-    detail::launch_pdl(attention_prefill_kernel<HD, float>, grid, dim3(128), s, a, qscale);
+    detail::launch_pdl(attention_prefill_kernel<8, float>, grid, dim3(128), s, a, qscale);
   }
 }
 
 }  // namespace
 
 bool attention_prefill_supports(int hd) {
-  return hd == 8 || hd == 16 || hd == 32 || hd == 64;
+  return hd == 8 || hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256;
 }
 
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t s) {
@@ -220,20 +225,12 @@ void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t s) {
       (reinterpret_cast<uintptr_t>(a.k_cache) & 15u) ||
       (reinterpret_cast<uintptr_t>(a.v_cache) & 15u))
     fail("attention_prefill: q (ldq=", a.ldq, ") and the caches must be 16-byte aligned");
-  if (attention_prefill_supports(a.head_dim) && detail::attention_prefill_tc(a, s)) return;
-  switch (a.head_dim) {
-    case 8:
-      return launch<8>(a, s);
-    case 16:
-      return launch<16>(a, s);
-    case 32:
-      return launch<32>(a, s);
-    case 64:
-      return launch<64>(a, s);
-    default:
-      fail("attention_prefill: head_dim=", a.head_dim,
-           " is not supported (8, 16, 32, 64); use per-token attention");
-  }
+  if (a.window < 0 || !(a.scale >= 0.f))
+    fail("attention_prefill: window=", a.window, " scale=", a.scale, " out of range");
+  if (a.head_dim == 8) return launch_simt8(a, s);
+  if (!attention_prefill_supports(a.head_dim) || !detail::attention_prefill_tc(a, s))
+    fail("attention_prefill: head_dim=", a.head_dim,
+         " is not supported (8, 16, 32, 64, 128, 256); use per-token attention");
 }
 
 }  // namespace smolrt::cuda

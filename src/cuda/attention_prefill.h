@@ -1,14 +1,18 @@
 // Causal grouped-query attention over a whole prompt chunk in one launch (flash-attention-style:
-// key/value tiles of 64 staged in shared memory, online softmax, no score matrix in memory).
-// head_dim 16/32/64: tensor cores (attention_prefill_tc.cu; Q, K, V and P rounded to fp16, fp32
-// accumulation, ~1e-3 relative); head_dim 8: fp32 SIMT kernel.
+// key/value tiles staged in shared memory, online softmax, no score matrix in memory).
+// head_dim 16/32/64/128/256: tensor cores (attention_prefill_tc.cu; Q, K, V and P rounded to
+// fp16, fp32 accumulation, ~1e-3 relative); head_dim 8: fp32 SIMT kernel.
 //
-// Query i of the chunk sits at absolute position start + i and attends to keys [0, start + i];
-// keys [0, start) are already in the cache from earlier chunks or turns, keys
-// [start, start + n_tokens) were written there by this chunk's QKV GEMM (gemm_q4 QkvRope).
+// Query i of the chunk sits at absolute position start + i and attends to keys
+// (start + i - window, start + i] (window 0: [0, start + i]); keys [0, start) are already in the
+// cache from earlier chunks or turns, keys [start, start + n_tokens) were written there by this
+// chunk's QKV GEMM (gemm_q4 QkvRope) or qkv_finish. Key tiles wholly outside every query's window
+// are skipped, not masked.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 namespace smolrt::cuda {
 
@@ -24,11 +28,22 @@ struct AttentionPrefillArgs {
   int n_tokens = 0;                 // queries in this chunk (>= 1)
   int start = 0;                    // absolute position of query 0 (>= 0)
   int n_heads = 0, n_kv_heads = 0;  // query head h reads KV head h / (n_heads / n_kv_heads)
-  int head_dim = 0;                 // 8, 16, 32 or 64 (anything else: Error; 128 would overflow
-                                    // the 48 KB static shared-memory tile)
+  int head_dim = 0;                 // 8, 16, 32, 64, 128 or 256 (anything else: Error)
+  int window = 0;                   // sliding window (gemma3 local layers); 0 = none
+  float scale = 0.f;                // softmax scale of q.k; 0 = 1/sqrt(head_dim)
+  // Scratch for key splits (head_dim 128/256): attention_prefill_scratch floats, or nullptr (one
+  // block per query tile and head; short chunks then use a fraction of the GPU).
+  float* partials = nullptr;
 };
 
-// Scale 1/sqrt(head_dim). Checks the arguments (smolrt::Error naming the field) and the launch.
+constexpr int kAttnPrefillSplits = 4;  // key splits per query tile at most
+
+// Floats of AttentionPrefillArgs::partials for chunks of up to n_tokens (0: no splits taken).
+inline size_t attention_prefill_scratch(int n_tokens, int n_heads, int head_dim) {
+  return head_dim > 64 ? (size_t)kAttnPrefillSplits * n_tokens * n_heads * (head_dim + 2) : 0;
+}
+
+// Checks the arguments (smolrt::Error naming the field) and the launch.
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);
 
 // True when attention_prefill supports this head_dim (callers fall back to per-token attention).

@@ -26,12 +26,11 @@ PrefillWorkspace::~PrefillWorkspace() {
 }
 
 void PrefillWorkspace::release() {
-  for (void* p : {(void*)x, (void*)q, (void*)att, (void*)ffh, (void*)logits, (void*)tokens,
-                  (void*)argmax, (void*)xh, (void*)hh, (void*)k, (void*)v, (void*)tmp,
-                  (void*)attn_partials, (void*)attn_counters})
+  for (void* p :
+       {(void*)x, (void*)q, (void*)att, (void*)ffh, (void*)logits, (void*)tokens, (void*)argmax,
+        (void*)xh, (void*)hh, (void*)k, (void*)v, (void*)tmp, (void*)attn_scratch})
     if (p) cudaFree(p);
-  x = q = att = ffh = logits = k = v = tmp = attn_partials = nullptr;
-  attn_counters = nullptr;
+  x = q = att = ffh = logits = k = v = tmp = attn_scratch = nullptr;
   tokens = argmax = nullptr;
   xh = hh = nullptr;
   cap_tokens_ = cap_logits_ = 0;
@@ -53,12 +52,8 @@ void PrefillWorkspace::reserve(const ModelConfig& c, int max_tokens, int max_log
     CUDA_CHECK(cudaMalloc(&v, sizeof(float) * nt * kv_dim_));
   }
   if (c.post_norms) CUDA_CHECK(cudaMalloc(&tmp, sizeof(float) * nt * dim_));
-  if (needs_paged_attention(c)) {
-    CUDA_CHECK(cudaMalloc(&attn_partials,
-                          sizeof(float) * nt * heads_ * kAttnPagedSplits * (size_t)(hd_ + 2)));
-    CUDA_CHECK(cudaMalloc(&attn_counters, sizeof(int) * nt * c.n_kv_heads));
-    CUDA_CHECK(cudaMemset(attn_counters, 0, sizeof(int) * nt * c.n_kv_heads));
-  }
+  if (const size_t n = attention_prefill_scratch(nt, heads_, hd_))
+    CUDA_CHECK(cudaMalloc(&attn_scratch, sizeof(float) * n));
   CUDA_CHECK(cudaMalloc(&x, sizeof(float) * nt * dim_));
   CUDA_CHECK(cudaMalloc(&q, sizeof(float) * nt * q_dim_));
   CUDA_CHECK(cudaMalloc(&att, sizeof(float) * nt * q_dim_));
@@ -77,18 +72,6 @@ void PrefillWorkspace::reserve(const ModelConfig& c, int max_tokens, int max_log
 }
 
 // --- forward -------------------------------------------------------------------------------------
-
-bool needs_paged_attention(const ModelConfig& c) {
-  for (int l = 0; l < c.n_layers; ++l)
-    if (!layer_takes_prefill_attention(c, l)) return true;
-  return false;
-}
-
-bool layer_takes_prefill_attention(const ModelConfig& c, int l) {
-  const float def = 1.f / std::sqrt((float)c.head_dim);
-  return attention_prefill_supports(c.head_dim) && !c.is_swa(l) &&
-         std::fabs(c.attn_scale - def) <= 1e-6f * def;
-}
 
 void attention_rows(const PrefillWeights& w, int l, PrefillWorkspace& ws, int n,
                     const StepRows& rows, cudaStream_t s) {
@@ -187,23 +170,14 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     // 2. attention
     if (rows) {
       attention_rows(w, l, ws, n, *rows, s);
-    } else if (layer_takes_prefill_attention(c, l)) {
+    } else {
       AttentionPrefillArgs at;
       at.q = ws.q, at.ldq = q_dim, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
       at.kv_half = w.kv_half, at.out = ws.att, at.ldo = q_dim, at.n_tokens = n, at.start = pos0;
       at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
+      at.window = c.is_swa(l) ? c.sliding_window : 0, at.scale = c.attn_scale;
+      at.partials = ws.attn_scratch;
       attention_prefill(at, s);
-    } else {
-      // One sequence's contiguous cache through the paged kernel (no table): sliding windows,
-      // head_dim 128/256 and explicit scales.
-      PagedAttnArgs pa;
-      pa.q = ws.q, pa.ldq = q_dim, pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
-      pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = q_dim, pa.n = n, pa.pos0 = pos0;
-      pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;
-      pa.window = c.is_swa(l) ? c.sliding_window : 0, pa.scale = c.attn_scale;
-      pa.partials = ws.attn_partials, pa.counters = ws.attn_counters;
-      if (!pa.partials) fail("prefill_forward: the workspace has no paged-attention scratch");
-      attention_paged(pa, s);
     }
     // 3. x += Wo att (post norm)
     GemmQ4Args b;

@@ -64,14 +64,12 @@ class PrefillWorkspace {
   float* q = nullptr;    // [cap][q_dim] roped queries
   float* att = nullptr;  // [cap][q_dim] attention output
   float* ffh = nullptr;  // [cap][hidden_dim] act(gate)*up
-  // The unfused architecture path (cuda/decode_layer.h qkv_fused false, post norms, windowed or
-  // wide-head attention): raw K and V [cap][kv_dim], a projection before its post norm
-  // [cap][dim], and attention_paged's scratch for cap rows (counters zeroed once).
+  // The unfused architecture path (cuda/decode_layer.h qkv_fused false, post norms): raw K and
+  // V [cap][kv_dim] and a projection before its post norm [cap][dim].
   float* k = nullptr;
   float* v = nullptr;
   float* tmp = nullptr;
-  float* attn_partials = nullptr;
-  int* attn_counters = nullptr;
+  float* attn_scratch = nullptr;  // attention_prefill's key-split partials (wide heads)
   // fp16 GEMM inputs in fragment order (gemm_q4.h), pad columns zero: xh for chunks of at least
   // kGemmF16MinTokens, hh (the down GEMM's input) from 33 tokens on:
   uint16_t* xh = nullptr;  // [cap][ldh()] normalized x or attention output
@@ -107,15 +105,9 @@ struct StepRows {
 void attention_rows(const PrefillWeights& w, int layer, PrefillWorkspace& ws, int n,
                     const StepRows& rows, cudaStream_t stream);
 
-// Whether layer l's prefill attention (one sequence, contiguous cache) runs on
-// attention_prefill (head_dim <= 64, full causal attention, the default scale); otherwise on
-// attention_paged without a block table, whose scratch the workspace then holds.
-bool layer_takes_prefill_attention(const ModelConfig& c, int l);
-bool needs_paged_attention(const ModelConfig& c);
-
 // One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
 // logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.
-// Throws smolrt::Error for shapes the kernels do not support (e.g. head_dim 128, non-Q4_0).
+// Throws smolrt::Error for shapes the kernels do not support (e.g. head_dim 96).
 // rows != nullptr: a multi-sequence step placed by *rows (pos0 ignored; the context check is
 // the caller's, per sequence).
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,

@@ -253,13 +253,13 @@ TEST(ArchKernels, DecodeAttentionWindowAndWideHeads) {
   }
 }
 
-TEST(ArchKernels, PagedAttentionWindowWithAndWithoutTable) {
+TEST(ArchKernels, PagedAttentionWindowInOrderAndShuffledPages) {
   REQUIRE_GPU();
   const int nh = 4, nkv = 1, hd = 256, n = 6, pos0 = 90, window = 40, page = 16;
   const int kv_dim = nkv * hd, q_dim = nh * hd, npos = pos0 + n, n_pages = (npos + page - 1) / page;
   for (bool table : {false, true}) {
-    SCOPED_TRACE(table ? "block table" : "contiguous");
-    // Table: pages in reverse order inside a pool of n_pages + 3 pages.
+    SCOPED_TRACE(table ? "pages reversed" : "pages in order");
+    // Pages in order, or in reverse order inside a pool of n_pages + 3 pages.
     std::vector<int> pages(n_pages), slot_of(npos);
     for (int i = 0; i < n_pages; ++i) pages[i] = table ? n_pages + 2 - i : i;
     for (int t = 0; t < npos; ++t) slot_of[t] = pages[t / page] * page + t % page;
@@ -278,12 +278,8 @@ TEST(ArchKernels, PagedAttentionWindowWithAndWithoutTable) {
     a.q = dq.p(), a.ldq = q_dim, a.k_pool = dk.p(), a.v_pool = dv.p(), a.out = out.p();
     a.ldo = q_dim, a.n = n, a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd;
     a.window = window, a.scale = 0.0625f, a.partials = part.p(), a.counters = cnt.p();
-    if (table) {
-      a.row_pos = dpos.p(), a.row_seq = dseq.p(), a.tables = dpages.p();
-      a.table_stride = n_pages, a.page_size = page;
-    } else {
-      a.pos0 = pos0;
-    }
+    a.row_pos = dpos.p(), a.row_seq = dseq.p(), a.tables = dpages.p();
+    a.table_stride = n_pages, a.page_size = page;
     cuda::attention_paged(a, nullptr);
     const std::vector<float> got = out.get();
     for (int i = 0; i < n; ++i) {

@@ -1,5 +1,6 @@
 // attention_prefill against a double-precision causal GQA reference, with and without earlier
-// cache positions (a prompt continuing a conversation), fp16 and fp32 caches.
+// cache positions (a prompt continuing a conversation), fp16 and fp32 caches, head_dim 8..256,
+// sliding windows and explicit scales (gemma3's local and global layers).
 #include <algorithm>
 #include <cmath>
 
@@ -15,6 +16,8 @@ namespace {
 
 struct Shape {
   int n_heads, n_kv, hd;
+  int window = 0;
+  float scale = 0.f;
 };
 
 class AttnTokens : public ::testing::TestWithParam<int> {};
@@ -22,11 +25,18 @@ class AttnTokens : public ::testing::TestWithParam<int> {};
 TEST_P(AttnTokens, MatchesReference) {
   REQUIRE_GPU();
   const int T = GetParam();
-  for (const Shape& s : {Shape{9, 3, 64}, Shape{8, 4, 8}, Shape{4, 4, 32}, Shape{6, 2, 16}}) {
+  const Shape shapes[] = {
+      {9, 3, 64},           {8, 4, 8},   {4, 4, 32},
+      {6, 2, 16},           {8, 2, 128}, {4, 1, 256, 0, 0.0625f},  // gemma3 global layer
+      {4, 1, 256, 40},       // a local layer (window 512 in the file)
+      {9, 3, 64, 33, 0.2f},  // window inside one 64-key tile, own scale
+      {8, 4, 8, 17},         // the SIMT kernel's window
+  };
+  for (const Shape& s : shapes) {
     for (int start : {0, 37}) {
       for (bool half : {true, false}) {
         SCOPED_TRACE(cat("T=", T, " heads=", s.n_heads, "/", s.n_kv, " hd=", s.hd, " start=", start,
-                         " half=", half));
+                         " half=", half, " window=", s.window, " scale=", s.scale));
         const int q_dim = s.n_heads * s.hd, kv_dim = s.n_kv * s.hd;
         const int n_ctx = start + T + 5;
         const uint32_t seed = T * 131 + start + s.hd;
@@ -50,37 +60,50 @@ TEST_P(AttnTokens, MatchesReference) {
         for (int i = 0; i < T; ++i)
           for (int h = 0; h < s.n_heads; ++h) {
             const int kvh = h / group, np = start + i + 1;
+            const int p0 = s.window > 0 ? std::max(0, np - s.window) : 0;  // keys pos-window < p
+            const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt((double)s.hd);
             double mx = -INFINITY;
-            for (int p = 0; p < np; ++p) {
+            for (int p = p0; p < np; ++p) {
               double d = 0;
               for (int e = 0; e < s.hd; ++e)
                 d += (double)q[(size_t)i * q_dim + h * s.hd + e] *
                      k[(size_t)p * kv_dim + kvh * s.hd + e];
-              sc[p] = d / std::sqrt((double)s.hd);
+              sc[p] = d * scale;
               mx = std::max(mx, sc[p]);
             }
             double sum = 0;
-            for (int p = 0; p < np; ++p) sum += (sc[p] = std::exp(sc[p] - mx));
+            for (int p = p0; p < np; ++p) sum += (sc[p] = std::exp(sc[p] - mx));
             for (int e = 0; e < s.hd; ++e) {
               double o = 0;
-              for (int p = 0; p < np; ++p) o += sc[p] * v[(size_t)p * kv_dim + kvh * s.hd + e];
+              for (int p = p0; p < np; ++p) o += sc[p] * v[(size_t)p * kv_dim + kvh * s.hd + e];
               ref[(size_t)i * q_dim + h * s.hd + e] = o / sum;
             }
           }
         DevBuf<float> dq(q), dout((size_t)T * q_dim);
         DevBuf<uint8_t> dk(kb), dv(vb);
-        dout.poison();
         AttentionPrefillArgs a;
         a.q = dq.p, a.ldq = q_dim, a.k_cache = dk.p, a.v_cache = dv.p, a.kv_half = half;
         a.out = dout.p, a.ldo = q_dim, a.n_tokens = T, a.start = start;
         a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv, a.head_dim = s.hd;
-        attention_prefill(a, nullptr);
-        // SIMT path (head_dim 8): fp32 math with exp2f and online rescaling, ~1e-6 relative;
-        // 1e-4 bounds it loosely. Tensor-core path (head_dim 16/32/64): the query, P and (for an
-        // fp32 cache) K and V are rounded to fp16 (2^-11 relative each, ~5e-4..1e-3 rel L2 in
-        // total); 3e-3 bounds that with room, far below an indexing or masking error (~1).
-        const bool tc = s.hd % 16 == 0;
-        EXPECT_LT(rel_l2(dout.download(), ref), tc ? 3e-3 : 1e-4);
+        a.window = s.window, a.scale = s.scale;
+        // Wide heads: also with the key-split scratch (up to kAttnPrefillSplits blocks per query
+        // tile, merged after), which must give the same result within the same bound.
+        const size_t scratch = attention_prefill_scratch(T, s.n_heads, s.hd);
+        DevBuf<float> dpart(std::max<size_t>(scratch, 1));
+        for (bool split : {false, true}) {
+          if (split && scratch == 0) continue;
+          SCOPED_TRACE(split ? "key splits" : "one block per query tile");
+          dout.poison();
+          dpart.poison();
+          a.partials = split ? dpart.p : nullptr;
+          attention_prefill(a, nullptr);
+          // SIMT path (head_dim 8): fp32 math with exp2f and online rescaling, ~1e-6 relative;
+          // 1e-4 bounds it loosely. Tensor-core path (head_dim 16..256): the query, P and (for an
+          // fp32 cache) K and V are rounded to fp16 (2^-11 relative each, ~5e-4..1e-3 rel L2 in
+          // total); 3e-3 bounds that with room, far below an indexing or masking error (~1).
+          const bool tc = s.hd % 16 == 0;
+          EXPECT_LT(rel_l2(dout.download(), ref), tc ? 3e-3 : 1e-4);
+        }
       }
     }
   }
@@ -97,6 +120,8 @@ TEST(AttentionPrefill, UnsupportedHeadDimIsAnError) {
   EXPECT_THROW(attention_prefill(a, nullptr), Error);
   EXPECT_FALSE(attention_prefill_supports(96));
   a.head_dim = 64, a.ldq = a.ldo = 128, a.n_kv_heads = 3;  // 2 heads not a multiple of 3
+  EXPECT_THROW(attention_prefill(a, nullptr), Error);
+  a.n_kv_heads = 1, a.window = -1;
   EXPECT_THROW(attention_prefill(a, nullptr), Error);
 }
 
