@@ -136,6 +136,35 @@ TEST(TokenizerProps, StreamHoldsSplitCharacter) {
   EXPECT_EQ(sd.flush(), "");
 }
 
+// --- BPE ignore_merges (Llama 3)
+// ------------------------------------------------------------------
+
+// The 256 byte tokens, "ab" (256, no merge leads to it) and "cd" (257, merge "c d").
+VocabData tiny_bpe(const std::string& pre, int ignore_merges) {
+  VocabData v;
+  v.model = "gpt2";
+  v.pre = pre;
+  v.ignore_merges = ignore_merges;
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(unicode::byte_to_utf8(static_cast<uint8_t>(b)));
+  v.tokens.push_back("ab");
+  v.tokens.push_back("cd");
+  v.merges = {"c d"};
+  return v;
+}
+
+TEST(TokenizerBpe, IgnoreMergesTakesWholeWordsForLlama3) {
+  const int a = 'a', b = 'b', sp = ' ';  // token id b is raw byte b here
+  const int ab = 256, cd = 257;
+  const std::vector<int> whole = {ab, sp, cd}, merged = {a, b, sp, cd};
+  // llama-bpe: on by default (as llama.cpp); the word "ab" is a token, " cd" is not (merges).
+  EXPECT_EQ(Tokenizer(tiny_bpe("llama-bpe", -1)).encode("ab cd", false, 0), whole);
+  // Off for the other pre-tokenizers, and wherever a tokenizer.json says so.
+  EXPECT_EQ(Tokenizer(tiny_bpe("qwen2", -1)).encode("ab cd", false, 0), merged);
+  EXPECT_EQ(Tokenizer(tiny_bpe("gpt-2", -1)).encode("ab cd", false, 0), merged);
+  EXPECT_EQ(Tokenizer(tiny_bpe("llama-bpe", 0)).encode("ab cd", false, 0), merged);
+  EXPECT_EQ(Tokenizer(tiny_bpe("qwen2", 1)).encode("ab cd", false, 0), whole);
+}
+
 // --- SPM on a small hand-built vocab ------------------------------------------------------------
 
 // <unk> <s> </s>, the 256 byte tokens, then pieces with scores.

@@ -8,8 +8,10 @@
 
 namespace smolrt {
 
-BpeModel::BpeModel(const std::vector<std::string>& merges, const PieceMap& piece_to_id, int unk)
+BpeModel::BpeModel(const std::vector<std::string>& merges, const PieceMap& piece_to_id, int unk,
+                   bool ignore_merges)
     : unk_(unk) {
+  if (ignore_merges) whole_ = piece_to_id;
   // Vocabularies trained on valid UTF-8 (StarCoder, SmolLM) lack the bytes that never occur in
   // it (0xC0, 0xC1, 0xF5..0xFF); those bytes, only found in invalid input, become `unk`.
   for (int b = 0; b < 256; ++b) {
@@ -48,6 +50,14 @@ void BpeModel::encode_word(std::string_view word, std::vector<int>& out) const {
     const int id = byte_id_[static_cast<unsigned char>(word[0])];
     if (id >= 0 || unk_ >= 0) out.push_back(id >= 0 ? id : unk_);
     return;
+  }
+  if (!whole_.empty()) {
+    std::string piece;  // the word in the vocab's byte-level spelling
+    for (const char c : word) piece += unicode::byte_to_utf8(static_cast<uint8_t>(c));
+    if (auto it = whole_.find(piece); it != whole_.end()) {
+      out.push_back(it->second);
+      return;
+    }
   }
   {
     std::lock_guard<std::mutex> lock(cache_mu_);

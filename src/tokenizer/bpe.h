@@ -22,9 +22,12 @@ using PieceMap = std::unordered_map<std::string, int, StringHash, std::equal_to<
 class BpeModel {
  public:
   // merges: "left right", rank = index; piece_to_id: byte-level piece -> id of the normal tokens;
-  // unk: the id for a byte the vocab has no token for (-1: such bytes are dropped). Throws Error
-  // for a malformed merge or one naming a piece that is not in the vocab.
-  BpeModel(const std::vector<std::string>& merges, const PieceMap& piece_to_id, int unk);
+  // unk: the id for a byte the vocab has no token for (-1: such bytes are dropped);
+  // ignore_merges: a word that is itself a piece becomes that one token before any merge
+  // (Hugging Face's BPE `ignore_merges`, on for Llama 3). Throws Error for a malformed merge or
+  // one naming a piece that is not in the vocab.
+  BpeModel(const std::vector<std::string>& merges, const PieceMap& piece_to_id, int unk,
+           bool ignore_merges = false);
 
   // Appends the ids of one pre-tokenized word (raw bytes) to `out`. Thread-safe.
   void encode_word(std::string_view word, std::vector<int>& out) const;
@@ -41,6 +44,7 @@ class BpeModel {
 
   int byte_id_[256];  // id of the token for each raw byte (-1: none)
   int unk_;
+  PieceMap whole_;  // ignore_merges: byte-level piece -> id (empty otherwise)
   std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank, merged id
 
   // Word -> ids cache, bounded (cleared when full); guarded because encode is const + shared.

@@ -68,7 +68,8 @@ Tokenizer::Tokenizer(VocabData v) : impl_(std::make_unique<Impl>()) {
         piece_to_id.emplace(v.tokens[i], static_cast<int>(i));
       }
     }
-    m.bpe.emplace(v.merges, piece_to_id, v.unk);
+    const bool ignore = v.ignore_merges < 0 ? m.pre == PreTokenizer::Llama3 : v.ignore_merges != 0;
+    m.bpe.emplace(v.merges, piece_to_id, v.unk, ignore);
   } else if (v.model == "llama") {
     m.spm = true;
     if (!v.scores.empty() && v.scores.size() != n) {

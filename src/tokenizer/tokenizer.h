@@ -36,6 +36,9 @@ struct VocabData {
   int bos = -1, eos = -1, unk = -1, pad = -1, eot = -1;  // -1 = none
   bool add_bos = false;                                  // SPM: true when absent
   bool add_eos = false;
+  // BPE: a pre-tokenized word that is itself a token skips the merges. -1: as llama.cpp decides
+  // by the pre-tokenizer (on for llama-bpe), 0/1: as a tokenizer.json's model.ignore_merges says.
+  int ignore_merges = -1;
   std::string chat_template;  // tokenizer.chat_template ("" when absent)
 };
 

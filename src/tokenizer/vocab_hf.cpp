@@ -99,6 +99,8 @@ VocabData vocab_from_hf_json_impl(const std::string& path) {
   VocabData v;
   v.model = "gpt2";
   v.pre = pre_from_json(j.value("pre_tokenizer", json()), path);
+  if (model.contains("ignore_merges") && model["ignore_merges"].is_boolean())
+    v.ignore_merges = model["ignore_merges"].get<bool>() ? 1 : 0;
 
   // Tokens: model.vocab (piece -> id) plus added_tokens (id, content); ids must be dense.
   std::vector<std::string> tokens;

@@ -46,6 +46,13 @@ def with_pre_tokenizer(path, pre, out_dir):
             model["vocab"][a + b] = next_id
             next_id += 1
             model["merges"].append(f"{a} {b}" if string_merges else [a, b])
+    # Llama 3's tokenizer.json has ignore_merges (a word that is itself a token skips the
+    # merges; smolrt: on for llama-bpe, as llama.cpp): two whole-word tokens no merge reaches, in
+    # the corpus below, make it show in the ids (they split by the merges for qwen2).
+    for w in ("zyzzyvaq", "\u0120zyzzyvaq"):
+        model["vocab"][w] = next_id
+        next_id += 1
+    model["ignore_merges"] = pre == "llama3"
     out = os.path.join(out_dir, f"tokenizer-{pre}.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(j, f, ensure_ascii=False)
@@ -76,7 +83,7 @@ EDGE = [
     "", " ", "  ", "   ", "\t", "\n", "\n\n", "\n\n\n", "\t\n", " \n ", "\r\n", "\r\n\r\n",
     "a  b", "a   b", "a \tb", "a\t b", "a\n b", "a \n b", "  leading", "trailing  ",
     "3", "33", "333", "3333", "3.3", "3..3", " 3 33", "x1y22z333", "¹²³ ½ ⅓ Ⅻ ①", "１２３ ٣٤٥",
-    "'s 't 're 've 'm 'll 'd", "'S 'T 'RE", "''''", "don't can't won't", "a's b'c",
+    "zyzzyvaq zyzzyvaq, zyzzyvaqs", "'s 't 're 've 'm 'll 'd", "'S 'T 'RE", "''''", "don't can't won't", "a's b'c",
     "!!!!!!", "??? ...", "------=======", "```````", "\"\"\"\"", "(((( ))))",
     "🦙", "🦙🦙", "😶‍🌫️", "👩‍👩‍👧‍👦", "👍🏽", "🇫🇷🇯🇵", "✅", "❤️", "🚀 (normal) 😶‍🌫️ (multiple)",
     "é", "é", "ñ", "क्षि", "ক্ষ", "e\u0301\u0302\u0303",
