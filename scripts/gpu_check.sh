@@ -35,6 +35,16 @@ step() {
   return 0
 }
 
+# sanitize TOOL NAME TIMEOUT FILTER: compute-sanitizer TOOL (memcheck | racecheck) on the GPU
+# tests FILTER selects, as step NAME; its log is appended to $OUT/TOOL.log (few files come back
+# from $OUT, so every run of a tool shares one).
+sanitize() {
+  local tool=$1 name=$2 limit=$3 filter=$4
+  step "$name" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    --log-file "/tmp/$name.log" "$DIR/smolrt_cuda_tests" --gtest_filter="$filter"
+  cat "/tmp/$name.log" >> "$OUT/$tool.log" 2>/dev/null
+}
+
 main() {
 nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
 head -12 "$OUT/nvidia_smi.txt"
@@ -70,24 +80,18 @@ want tests && step no_gpu_error 60 env CUDA_VISIBLE_DEVICES= "$DIR/smolrt_cuda_t
 if ! want sanitizers; then
   :
 elif command -v compute-sanitizer > /dev/null; then
-  step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    --log-file "$OUT/memcheck.log" "$DIR/smolrt_cuda_tests" \
-    --gtest_filter='Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
-  step racecheck 160 compute-sanitizer --tool racecheck --error-exitcode 9 \
-    --log-file "$OUT/racecheck.log" "$DIR/smolrt_cuda_tests" \
-    --gtest_filter='KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*:KernelGemv.WideHead*:KernelQkv.*'
+  sanitize memcheck memcheck 100 \
+    'Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
+  sanitize racecheck racecheck 160 \
+    'KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*:KernelGemv.WideHead*:KernelQkv.*'
   if [ -f "$SYNTH" ]; then
-    step memcheck_pf 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      --log-file /tmp/memcheck_prefill.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='CudaPrefill.SampleAfterPrefillUsesPrefillLogits:CudaPrefill.RecurringPromptShapeReplaysAGraph:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
+    sanitize memcheck memcheck_pf 120 \
+      'CudaPrefill.SampleAfterPrefillUsesPrefillLogits:CudaPrefill.RecurringPromptShapeReplaysAGraph:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
     # The prefill GEMM's shared-memory staging and K-split reduction, small and large tiles; the
-    # prefill attention with 32-key (32 tokens from the start) and 64-key tiles.
-    step racecheck_pf 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      --log-file /tmp/racecheck_prefill.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='Batch/GemmTokens.*/3:Batch/GemmTokens.*/4:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
-    # At most 8 files come back from $OUT (7 are written): the prefill logs go after the kernel-subset ones.
-    cat /tmp/memcheck_prefill.log >> "$OUT/memcheck.log" 2>/dev/null
-    cat /tmp/racecheck_prefill.log >> "$OUT/racecheck.log" 2>/dev/null
+    # prefill attention with 32-key (32 tokens from the start) and 64-key tiles, wide heads
+    # (128, 256: query tile in shared memory, fp32 staging) with and without key splits.
+    sanitize racecheck racecheck_pf 150 \
+      'Batch/GemmTokens.*/3:Batch/GemmTokens.*/4:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
   fi
 else
   SUMMARY+=("sanitizers     not installed")
@@ -111,13 +115,10 @@ fi
 if [ -f "$SYNTH" ] && want batch; then
   step batch_tests 200 "$DIR/smolrt_cuda_tests" --gtest_filter='AttentionPaged.*:CudaBatch.*'
   if command -v compute-sanitizer > /dev/null; then
-    step memcheck_batch 200 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      --log-file /tmp/memcheck_batch.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='AttentionPaged.*:CudaBatch.SampledRows*:CudaBatch.Bad*'
-    step racecheck_batch 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      --log-file /tmp/racecheck_batch.log "$DIR/smolrt_cuda_tests" --gtest_filter='AttentionPaged.*'
-    cat /tmp/memcheck_batch.log >> "$OUT/memcheck.log" 2>/dev/null
-    cat /tmp/racecheck_batch.log >> "$OUT/racecheck.log" 2>/dev/null
+    sanitize memcheck memcheck_batch 200 \
+      'AttentionPaged.*:CudaBatch.SampledRows*:CudaBatch.Bad*'
+    sanitize racecheck racecheck_batch 200 \
+      'AttentionPaged.*'
   fi
   step bench_batch 200 "$DIR/smolrt" bench-batch -m "$SYNTH" --backend cuda \
     --sizes "${BATCH_SIZES:-1,8,64,256}" --json "$OUT/bench.jsonl"
@@ -167,14 +168,10 @@ fi
 # benchmark and greedy continuations of five prompts (compared with the CPU's off the GPU machine).
 if want arch; then
   if command -v compute-sanitizer > /dev/null; then
-    step memcheck_arch 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      --log-file /tmp/memcheck_arch.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='ArchKernels.*:Families/ArchBackend.*/tiny_gemma3_q8_0:Families/ArchBackend.*/tiny_qwen2_q8_0'
-    step racecheck_arch 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      --log-file /tmp/racecheck_arch.log "$DIR/smolrt_cuda_tests" \
-      --gtest_filter='ArchKernels.*:Families/ArchBackend.DecodeStep*/tiny_gemma3_q8_0'
-    cat /tmp/memcheck_arch.log >> "$OUT/memcheck.log" 2>/dev/null
-    cat /tmp/racecheck_arch.log >> "$OUT/racecheck.log" 2>/dev/null
+    sanitize memcheck memcheck_arch 300 \
+      'ArchKernels.*:Families/ArchBackend.*/tiny_gemma3_q8_0:Families/ArchBackend.*/tiny_qwen2_q8_0'
+    sanitize racecheck racecheck_arch 300 \
+      'ArchKernels.*:Families/ArchBackend.DecodeStep*/tiny_gemma3_q8_0'
   fi
   for preset in gemma3-270m qwen2.5-0.5b llama-3.2-1b; do
     AM=/tmp/synth-$preset-q4_k_m.gguf

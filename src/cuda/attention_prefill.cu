@@ -228,7 +228,7 @@ void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t s) {
   if (a.window < 0 || !(a.scale >= 0.f))
     fail("attention_prefill: window=", a.window, " scale=", a.scale, " out of range");
   if (a.head_dim == 8) return launch_simt8(a, s);
-  if (!attention_prefill_supports(a.head_dim) || !detail::attention_prefill_tc(a, s))
+  if (!detail::attention_prefill_tc(a, s))
     fail("attention_prefill: head_dim=", a.head_dim,
          " is not supported (8, 16, 32, 64, 128, 256); use per-token attention");
 }

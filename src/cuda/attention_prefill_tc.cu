@@ -414,16 +414,6 @@ __global__ void attention_merge_kernel(AttentionPrefillArgs a, int n_split) {
   a.out[(size_t)row * a.ldo + h * hd + d] = o / l;
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
 template <int HD, class KV, int KS, int KT = kKT>
 void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s, int n_split = 1) {
   constexpr size_t bytes = TcSmem<HD, KV, KS, KT>::bytes;

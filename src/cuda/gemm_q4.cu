@@ -528,16 +528,6 @@ void check_args(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o) {
   }
 }
 
-int sm_count() {
-  static int sms = 0;
-  if (sms == 0) {
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  }
-  return sms;
-}
-
 // mw x kw warps per block (<= 16), z K splits across blocks.
 template <GgmlType T, GemmEpilogue E, int NT, bool H, GgmlType TV = T>
 void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {

@@ -518,6 +518,16 @@ bool& pdl_enabled() {
   return on;
 }
 
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
           bool accumulate, cudaStream_t s) {
   check_mat(w, "W");

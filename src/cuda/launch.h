@@ -13,6 +13,9 @@ namespace smolrt::cuda {
 // Process-wide switch read by every decode launcher (set by the CUDA backend per step).
 bool& pdl_enabled();
 
+// Streaming multiprocessors of the current device (queried once): grid sizing.
+int sm_count();
+
 // Launch with an explicit choice of the PDL attribute (works inside stream capture).
 template <class... KArgs, class... Args>
 void launch_kernel_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,

@@ -8,20 +8,25 @@
 namespace smolrt::cuda {
 namespace {
 
-__global__ void __launch_bounds__(256)
-    rmsnorm_kernel(float* out, const float* x, const float* w, int n, float eps) {
-  pdl_wait();
-  pdl_trigger();
+// 1 / sqrt(mean(v[0..n)^2) + eps), for every thread of a 256-thread block.
+__device__ float block_rms_scale(const float* v, int n, float eps) {
   __shared__ float partial[8];
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += v[i] * v[i];
   ss = warp_sum(ss);
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
   __syncthreads();
   float total = 0.f;
 #pragma unroll
   for (int k = 0; k < 8; ++k) total += partial[k];
-  const float scale = rsqrtf(total / (float)n + eps);
+  return rsqrtf(total / (float)n + eps);
+}
+
+__global__ void __launch_bounds__(256)
+    rmsnorm_kernel(float* out, const float* x, const float* w, int n, float eps) {
+  pdl_wait();
+  pdl_trigger();
+  const float scale = block_rms_scale(x, n, eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * scale * w[i];
 }
 
@@ -31,18 +36,9 @@ __global__ void __launch_bounds__(256)
                        float eps) {
   pdl_wait();
   pdl_trigger();
-  __shared__ float partial[8];
   const float* yr = y + (size_t)blockIdx.x * ldy;
   float* xr = x + (size_t)blockIdx.x * ldx;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += yr[i] * yr[i];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) total += partial[k];
-  const float scale = rsqrtf(total / (float)n + eps);
+  const float scale = block_rms_scale(yr, n, eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] += yr[i] * scale * w[i];
 }
 

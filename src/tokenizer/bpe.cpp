@@ -51,14 +51,6 @@ void BpeModel::encode_word(std::string_view word, std::vector<int>& out) const {
     if (id >= 0 || unk_ >= 0) out.push_back(id >= 0 ? id : unk_);
     return;
   }
-  if (!whole_.empty()) {
-    std::string piece;  // the word in the vocab's byte-level spelling
-    for (const char c : word) piece += unicode::byte_to_utf8(static_cast<uint8_t>(c));
-    if (auto it = whole_.find(piece); it != whole_.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cache_.find(word);
@@ -68,11 +60,23 @@ void BpeModel::encode_word(std::string_view word, std::vector<int>& out) const {
     }
   }
   const size_t start = out.size();
-  merge_word(word, out);
+  if (const int id = whole_word(word); id >= 0) {
+    out.push_back(id);
+  } else {
+    merge_word(word, out);
+  }
   std::lock_guard<std::mutex> lock(cache_mu_);
   if (cache_.size() >= kCacheMax) cache_.clear();
   cache_.emplace(std::string(word),
                  std::vector<int>(out.begin() + static_cast<long>(start), out.end()));
+}
+
+int BpeModel::whole_word(std::string_view word) const {
+  if (whole_.empty()) return -1;
+  std::string piece;  // the word in the vocab's byte-level spelling
+  for (const char c : word) piece += unicode::byte_to_utf8(static_cast<uint8_t>(c));
+  const auto it = whole_.find(piece);
+  return it == whole_.end() ? -1 : it->second;
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<int>& out) const {

@@ -40,6 +40,8 @@ class BpeModel {
   static uint64_t key(int a, int b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
+  // ignore_merges: the id of the piece spelling the whole word, or -1.
+  int whole_word(std::string_view word) const;
   void merge_word(std::string_view word, std::vector<int>& out) const;
 
   int byte_id_[256];  // id of the token for each raw byte (-1: none)
