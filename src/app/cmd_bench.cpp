@@ -1,7 +1,6 @@
 // smolrt bench: prefill and decode speed per prompt length, as a table or JSON lines.
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -25,13 +24,6 @@ struct BenchArgs {
   BackendOptions backend;  // --backend, --ctx, --threads (app/backend_flags.h)
   bool json = false;
 };
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 nlohmann::json stat_json(const Stat& s) {
   return {{"median", s.median}, {"min", s.min}, {"max", s.max}};

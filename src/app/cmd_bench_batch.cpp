@@ -17,6 +17,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "runtime/bench.h"
 
 namespace smolrt::app {
 namespace {
@@ -107,12 +108,19 @@ int run(const Opts& o) {
       const double pps = double(C) * o.prompt / pre_s;
       std::printf("%6d %14.0f %12.3f %16.0f\n", C, tps, ms, pps);
       if (js)
-        js << nlohmann::json{{"bench", "batch"},     {"device", b->device_name()},
-                             {"backend", b->name()}, {"commit", build_commit()},
-                             {"model", o.model},     {"C", C},
-                             {"prompt", o.prompt},   {"gen", o.gen},
-                             {"kv_half", o.kv_half}, {"decode_tok_s", tps},
-                             {"ms_per_step", ms},    {"prefill_tok_s", pps}}
+        js << nlohmann::json{{"bench", "batch"},
+                             {"device", b->device_name()},
+                             {"backend", b->name()},
+                             {"commit", build_commit()},
+                             {"date", utc_now()},
+                             {"model", o.model},
+                             {"C", C},
+                             {"prompt", o.prompt},
+                             {"gen", o.gen},
+                             {"kv_half", o.kv_half},
+                             {"decode_tok_s", tps},
+                             {"ms_per_step", ms},
+                             {"prefill_tok_s", pps}}
                   .dump()
            << "\n";
     }

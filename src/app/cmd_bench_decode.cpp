@@ -89,6 +89,7 @@ int run(const Opts& o) {
                           {"config", c.name},
                           {"device", b->device_name()},
                           {"commit", build_commit()},
+                          {"date", utc_now()},
                           {"model", o.model},
                           {"tokens", o.tokens},
                           {"reps", o.reps},
@@ -117,11 +118,10 @@ int run(const Opts& o) {
   for (const auto& [name, us] : b->profile_parts(200)) {
     std::printf("  %-22s %9.2f us\n", name.c_str(), us);
     if (js) {
-      js << nlohmann::json{{"bench", "decode_parts"},
-                           {"part", name},
-                           {"us_per_step", us},
-                           {"position", b->position()},
-                           {"device", b->device_name()}}
+      js << nlohmann::json{{"bench", "decode_parts"},    {"part", name},
+                           {"us_per_step", us},          {"position", b->position()},
+                           {"device", b->device_name()}, {"commit", build_commit()},
+                           {"date", utc_now()}}
                 .dump()
          << "\n";
     }

@@ -23,7 +23,8 @@ enum class Epi { Plain, Qkv, GateUp };
 struct GemvParams {
   DevMat m0, m1, m2;  // Plain: m0. Qkv: q, k, v. GateUp: gate, up.
   int off1, off2;     // Qkv: first row of K and of V in the concatenated [Q; K; V] row space
-  int n_items;        // warps of work (each produces two rows)
+  int n_items;        // work items (each produces two rows)
+  int slices;         // SLICED kernels: warps per item, each a pass of the columns (1..8)
   const float* x;
   const float* norm_w;
   float eps;
@@ -95,17 +96,17 @@ __device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane,
 }
 
 // The block stages x (normalized when norm_w is set: one block reduction) in shared memory. All
-// threads must call this. One-pass kernels (MULTI false, cols <= pass_cols<NX>()) unroll the
+// threads must call this. One-pass kernels (WIDE false, cols <= pass_cols<NX>()) unroll the
 // global loads of x and norm_w with a fixed trip count so they are all in flight at once: a rolled
 // loop here costs one L2 round trip per iteration, which dominated small matrices. Wider matrices
 // take a rolled loop and normalize in a second sweep over shared memory.
-template <GgmlType T, int NX, bool MULTI>
+template <GgmlType T, int NX, bool WIDE>
 __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* norm_w, float eps,
                                         int cols, int lane) {
   __shared__ float red[kBlock / 32];
   constexpr int nt = kBlock;
   const bool vec = is_block<T>() || cols % 4 == 0;  // float4 loads (block formats: always)
-  if (MULTI || !vec) {
+  if (WIDE || !vec) {
     float ss = 0.f;
     if (vec) {
       const int n4 = cols / 4;
@@ -290,8 +291,12 @@ struct ItemRows {
 // picks the registers and the code.
 template <GgmlType T, GgmlType TV, int NX>
 struct ItemW {
-  WRegs<T, NX> w;
-  WRegs<TV, NX> v;
+  // One item is of one segment, so a mixture's two register sets share storage: the union halves
+  // the registers of the weights in flight (this one and the prefetched next).
+  union {
+    WRegs<T, NX> w;
+    WRegs<TV, NX> v;
+  };
   template <Epi E>
   __device__ __forceinline__ void load(const ItemRows<E>& ir, int lane, int ps) {
     if (T != TV && ir.seg == 2) {
@@ -339,20 +344,45 @@ __device__ __forceinline__ PreEpi pre_epi(const GemvParams& p, const ItemRows<E>
   return e;
 }
 
+// The K-quants' kernels are held to two blocks per SM (128 registers; a few bytes of spills for
+// Q5_K and the Q4_K+Q6_K projections): at one block per SM (150-250 registers unbounded) eight
+// warps per SM keep too few weight bytes in flight.
+template <GgmlType T, GgmlType TV>
+constexpr int kMinBlocks() {
+  return QFormat<T>::kLayout.qk > 32 || QFormat<TV>::kLayout.qk > 32 ? 2 : 1;
+}
+
+// How a kernel walks the columns: ONE pass (cols <= pass_cols<NX>()), SLICED (p.slices warps of
+// one block per item, warp s taking pass s: 2 to 8 passes), SLICED_LOOP (more than 8 passes: the
+// 8 warps of an item walk passes s, s + 8, ...).
+enum class Cols { One, Sliced, SlicedLoop };
+
 // Warps stride over work items (grid capped for large matrices such as the lm_head, so the x
-// staging is amortized over several items). One-pass kernels (MULTI false) keep x in registers
-// for all items and load the next item's weights while the current one is computed; MULTI
-// kernels walk the columns in passes of pass_cols<NX>(), the next pass's slice of x from shared
-// memory.
-template <GgmlType T, int NX, Epi E, bool MULTI, GgmlType TV = T>
-__global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
-  const int lane = threadIdx.x & 31;
-  const int stride = gridDim.x * (kBlock / 32);
+// staging is amortized over several items). ONE and SLICED warps hold one fixed slice of x in
+// registers for all their items and load the next item's weights while the current one is
+// computed; SLICED items' slice sums meet in shared memory. SLICED_LOOP warps reload x from shared
+// memory per pass.
+// Serial passes in one warp (the earlier design) left one DRAM round trip per pass on the critical
+// path and, at 2,048 columns, 137-255 registers per thread: one block per SM.
+template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV = T>
+__global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const GemvParams p) {
+  constexpr bool SLICED = C != Cols::One;
+  constexpr bool one = C != Cols::SlicedLoop;  // one pass per warp
+  constexpr int kWarps = kBlock / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int S = SLICED ? p.slices : 1;  // warps per item
+  const int R = kWarps / S;             // items per block and round
+  const int sl = SLICED ? warp % S : 0, r = warp / S;
   const int cols = p.m0.cols;
-  int item = blockIdx.x * (kBlock / 32) + (threadIdx.x >> 5);
+  const int passes = (cols + pass_cols<NX>() - 1) / pass_cols<NX>();
+  const int stride = gridDim.x * R;
+  // Rounds are block-uniform (every warp runs them all: the slices' reduction syncs the block).
+  const int first = blockIdx.x * R;
+  int item = first + r;
+  const bool in_block = r < R;  // warps past R * S idle (e.g. 3 slices: warps 6 and 7)
 
   ItemW<T, TV, NX> w;
-  if (item < p.n_items) w.load(ItemRows<E>(p, item), lane, 0);
+  if (in_block && item < p.n_items) w.load(ItemRows<E>(p, item), lane, sl);
   pdl_wait();
   pdl_trigger();
   int pos = 0, kv_row = 0;
@@ -360,47 +390,70 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
     pos = *p.pos;
     kv_row = p.slot ? *p.slot : pos;
   }
-  // The first item's epilogue inputs. Residual rows: loads issued by lane 0 before the staging,
-  // in flight during it. RoPE angle: computed by every lane (the same value across the warp, no
-  // divergent branch) after the staging's loads, so it interleaves with the math.
+  // The first item's epilogue inputs (by the warp that writes the item: slice 0). Residual rows:
+  // loads issued by lane 0 before the staging, in flight during it. RoPE angle: computed by every
+  // lane (the same value across the warp, no divergent branch) after the staging's loads, so it
+  // interleaves with the math.
   constexpr bool kEpiAllLanes = E == Epi::Qkv;
+  const bool writer = in_block && sl == 0;
   PreEpi pe;
-  if (!kEpiAllLanes && lane == 0 && item < p.n_items) pe = pre_epi<E>(p, ItemRows<E>(p, item), pos);
+  if (!kEpiAllLanes && writer && lane == 0 && item < p.n_items) {
+    pe = pre_epi<E>(p, ItemRows<E>(p, item), pos);
+  }
   extern __shared__ float4 smem_x4[];
   float* xs = reinterpret_cast<float*>(smem_x4);
-  stage_x<T, NX, MULTI>(xs, p.x, p.norm_w, p.eps, cols, lane);
+  stage_x<T, NX, SLICED>(xs, p.x, p.norm_w, p.eps, cols, lane);
   float xr[NX];
-  if constexpr (!MULTI) load_xr<T, NX>(xr, xs, 0, cols, lane);
-  if (kEpiAllLanes && item < p.n_items) pe = pre_epi<E>(p, ItemRows<E>(p, item), pos);
+  if constexpr (one) load_xr<T, NX>(xr, xs, sl, cols, lane);
+  if (kEpiAllLanes && writer && item < p.n_items) pe = pre_epi<E>(p, ItemRows<E>(p, item), pos);
 
-  float best_v = 0.f;  // Plain + argmax: lane 0's best row so far
+  __shared__ float2 part[2][kWarps];  // SLICED: per round (parity) and warp, its two sums
+  float best_v = 0.f;                 // Plain + argmax: lane 0's best row so far
   int best_i = INT_MAX;
-  const int passes = (cols + pass_cols<NX>() - 1) / pass_cols<NX>();
-  for (; item < p.n_items; item += stride) {
-    const ItemRows<E> ir(p, item);
+  for (int base = first, round = 0; base < p.n_items; base += stride, item += stride, ++round) {
+    const bool valid = in_block && item < p.n_items;
+    const ItemRows<E> ir(p, valid ? item : 0);
     const PreEpi cur = pe;
-    const bool more = item + stride < p.n_items;
-    if (more && (kEpiAllLanes || lane == 0)) pe = pre_epi<E>(p, ItemRows<E>(p, item + stride), pos);
-    float va = 0.f, vb = 0.f;
-    if constexpr (!MULTI) {
-      ItemW<T, TV, NX> wn;
-      if (more) wn.load(ItemRows<E>(p, item + stride), lane, 0);
-      w.dot(ir, xr, lane, 0, va, vb);
-      w = wn;
-    } else {
-      for (int ps = 0; ps < passes; ++ps) {
-        if (ps > 0) w.load(ir, lane, ps);
-        load_xr<T, NX>(xr, xs, ps, cols, lane);
-        float a, b;
-        w.dot(ir, xr, lane, ps, a, b);
-        va += a;
-        vb += b;
-      }
-      if (more) w.load(ItemRows<E>(p, item + stride), lane, 0);
+    const bool more = valid && item + stride < p.n_items;
+    if (more && writer && (kEpiAllLanes || lane == 0)) {
+      pe = pre_epi<E>(p, ItemRows<E>(p, item + stride), pos);
     }
-    va = warp_sum(va);
-    vb = warp_sum(vb);
-    if (lane != 0) continue;
+    float va = 0.f, vb = 0.f;
+    if (valid) {
+      if constexpr (one) {
+        ItemW<T, TV, NX> wn;
+        if (more) wn.load(ItemRows<E>(p, item + stride), lane, sl);
+        w.dot(ir, xr, lane, sl, va, vb);
+        w = wn;
+      } else {
+        for (int ps = sl; ps < passes; ps += S) {
+          if (ps > sl) w.load(ir, lane, ps);
+          load_xr<T, NX>(xr, xs, ps, cols, lane);
+          float a, b;
+          w.dot(ir, xr, lane, ps, a, b);
+          va += a;
+          vb += b;
+        }
+        if (more) w.load(ItemRows<E>(p, item + stride), lane, sl);
+      }
+      va = warp_sum(va);
+      vb = warp_sum(vb);
+    }
+    if constexpr (SLICED) {
+      // Double-buffered by round parity: a round's writes never meet the previous round's reads
+      // (those finished before their warp reached this round's barrier).
+      float2* pr = part[round & 1];
+      if (lane == 0) pr[warp] = make_float2(va, vb);
+      __syncthreads();
+      if (writer && lane == 0) {
+        va = vb = 0.f;
+        for (int k = 0; k < S; ++k) {  // fixed order: deterministic sums
+          va += pr[r * S + k].x;
+          vb += pr[r * S + k].y;
+        }
+      }
+    }
+    if (!valid || !writer || lane != 0) continue;
 
     const int ra = ir.ra, rb = ir.rb, seg = ir.seg;
     if constexpr (E == Epi::Plain) {
@@ -427,8 +480,8 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   if constexpr (E == Epi::Plain) {
     // Fused argmax stage 1: one partial per block (saves a kernel and a re-read of the logits).
     if (p.part_v != nullptr) {
-      __shared__ float sv[kBlock / 32];
-      __shared__ int si[kBlock / 32];
+      __shared__ float sv[kWarps];
+      __shared__ int si[kWarps];
       block_argmax<kBlock>(best_v, best_i, sv, si);
       if (threadIdx.x == 0) {
         p.part_v[blockIdx.x] = best_v;
@@ -438,39 +491,68 @@ __global__ void __launch_bounds__(kBlock) gemv_kernel(const GemvParams p) {
   }
 }
 
-// Grid size: one block per kBlock/32 work items, at most max_blocks (default kMaxBlocks, 4 per SM
-// of a 132-SM Hopper); beyond that warps loop.
-int grid_blocks(int n_items, int max_blocks) {
-  const int wpb = kBlock / 32;
-  const int cap = max_blocks > 0 ? max_blocks : kMaxBlocks;
-  const int blocks = (n_items + wpb - 1) / wpb;
+// Columns per pass (x registers per lane x 32): 1,024 for the K-quants, whose units take more
+// registers, and for narrow inputs; else 2,048. Wider inputs take the SLICED kernel with one warp
+// per pass, up to 8 (beyond that a warp walks several passes).
+int pass_width(GgmlType t, GgmlType tv, int cols) {
+  const bool heavy = dev_layout(t).qk > 32 || dev_layout(tv).qk > 32;
+  return heavy || cols <= pass_cols<32>() ? pass_cols<32>() : pass_cols<64>();
+}
+int slices_for(GgmlType t, GgmlType tv, int cols) {
+  const int pass = pass_width(t, tv, cols), passes = (cols + pass - 1) / pass;
+  return passes < kBlock / 32 ? passes : kBlock / 32;
+}
+
+// Grid size: one block per round of items (kBlock/32 / slices of them), at most max_blocks
+// (default kMaxBlocks, 4 per SM of a 132-SM Hopper); beyond that blocks loop.
+int grid_blocks(int n_items, int slices, int max_blocks) {
+  const int per_block = (kBlock / 32) / slices;
+  int cap = max_blocks > 0 ? max_blocks : kMaxBlocks;
+  // Sliced kernels stage all of a wide x per block: one resident wave (2 blocks per SM) that
+  // loops over the items stages it once per block.
+  if (slices > 1 && cap > 2 * sm_count()) cap = 2 * sm_count();
+  const int blocks = (n_items + per_block - 1) / per_block;
   return blocks < cap ? blocks : cap;
 }
 
-template <GgmlType T, int NX, Epi E, bool MULTI, GgmlType TV = T>
-void launch_nx(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
+template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV = T>
+void launch_nx(GemvParams p, int cols, cudaStream_t s, int max_blocks) {
   const size_t smem = xs_bytes<T>(cols);
-  auto* kernel = gemv_kernel<T, NX, E, MULTI, TV>;
+  auto* kernel = gemv_kernel<T, NX, E, C, TV>;
   if (smem > 48 * 1024) {
     // Wide inputs: raise this instantiation's dynamic shared-memory limit (once is enough, but
     // the call is cheap and not a stream operation, so graph capture is unaffected).
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   }
-  launch_kernel(kernel, dim3(grid_blocks(p.n_items, max_blocks)), dim3(kBlock), smem, s, p);
+  p.slices = C == Cols::One ? 1 : slices_for(T, TV, cols);
+  launch_kernel(kernel, dim3(grid_blocks(p.n_items, p.slices, max_blocks)), dim3(kBlock), smem, s,
+                p);
 }
 
-// One pass with 32 or 64 x registers per lane where it fits (the K-quants' units take more
-// registers: one pass up to 1,024 columns), else passes of 2,048 columns.
+template <GgmlType T, int NX, Epi E, GgmlType TV = T>
+void launch_cols(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
+  const int passes = (cols + pass_cols<NX>() - 1) / pass_cols<NX>();
+  if (passes == 1) {
+    launch_nx<T, NX, E, Cols::One, TV>(p, cols, s, max_blocks);
+  } else if (passes <= kBlock / 32) {
+    launch_nx<T, NX, E, Cols::Sliced, TV>(p, cols, s, max_blocks);
+  } else {
+    launch_nx<T, NX, E, Cols::SlicedLoop, TV>(p, cols, s, max_blocks);
+  }
+}
+
+// x in 32 registers per lane (1,024 columns a pass) for the K-quants, whose units take more
+// registers, and for narrow inputs; else 64 (2,048).
 template <GgmlType T, Epi E, GgmlType TV = T>
 void launch_t(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
-  constexpr bool kHeavy = units_per_block<T>() > 1 || units_per_block<TV>() > 1;
-  if (cols <= pass_cols<32>()) {
-    launch_nx<T, 32, E, false, TV>(p, cols, s, max_blocks);
-  } else if (!kHeavy && cols <= pass_cols<64>()) {
-    launch_nx<T, 64, E, false, TV>(p, cols, s, max_blocks);
+  constexpr bool kHeavy = QFormat<T>::kLayout.qk > 32 || QFormat<TV>::kLayout.qk > 32;
+  if constexpr (kHeavy) {
+    launch_cols<T, 32, E, TV>(p, cols, s, max_blocks);
+  } else if (cols <= pass_cols<32>()) {
+    launch_nx<T, 32, E, Cols::One, TV>(p, cols, s, max_blocks);
   } else {
-    launch_nx<T, 64, E, true, TV>(p, cols, s, max_blocks);
+    launch_cols<T, 64, E, TV>(p, cols, s, max_blocks);
   }
 }
 
@@ -560,12 +642,12 @@ int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps,
   p.part_v = part_v;
   p.part_i = part_i;
   dispatch<Epi::Plain>(p, s, kGemvMaxBlocks);
-  return grid_blocks(p.n_items, kGemvMaxBlocks);
+  return gemv_argmax_parts(w);
 }
 
 int gemv_argmax_parts(const DevMat& w) {
   if (head_kernel_takes(w)) return head_grid(w, kGemvMaxBlocks);
-  return grid_blocks((w.rows + 1) / 2, kGemvMaxBlocks);
+  return grid_blocks((w.rows + 1) / 2, slices_for(w.type, w.type, w.cols), kGemvMaxBlocks);
 }
 
 void gemv_qkv(const QkvArgs& a, cudaStream_t s) {

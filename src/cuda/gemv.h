@@ -5,8 +5,10 @@
 // Work split: one warp computes two output rows; each lane owns whole 32-column units (block
 // formats: QFormat::load, 16-byte loads) or strided columns (float formats), and keeps its slice
 // of x in registers; x is staged once per block in shared memory. Matrices wider than one pass
-// (2,048 columns; 1,024 for the K-quants, whose units take more registers) loop over passes,
-// reloading the slice of x from shared memory.
+// (2,048 columns; 1,024 for the K-quants, whose units take more registers) split the passes over
+// up to 8 warps of one block (column slices, summed in shared memory), beyond 8 passes a warp
+// walks several; those grids are one resident wave (2 blocks per SM) that loops over the rows,
+// so each block stages the wide x once.
 //
 // Optional fused RMSNorm of the input (norm_w != nullptr): each block normalizes its staged copy
 // of x (one block reduction) before the products: x*rsqrt(mean(x^2)+eps)*norm_w.

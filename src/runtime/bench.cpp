@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -29,6 +30,13 @@ size_t decode_weight_bytes(const Model& m) {
     }
   }
   return bytes;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
 }
 
 std::vector<int> bench_prompt(int n, int vocab) {

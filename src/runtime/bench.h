@@ -36,6 +36,9 @@ struct BenchRow {
 // (token_embd when tied) and one embedding row.
 size_t decode_weight_bytes(const Model& m);
 
+// The current UTC time as ISO 8601 (2026-11-25T09:04:14Z): the "date" of every benchmark JSON line.
+std::string utc_now();
+
 // Deterministic prompt of n token ids in [0, vocab) (a fixed LCG; ids never special-cased).
 std::vector<int> bench_prompt(int n, int vocab);
 

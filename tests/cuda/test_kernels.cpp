@@ -110,15 +110,17 @@ struct Shape {
 
 TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
   REQUIRE_GPU();
-  // {9001, 576} and {5001, 64}: more row pairs than the capped grid has warps, so warps loop.
-  // Real layer shapes (SmolLM2-135M / -360M / -1.7B), both ways round: one pass of x registers
-  // and several passes (cols > 2048, or > 1024 for the K-quants).
+  // {9001, 576}, {5001, 64}, {9001, 4096} and {9001, 2048}: more row pairs than the capped grid
+  // has warps (or slice groups), so warps loop. Real layer shapes (SmolLM2-135M / -360M / -1.7B),
+  // both ways round: one pass of x registers, and several passes (cols > 2048, or > 1024 for the
+  // K-quants) split over 2 to 8 warps of a block (2,560: 3 slices, two warps idle; 12,288 K-quant
+  // columns: 12 passes, the 8 warps walk them).
   const std::vector<Shape> quant_shapes = {
       {576, 576},  {193, 1536}, {64, 2048},  {4097, 576},  {3, 32},      {9001, 576}, {1536, 576},
-      {576, 1536}, {2560, 960}, {960, 2560}, {8192, 2048}, {2048, 8192}, {17, 12288}};
-  const std::vector<Shape> k_shapes = {{576, 1536},  {960, 2560}, {2048, 8192},
-                                       {8192, 2048}, {3, 256},    {9001, 256},
-                                       {33, 1024},   {65, 1280},  {7, 12288}};
+      {576, 1536}, {2560, 960}, {960, 2560}, {8192, 2048}, {2048, 8192}, {17, 12288}, {9001, 4096}};
+  const std::vector<Shape> k_shapes = {{576, 1536}, {960, 2560}, {2048, 8192}, {8192, 2048},
+                                       {3, 256},    {9001, 256}, {33, 1024},   {65, 1280},
+                                       {7, 12288},  {9001, 2048}};
   const std::vector<Shape> float_shapes = {{172, 64}, {64, 172},  {33, 70},   {577, 576},
                                            {5, 1},    {9, 2048},  {5001, 64}, {31, 2080},
                                            {6, 4099}, {960, 2560}};
@@ -335,6 +337,13 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
   const QkvShape wide = {1024, 16, 4, 64, 64, 10000.f};
   for (GgmlType t : kTypes)
     check_qkv(t, t, is_float(t) || block_of(t) == 32 ? smol : wide, 9, 16, true, true);
+  // SmolLM2-1.7B's projections (dim 2,048: two column slices for the K-quants; 4,608: three for
+  // the 32-weight formats).
+  const QkvShape big = {2048, 32, 8, 64, 64, 130000.f};
+  const QkvShape big32 = {4608, 36, 4, 128, 128, 10000.f};
+  check_qkv(GgmlType::Q4_K, GgmlType::Q4_K, big, 300, 512, true, true);
+  check_qkv(GgmlType::Q6_K, GgmlType::Q6_K, big, 3, 16, false, false);
+  check_qkv(GgmlType::Q4_0, GgmlType::Q4_0, big32, 11, 16, true, true);
   // A K-quant mixture's attn_v (Q6_K, or Q8_0 for rows that are not whole super-blocks) in the
   // same launch as Q and K (the two-type kernel); any other mix: one launch per matrix.
   for (bool epi : {true, false}) {
@@ -342,46 +351,53 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
     check_qkv(GgmlType::Q4_K, GgmlType::Q6_K, wide, 7, 16, true, epi);
     check_qkv(GgmlType::Q5_K, GgmlType::Q8_0, wide, 3, 16, false, epi);
     check_qkv(GgmlType::Q4_0, GgmlType::F16, smol, 7, 16, true, epi);
+    check_qkv(GgmlType::Q4_K, GgmlType::Q6_K, big, 7, 16, true, epi);
   }
 }
 
 TEST(KernelGateUp, SiluAndGeluMulMatchCpu) {
   REQUIRE_GPU();
+  // The second shape of each type is wider than one pass: column slices over several warps.
   for (int act : {0, 1})
-    for (GgmlType t : kTypes) {
-      const int rows = is_float(t) ? 172 : 1536,
-                cols = is_float(t) ? 64 : (block_of(t) == 256 ? 1024 : 576);
-      for (bool norm : {true, false}) {
-        SCOPED_TRACE(testing::Message() << type_name(t) << " norm " << norm << " act " << act);
-        RandMat wg(t, rows, cols, 21), wu(t, rows, cols, 22);
-        std::vector<float> x = test::randn(cols, 23), nw = test::randn(cols, 24), xin = x;
-        if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), cols, 1e-5f);
-        std::vector<float> g, u, tg, tu, ref(rows);
-        ref_matvec(wg.view, xin, g, tg);
-        ref_matvec(wu.view, xin, u, tu);
-        if (act == 0) {
-          cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
-        } else {  // GELU, tanh approximation, in double
+    for (GgmlType t : kTypes)
+      for (bool wide : {false, true}) {
+        const int rows = is_float(t) ? 172 : 1536,
+                  cols = is_float(t)
+                             ? (wide ? 2080 : 64)
+                             : (block_of(t) == 256 ? (wide ? 2048 : 1024) : (wide ? 4608 : 576));
+        for (bool norm : {true, false}) {
+          SCOPED_TRACE(testing::Message()
+                       << type_name(t) << " " << cols << " norm " << norm << " act " << act);
+          RandMat wg(t, rows, cols, 21), wu(t, rows, cols, 22);
+          std::vector<float> x = test::randn(cols, 23), nw = test::randn(cols, 24), xin = x;
+          if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), cols, 1e-5f);
+          std::vector<float> g, u, tg, tu, ref(rows);
+          ref_matvec(wg.view, xin, g, tg);
+          ref_matvec(wu.view, xin, u, tu);
+          if (act == 0) {
+            cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
+          } else {  // GELU, tanh approximation, in double
+            for (int r = 0; r < rows; ++r) {
+              const double v = g[r];
+              ref[r] = (float)(0.5 * v *
+                               (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))) *
+                               u[r]);
+            }
+          }
+          Dev<float> dx(x), dnw(nw), out((size_t)rows);
+          cuda::gemv_gate_up(wg.mat, wu.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(),
+                             nullptr, act);
+          std::vector<float> got = out.get();
+          const float f = norm ? 2.f : 1.f;
           for (int r = 0; r < rows; ++r) {
-            const double v = g[r];
-            ref[r] =
-                (float)(0.5 * v *
-                        (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))) * u[r]);
+            // |d(act(g)u)| <= |u|·1.13·dg + |act(g)|·du (silu' <= 1.1, gelu' <= 1.13)
+            const float b =
+                f * (1.13f * std::fabs(u[r]) * tg[r] + (std::fabs(g[r]) + 1.f) * tu[r]) +
+                1e-6f * std::fabs(ref[r]) + 1e-7f;
+            ASSERT_NEAR(got[r], ref[r], b) << "row " << r;
           }
         }
-        Dev<float> dx(x), dnw(nw), out((size_t)rows);
-        cuda::gemv_gate_up(wg.mat, wu.mat, dx.p(), norm ? dnw.p() : nullptr, 1e-5f, out.p(),
-                           nullptr, act);
-        std::vector<float> got = out.get();
-        const float f = norm ? 2.f : 1.f;
-        for (int r = 0; r < rows; ++r) {
-          // |d(act(g)u)| <= |u|·1.13·dg + |act(g)|·du (silu' <= 1.1, gelu' <= 1.13)
-          const float b = f * (1.13f * std::fabs(u[r]) * tg[r] + (std::fabs(g[r]) + 1.f) * tu[r]) +
-                          1e-6f * std::fabs(ref[r]) + 1e-7f;
-          ASSERT_NEAR(got[r], ref[r], b) << "row " << r;
-        }
       }
-    }
 }
 
 // --- attention -------------------------------------------------------------------------------
@@ -535,6 +551,8 @@ TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
   check_fused_argmax(gemma.mat, std::vector<float>(test::randn(640, 95)), nullptr);
   RandMat k6(GgmlType::Q6_K, 30001, 1024, 98);  // a K-quant lm_head, more rows than warps
   check_fused_argmax(k6.mat, std::vector<float>(test::randn(1024, 99)), nullptr);
+  RandMat k6w(GgmlType::Q6_K, 20001, 2048, 89);  // SmolLM2-1.7B-wide: column slices, grid loops
+  check_fused_argmax(k6w.mat, std::vector<float>(test::randn(2048, 88)), nullptr);
   RandMat odd8(GgmlType::Q8_0, 8195, 576, 97);  // wide kernel, partial last row group
   check_fused_argmax(odd8.mat, x, norm.p());
 
