@@ -226,6 +226,9 @@ TEST(ArchKernels, DecodeAttentionWindowAndWideHeads) {
       {9, 3, 64, 512, 400, 37, 0.f},         // odd window, split context
       {8, 4, 16, 64, 63, 8, 0.3f},           // tiny window, explicit scale
       {2, 2, 128, 4096, 3000, 1000, 0.f},    // many splits inside the window
+      // head_dim 256 at short contexts (32-position sub-chunks): 3 and 5 splits, combined
+      {4, 1, 256, 1024, 65, 0, 0.0625f},
+      {4, 1, 256, 1024, 128, 0, 0.0625f},
   };
   for (const C& c : cases) {
     SCOPED_TRACE(testing::Message() << c.nh << "/" << c.nkv << "x" << c.hd << " pos " << c.pos
