@@ -201,6 +201,7 @@ VocabData tiny_spm() {
   v.eos = 2;
   v.unk = 0;
   v.add_bos = true;
+  v.add_space_prefix = true;  // llama.cpp's default for SPM files without the key
   return v;
 }
 
@@ -228,6 +229,39 @@ TEST(TokenizerSpm, ByteFallbackAndLeadingSpace) {
   EXPECT_EQ(tok.encode("he</s>he", true, 0), (std::vector<int>{268, 2, 268}));
   EXPECT_EQ(tok.decode(tok.encode("he</s>he", true, 0), true), "he</s>he");
   EXPECT_NE(tok.encode("</s>", false, 0), std::vector<int>{2});
+}
+
+// Gemma's files say tokenizer.ggml.add_space_prefix = false: no "▁" before the text or after a
+// token written in it, and decode keeps a leading "▁" as a space.
+TEST(TokenizerSpm, NoSpacePrefixAsTheFileSays) {
+  VocabData v = tiny_spm();
+  v.add_space_prefix = false;
+  const Tokenizer tok(v);
+  // "hello": ll(-3), llo(-4), he(-5) -> he + llo; " hello" is the "▁hello" piece.
+  EXPECT_EQ(tok.encode("hello", true, 0), (std::vector<int>{264, 266}));
+  EXPECT_EQ(tok.encode(" hello", true, 0), (std::vector<int>{269}));
+  EXPECT_EQ(tok.encode("he</s>he", true, 0), (std::vector<int>{264, 2, 264}));
+  EXPECT_EQ(tok.decode(std::vector<int>{269}), " hello");
+  EXPECT_EQ(tok.decode(tok.encode("he</s> hello", true, 0), true), "he</s> hello");
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200; ++i) {
+    const std::string s = random_utf8(rng, false) + " hello";
+    ASSERT_EQ(tok.decode(tok.encode(s, false)), s) << "case " << i;
+  }
+}
+
+// With the prefix on, encode puts "▁" after a user-defined token too (llama.cpp), so decode
+// drops it there as after a control token: the round trip stays exact.
+TEST(TokenizerSpm, UserDefinedTokenRoundTripsWithPrefix) {
+  VocabData v = tiny_spm();
+  v.tokens.push_back("<t>");
+  v.token_types.push_back(static_cast<int32_t>(TokenType::UserDefined));
+  v.scores.push_back(0);
+  const int ut = static_cast<int>(v.tokens.size()) - 1;
+  const Tokenizer tok(v);
+  EXPECT_EQ(tok.encode("he<t>he", false, 0), (std::vector<int>{268, ut, 268}));
+  EXPECT_EQ(tok.decode(tok.encode("he<t>he", false, 0)), "he<t>he");
+  EXPECT_EQ(tok.decode(tok.encode("he<t> he", false, 0)), "he<t> he");
 }
 
 TEST(TokenizerSpm, StreamMatchesDecodeRandom) {

@@ -112,7 +112,8 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 void Tokenizer::Impl::encode_text(std::string_view text, bool prefix_space,
                                   std::vector<int>& out) const {
   if (spm) {
-    // Spaces become "▁"; a "▁" is prepended at the start of the text and after a special token.
+    // Spaces become "▁"; with add_space_prefix a "▁" is prepended at the start of the text and
+    // after a token written in it (prefix_space).
     std::string esc;
     esc.reserve(text.size() + text.size() / 4 + 3);
     if (prefix_space) esc += kSpmSpace;
@@ -140,7 +141,9 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool parse_special, in
   out.reserve(text.size() / 3 + 2);
   const bool bos = add_bos < 0 ? m.v.add_bos : add_bos > 0;
   if (bos && m.v.bos >= 0) out.push_back(m.v.bos);
-  bool after_special = true;  // SPM adds its leading "▁" to the first text and after specials
+  // SPM with add_space_prefix: a leading "▁" on the first text run and after every token matched
+  // in the text (llama.cpp's rule).
+  bool after_special = m.v.add_space_prefix;
   size_t start = 0, i = 0;
   while (i < text.size()) {
     const Impl::Special* hit = nullptr;
@@ -158,7 +161,7 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool parse_special, in
     }
     if (i > start) m.encode_text(text.substr(start, i - start), after_special, out);
     out.push_back(hit->id);
-    after_special = true;
+    after_special = m.v.add_space_prefix;
     i += hit->text.size();
     start = i;
   }
@@ -172,7 +175,8 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool parse_special, in
 namespace detail {
 
 // Appends the text of one token. `at_start` is true at the beginning of a sequence and after a
-// control token: there SPM drops the "▁" that encoding prepended. Updated for the next token.
+// control, unknown or (SPM) user-defined token: there an SPM vocab with add_space_prefix drops
+// the "▁" that encoding prepended. Updated for the next token.
 void decode_token(const VocabData& v, int id, bool special, std::string& out, bool& at_start) {
   if (id < 0 || id >= static_cast<int>(v.tokens.size())) {
     fail("token id ", id, " is out of range (vocab has ", v.tokens.size(), " tokens)");
@@ -194,8 +198,8 @@ void decode_token(const VocabData& v, int id, bool special, std::string& out, bo
       }
     }
     size_t i = 0;
-    if (at_start && p.compare(0, 3, kSpmSpace) == 0) i = 3;
-    at_start = false;
+    if (at_start && v.add_space_prefix && p.compare(0, 3, kSpmSpace) == 0) i = 3;
+    at_start = t == TokenType::UserDefined;  // encoding prepends "▁" after one, as after controls
     for (; i < p.size(); ++i) {
       if (p.compare(i, 3, kSpmSpace) == 0) {
         out.push_back(' ');

@@ -36,6 +36,9 @@ struct VocabData {
   int bos = -1, eos = -1, unk = -1, pad = -1, eot = -1;  // -1 = none
   bool add_bos = false;                                  // SPM: true when absent
   bool add_eos = false;
+  // SPM: "▁" prepended to the text and to each text run after a token written in the text
+  // (tokenizer.ggml.add_space_prefix; true when absent, as llama.cpp; Gemma's files say false).
+  bool add_space_prefix = false;
   // BPE: a pre-tokenized word that is itself a token skips the merges. -1: as llama.cpp decides
   // by the pre-tokenizer (on for llama-bpe), 0/1: as a tokenizer.json's model.ignore_merges says.
   int ignore_merges = -1;
@@ -57,10 +60,11 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
   // parse_special: control (and unknown) tokens written in the text become their ids;
-  // user-defined tokens always do (as in Hugging Face and llama.cpp). SPM prepends "▁" to the
-  // text and to each text run after a special token. add_bos: -1 = as the vocab says, 0 = no,
-  // 1 = yes (add_eos follows the vocab unless add_bos is 0). Invalid UTF-8 is tokenized as
-  // bytes; a byte the vocab has no token for becomes unk, or is dropped when there is no unk.
+  // user-defined tokens always do (as in Hugging Face and llama.cpp). SPM with add_space_prefix
+  // prepends "▁" to the text and to each text run after such a token. add_bos: -1 = as the vocab
+  // says, 0 = no, 1 = yes (add_eos follows the vocab unless add_bos is 0). Invalid UTF-8 is
+  // tokenized as bytes; a byte the vocab has no token for becomes unk, or is dropped when there is
+  // no unk.
   std::vector<int> encode(std::string_view text, bool parse_special = true, int add_bos = -1) const;
   // Exact inverse of encoding (control tokens render as their text only when `special` is true).
   std::string decode(std::span<const int> ids, bool special = false) const;

@@ -79,6 +79,7 @@ VocabData vocab_from_gguf(const gguf::File& f) {
   v.eot = optional_id(f, "tokenizer.ggml.eot_token_id", n);
   v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", v.model == "llama");
   v.add_eos = f.get_bool("tokenizer.ggml.add_eos_token", false);
+  v.add_space_prefix = v.model == "llama" && f.get_bool("tokenizer.ggml.add_space_prefix", true);
   v.chat_template = f.get_string("tokenizer.chat_template", "");
   return v;
 }
@@ -106,6 +107,8 @@ void vocab_to_gguf(const VocabData& v, gguf::Writer& w) {
   }
   w.set("tokenizer.ggml.add_bos_token", Value::boolean(v.add_bos));
   w.set("tokenizer.ggml.add_eos_token", Value::boolean(v.add_eos));
+  if (v.model == "llama")
+    w.set("tokenizer.ggml.add_space_prefix", Value::boolean(v.add_space_prefix));
   if (!v.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(v.chat_template));
 }
 

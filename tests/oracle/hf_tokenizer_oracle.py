@@ -117,22 +117,63 @@ POOLS = {
 }
 
 
-def random_strings(rng, n):
-    names = list(POOLS)
+def random_strings(rng, n, pools=POOLS):
+    names = list(pools)
     out = []
     for _ in range(n):
         k = rng.randint(1, 40)
         focus = rng.sample(names, rng.randint(1, 4))
-        out.append("".join(rng.choice(POOLS[rng.choice(focus)]) for _ in range(k)))
+        out.append("".join(rng.choice(pools[rng.choice(focus)]) for _ in range(k)))
     return out
 
 
-def build_corpus(seed, n_random):
+def build_corpus(seed, n_random, pools=POOLS):
+    """The fixed strings, then n_random seeded mixes from `pools` (hf_spm_oracle.py passes its
+    own, with the Gemma vocab's control tokens in place of SmolLM2's)."""
     rng = random.Random(seed)
     corpus = PROSE + CODE + EDGE
     corpus += [" " + s for s in PROSE] + ["\n".join(PROSE), "\n\n".join(CODE)]
-    corpus += random_strings(rng, n_random)
+    corpus += random_strings(rng, n_random, pools)
     return corpus
+
+
+def run_smolrt_jsonl(cmd, corpus):
+    """One `smolrt tokenize ... --jsonl` process over the corpus: its {"ids", "text"} results in
+    order, or None (after saying why) when it failed or printed a wrong number of lines."""
+    stdin = "".join(json.dumps(s) + "\n" for s in corpus)
+    proc = subprocess.run(cmd, input=stdin.encode(), capture_output=True, timeout=300)
+    if proc.returncode != 0:
+        print(f"FAIL: {' '.join(cmd)} exited {proc.returncode}: "
+              f"{proc.stderr.decode(errors='replace')}")
+        return None
+    # Only "\n" separates results (str.splitlines would also split at U+2028, U+0085, ...).
+    lines = proc.stdout.decode().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) != len(corpus):
+        print(f"FAIL: smolrt printed {len(lines)} results for {len(corpus)} strings")
+        return None
+    return [json.loads(line) for line in lines]
+
+
+def count_mismatches(corpus, results, want_ids, want_text, label="", pieces=None):
+    """Strings whose smolrt ids differ from want_ids(s), or whose decode is not want_text(s);
+    the first 10 are printed (with their pieces when `pieces`, id -> piece, is given)."""
+    failed = 0
+    for s, got in zip(corpus, results):
+        want = want_ids(s)
+        if got["ids"] != want:
+            failed += 1
+            if failed <= 10:
+                print(f"MISMATCH{label} {s!r}\n  oracle {want}\n  smolrt {got['ids']}")
+                if pieces is not None:
+                    print(f"  oracle pieces {[pieces[i] for i in want]}\n"
+                          f"  smolrt pieces {[pieces[i] for i in got['ids']]}")
+        elif got["text"] != want_text(s):
+            failed += 1
+            if failed <= 10:
+                print(f"DECODE MISMATCH{label} {s!r} -> {got['text']!r}")
+    return failed
 
 
 def default_tokenizer_json():
@@ -166,32 +207,11 @@ def main():
         args.tokenizer = with_pre_tokenizer(args.tokenizer, args.pre, tmp.name)
     oracle = tokenizers.Tokenizer.from_file(args.tokenizer)
     corpus = build_corpus(args.seed, args.random)
-    stdin = "".join(json.dumps(s) + "\n" for s in corpus)
     source = ["-m", args.model] if args.model else ["--tokenizer-json", args.tokenizer]
-    proc = subprocess.run([args.smolrt, "tokenize", *source, "--jsonl"],
-                          input=stdin.encode(), capture_output=True, timeout=300)
-    if proc.returncode != 0:
-        print(f"FAIL: smolrt exited {proc.returncode}: {proc.stderr.decode(errors='replace')}")
+    results = run_smolrt_jsonl([args.smolrt, "tokenize", *source, "--jsonl"], corpus)
+    if results is None:
         return 1
-    # Only "\n" separates results (str.splitlines would also split at U+2028, U+0085, ...).
-    lines = proc.stdout.decode().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) != len(corpus):
-        print(f"FAIL: smolrt printed {len(lines)} results for {len(corpus)} strings")
-        return 1
-    failed = 0
-    for s, line in zip(corpus, lines):
-        got = json.loads(line)
-        want = oracle.encode(s).ids
-        if got["ids"] != want:
-            failed += 1
-            if failed <= 10:
-                print(f"MISMATCH {s!r}\n  oracle {want}\n  smolrt {got['ids']}")
-        elif got["text"] != s:
-            failed += 1
-            if failed <= 10:
-                print(f"DECODE MISMATCH {s!r} -> {got['text']!r}")
+    failed = count_mismatches(corpus, results, lambda s: oracle.encode(s).ids, lambda s: s)
     print(f"hf oracle (tokenizers {tokenizers.__version__}, pre {args.pre or 'as in the file'}): "
           f"{len(corpus) - failed} passed, "
           f"{failed} failed")
