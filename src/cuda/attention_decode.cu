@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
                             const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
                             float* partials, int* counters, const int* tables, const int* seq,
-                            int stride, int page, int window, float scale_arg) {
+                            int stride, int page, int window, float scale_arg, int ring) {
   constexpr int SUB = sub_of<HD>();
   constexpr int kTpp = kThreads / SUB;                // threads per scored position
   constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
       const int pg = t / page;
       return (size_t)(in_smem ? stab[pg - p0] : table[pg]) * page + t % page;
     } else {
-      return (size_t)t;
+      return (size_t)(ring > 0 ? t % ring : t);
     }
   };
   // K and V of one sub-chunk into registers (one memory round trip); position `skip` is left
@@ -224,16 +224,16 @@ __global__ void __launch_bounds__(kThreads)
 template <int HD>
 void launch_hd(float* out, const float* q, const float* k, const float* v, const int* pos,
                int n_ctx, int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnPages& pg,
-               cudaStream_t s, int window, float scale) {
+               cudaStream_t s, int window, float scale, int ring) {
   const int splits = attn_splits(n_ctx);
   if (pg.tables) {
     launch_kernel(attention_decode_kernel<HD, true>, dim3(n_heads, splits), dim3(kThreads), 0, s,
                   out, q, k, v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters,
-                  pg.tables, pg.seq, pg.stride, pg.page, window, scale);
+                  pg.tables, pg.seq, pg.stride, pg.page, window, scale, ring);
   } else {
     launch_kernel(attention_decode_kernel<HD, false>, dim3(n_heads, splits), dim3(kThreads), 0, s,
                   out, q, k, v, pos, n_heads, n_kv_heads, splits, sc.partials, sc.counters,
-                  pg.tables, pg.seq, pg.stride, pg.page, window, scale);
+                  pg.tables, pg.seq, pg.stride, pg.page, window, scale, ring);
   }
 }
 
@@ -242,7 +242,7 @@ void launch_hd(float* out, const float* q, const float* k, const float* v, const
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
                       const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages,
-                      int window, float scale) {
+                      int window, float scale, int ring) {
   if (pages.tables && (!pages.seq || pages.page <= 0 || pages.stride <= 0))
     fail("attention_decode: a block table needs its sequence index, stride and page size");
   if (!out || !q || !k_cache || !v_cache || !pos || !scratch.partials || !scratch.counters) {
@@ -252,9 +252,13 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
     fail("attention_decode: n_heads ", n_heads, " / n_kv_heads ", n_kv_heads, " / n_ctx ", n_ctx,
          " / window ", window);
   }
+  if (ring < 0 || (ring > 0 && (pages.tables || window <= 0 || ring <= window))) {
+    fail("attention_decode: ring ", ring, " needs a window below it (", window,
+         ") and no block table");
+  }
   auto go = [&](auto hd) {
     launch_hd<decltype(hd)::value>(out, q, k_cache, v_cache, pos, n_ctx, n_heads, n_kv_heads,
-                                   scratch, pages, s, window, scale);
+                                   scratch, pages, s, window, scale, ring);
   };
   switch (head_dim) {
     case 4:

@@ -41,9 +41,11 @@ struct AttnPages {
 };
 // window > 0: only the last `window` positions [*pos - window + 1, *pos] (a sliding-window
 // layer; keys before are never read). scale: the softmax scale, 0 = 1/sqrt(head_dim).
+// ring > 0 (no block table): the caches hold `ring` rows, position t at row t % ring — a
+// sliding-window layer's cache capped at window + the prefill chunk (ring > window).
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
                       const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages = {},
-                      int window = 0, float scale = 0.f);
+                      int window = 0, float scale = 0.f, int ring = 0);
 
 }  // namespace smolrt::cuda

@@ -30,7 +30,10 @@ struct AttentionPrefillArgs {
   int n_heads = 0, n_kv_heads = 0;  // query head h reads KV head h / (n_heads / n_kv_heads)
   int head_dim = 0;                 // 8, 16, 32, 64, 128 or 256 (anything else: Error)
   int window = 0;                   // sliding window (gemma3 local layers); 0 = none
-  float scale = 0.f;                // softmax scale of q.k; 0 = 1/sqrt(head_dim)
+  // ring > 0: the caches hold `ring` rows, key t at row t % ring (a sliding-window layer's
+  // cache; ring >= window + n_tokens - 1, so no key the chunk needs was overwritten).
+  int ring = 0;
+  float scale = 0.f;  // softmax scale of q.k; 0 = 1/sqrt(head_dim)
   // Scratch for key splits (head_dim 128/256): attention_prefill_scratch floats, or nullptr (one
   // block per query tile and head; short chunks then use a fraction of the GPU).
   float* partials = nullptr;

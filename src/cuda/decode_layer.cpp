@@ -1,6 +1,8 @@
 // See decode_layer.h.
 #include "cuda/decode_layer.h"
 
+#include "core/error.h"
+
 #include "cuda/gemv.h"
 #include "cuda/qkv_finish.h"
 #include "cuda/rmsnorm.h"
@@ -8,14 +10,17 @@
 namespace smolrt::cuda {
 
 bool qkv_fused(const ModelConfig& c) {
-  return !c.attn_bias && !c.qk_norm && !c.rope_neox && c.rope_freq_factors.empty();
+  // Sliding-window models take qkv_finish, the one place that writes a ring cache.
+  return !c.attn_bias && !c.qk_norm && !c.rope_neox && c.rope_freq_factors.empty() &&
+         c.sliding_window == 0;
 }
 
 void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float* x,
               const float* norm_w, const int* pos, const int* slot, float* q, float* k_raw,
-              float* v_raw, float* k_cache, float* v_cache, cudaStream_t s) {
+              float* v_raw, float* k_cache, float* v_cache, cudaStream_t s, int ring) {
   const DevLayer& L = dw.layers[l];
   const bool fused = qkv_fused(c);
+  if (fused && ring > 0) fail("step_qkv: a ring cache needs the unfused QKV path");
   QkvArgs qa;
   qa.wq = L.wq, qa.wk = L.wk, qa.wv = L.wv, qa.x = x, qa.norm_w = norm_w, qa.eps = c.norm_eps;
   qa.head_dim = c.head_dim, qa.rope_dim = c.rope_dim, qa.rope_base = c.layer_rope_base(l);
@@ -26,7 +31,7 @@ void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float*
   if (fused) return;
   QkvFinishArgs f;
   f.q = q, f.ldq = c.q_dim(), f.k = k_raw, f.v = v_raw, f.ldkv = c.kv_dim();
-  f.k_cache = k_cache, f.v_cache = v_cache, f.pos_dev = pos, f.row_slot = slot;
+  f.k_cache = k_cache, f.v_cache = v_cache, f.pos_dev = pos, f.row_slot = slot, f.ring = ring;
   f.bq = L.bq, f.bk = L.bk, f.bv = L.bv, f.q_norm = L.q_norm, f.k_norm = L.k_norm;
   f.eps = c.norm_eps, f.n_heads = c.n_heads, f.n_kv_heads = c.n_kv_heads;
   f.head_dim = c.head_dim, f.rope_dim = c.rope_dim, f.rope_base = c.layer_rope_base(l);

@@ -160,6 +160,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       QkvFinishArgs f;
       f.n = n, f.q = ws.q, f.ldq = q_dim, f.k = ws.k, f.v = ws.v, f.ldkv = kv_dim;
       f.k_cache = L.k_cache, f.v_cache = L.v_cache, f.kv_half = w.kv_half, f.pos0 = pos0;
+      f.ring = L.ring;
       if (rows) f.row_pos = rows->pos, f.row_slot = rows->slot;
       f.bq = L.bq, f.bk = L.bk, f.bv = L.bv, f.q_norm = L.q_norm, f.k_norm = L.k_norm;
       f.eps = c.norm_eps, f.n_heads = c.n_heads, f.n_kv_heads = c.n_kv_heads;
@@ -176,6 +177,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       at.kv_half = w.kv_half, at.out = ws.att, at.ldo = q_dim, at.n_tokens = n, at.start = pos0;
       at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
       at.window = c.is_swa(l) ? c.sliding_window : 0, at.scale = c.attn_scale;
+      at.ring = L.ring;
       at.partials = ws.attn_scratch;
       attention_prefill(at, s);
     }

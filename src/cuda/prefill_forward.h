@@ -28,6 +28,9 @@ namespace smolrt::cuda {
 struct PrefillLayerWeights : DevLayer {
   void* k_cache = nullptr;  // [n_ctx][kv_dim], fp16 if kv_half else fp32
   void* v_cache = nullptr;
+  // > 0: a sliding-window layer's cache is a ring of this many rows (position p at row p % ring,
+  // see attention_decode.h); its layer never takes the fused QKV epilogue.
+  int ring = 0;
 };
 
 struct PrefillWeights {

@@ -25,7 +25,8 @@ __global__ void __launch_bounds__(kMaxHeadDim) qkv_finish_kernel(const QkvFinish
   const bool on = d < hd;
   const int pos = a.pos_dev ? *a.pos_dev : a.row_pos ? a.row_pos[row] : a.pos0 + row;
   const size_t kv_dim = (size_t)a.n_kv_heads * hd;
-  const size_t cache_at = (size_t)(a.row_slot ? a.row_slot[row] : pos) * kv_dim + hh * hd + d;
+  const int cache_row = a.row_slot ? a.row_slot[row] : (a.ring > 0 ? pos % a.ring : pos);
+  const size_t cache_at = (size_t)cache_row * kv_dim + hh * hd + d;
   const float* src =
       seg == 0 ? a.q + (size_t)row * a.ldq : (seg == 1 ? a.k : a.v) + (size_t)row * a.ldkv;
   const float* bias = seg == 0 ? a.bq : seg == 1 ? a.bk : a.bv;
@@ -85,6 +86,8 @@ void qkv_finish(const QkvFinishArgs& a, cudaStream_t s) {
   if (a.ldq < a.n_heads * a.head_dim || a.ldkv < a.n_kv_heads * a.head_dim)
     fail("qkv_finish: ldq/ldkv smaller than the heads' width");
   if (a.pos_dev && a.n != 1) fail("qkv_finish: a device position slot serves one row only");
+  if (a.ring < 0 || (a.ring > 0 && a.row_slot))
+    fail("qkv_finish: ring ", a.ring, " with row slots");
   const int threads = (a.head_dim + 31) / 32 * 32;
   launch_kernel(qkv_finish_kernel, dim3(a.n_heads + 2 * a.n_kv_heads, a.n), dim3(threads), 0, s, a);
 }

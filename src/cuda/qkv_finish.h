@@ -30,6 +30,9 @@ struct QkvFinishArgs {
   const int* row_pos = nullptr;
   const int* row_slot = nullptr;
   int pos0 = 0;
+  // ring > 0 (without row_slot): the cache is a ring of `ring` rows, position p at row p % ring
+  // (a sliding-window layer's cache: see attention_decode.h).
+  int ring = 0;
   // Optional (nullptr = absent): biases [q_dim], [kv_dim], [kv_dim]; norm weights [head_dim].
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
   const float *q_norm = nullptr, *k_norm = nullptr;

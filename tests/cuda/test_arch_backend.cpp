@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -203,6 +204,50 @@ TEST_P(ArchBackend, MultiSequenceMatchesCpu) {
               << (half ? " fp16" : " fp32") << " pool, multi-sequence vs CPU: worst rel L2 "
               << worst << "\n";
   }
+}
+
+// The sliding-window layers' KV caches as rings of window + prefill-chunk rows: tiny-gemma3
+// (window 8) with 5-token prefill chunks keeps 13 rows in its local layers, so a 37-token prompt
+// and the decode after it wrap them several times. Prefill (chunks of 5) and the decode that
+// continues it within the prefill bound of the CPU; decode alone within the decode bound; going
+// back more than a chunk is a clear error, as far as a chunk is fine.
+TEST(ArchRingCache, LocalLayersKeepWindowPlusChunkRows) {
+  REQUIRE_GPU();
+  const Model m = synth({"tiny-gemma3", "q8_0"});
+  ASSERT_EQ(m.config.sliding_window, 8);
+  ::setenv("SMOLRT_PREFILL_CHUNK", "5", 1);
+  auto gpu = backend(m, "cuda");
+  auto dec = backend(m, "cuda");
+  ::unsetenv("SMOLRT_PREFILL_CHUNK");
+  const std::vector<int> toks = prompt_of(60, m.config.vocab_size, 3);
+  const auto ref = cpu_logits(m, toks);
+  const size_t V = m.config.vocab_size;
+  const std::vector<int> prompt(toks.begin(), toks.begin() + 37);
+  const std::vector<float> all = gpu->forward_prompt_all(prompt);
+  ASSERT_EQ(all.size(), prompt.size() * V);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    ASSERT_LT(rel_l2(std::span<const float>(all.data() + i * V, V), ref[i]), 2e-2) << "row " << i;
+  }
+  for (size_t i = prompt.size(); i < toks.size(); ++i) {
+    ASSERT_LT(rel_l2(gpu->forward_token(toks[i], (int)i), ref[i]), 2e-2) << "position " << i;
+  }
+  for (size_t i = 0; i < toks.size(); ++i) {
+    std::span<const float> g = dec->forward_token(toks[i], (int)i);
+    double md = 0, mc = 0;
+    for (size_t j = 0; j < g.size(); ++j) {
+      md = std::max(md, std::fabs((double)g[j] - ref[i][j]));
+      mc = std::max(mc, std::fabs((double)ref[i][j]));
+    }
+    ASSERT_LE(md / mc, 5e-4) << "position " << i;
+  }
+  try {
+    dec->rollback(60 - 6);
+    FAIL() << "no error for a rollback past the ring";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SMOLRT_PREFILL_CHUNK"), std::string::npos) << e.what();
+  }
+  dec->rollback(60 - 5);  // within the ring: the window of position 55 is still there
+  EXPECT_LT(rel_l2(dec->forward_token(toks[55], 55), ref[55]), 5e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ArchBackend, ::testing::ValuesIn(kCases),

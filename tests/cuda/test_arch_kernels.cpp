@@ -29,6 +29,7 @@ struct FinishCase {
   const char* name;
   int n_heads, n_kv, hd, rope_dim;
   bool bias, norm, neox, factors, half;
+  int ring = 0;  // > 0: no slots, K/V of position p at row p % ring (a sliding-window ring cache)
 };
 
 // The reference of one head vector in double: + bias, RMSNorm with weight, RoPE.
@@ -68,7 +69,9 @@ void check_finish(const FinishCase& fc) {
   std::vector<float> fac(fc.rope_dim / 2);
   for (int i = 0; i < (int)fac.size(); ++i) fac[i] = 1.f + (float)(i % 7);  // 1..7
   std::vector<int> slot(n);
-  for (int i = 0; i < n; ++i) slot[i] = (i * 13 + 5) % slots;  // scattered pool rows
+  for (int i = 0; i < n; ++i) {
+    slot[i] = fc.ring > 0 ? (pos0 + i) % fc.ring : (i * 13 + 5) % slots;  // scattered pool rows
+  }
 
   Dev<float> dq(q), dk(k), dv(v), dbq(bq), dbk(bk), dbv(bv), dqn(qn), dkn(kn), dfac(fac);
   Dev<int> dslot(slot);
@@ -79,7 +82,11 @@ void check_finish(const FinishCase& fc) {
   cuda::QkvFinishArgs a;
   a.n = n, a.q = dq.p(), a.ldq = q_dim, a.k = dk.p(), a.v = dv.p(), a.ldkv = kv_dim;
   a.k_cache = kc.get(), a.v_cache = vc.get(), a.kv_half = fc.half, a.pos0 = pos0;
-  a.row_slot = dslot.p();
+  if (fc.ring > 0) {
+    a.ring = fc.ring;
+  } else {
+    a.row_slot = dslot.p();
+  }
   if (fc.bias) a.bq = dbq.p(), a.bk = dbk.p(), a.bv = dbv.p();
   if (fc.norm) a.q_norm = dqn.p(), a.k_norm = dkn.p();
   a.eps = eps, a.n_heads = fc.n_heads, a.n_kv_heads = fc.n_kv, a.head_dim = fc.hd;
@@ -149,6 +156,7 @@ TEST(ArchKernels, QkvFinishMatchesFloat64) {
       // gemma3-270m: 4 heads / 1 KV head of 256, QK norm, NeoX.
       {"gemma3", 4, 1, 256, 256, false, true, true, false, false},
       {"gemma3 fp16 cache", 4, 1, 256, 256, false, true, true, false, true},
+      {"gemma3 ring cache", 4, 1, 256, 256, false, true, true, false, false, 16},
       // qwen2.5-0.5b: biases, NeoX, head_dim 64.
       {"qwen2", 14, 2, 64, 64, true, false, true, false, false},
       // llama 3: frequency factors, normal RoPE; rope_dim < head_dim leaves the tail as is.
@@ -218,6 +226,7 @@ TEST(ArchKernels, DecodeAttentionWindowAndWideHeads) {
   struct C {
     int nh, nkv, hd, ctx, pos, window;
     float scale;
+    int ring = 0;  // > 0: the cache is a ring of this many rows (position t at row t % ring)
   };
   const C cases[] = {
       {4, 1, 256, 1024, 700, 512, 0.0625f},  // gemma3-270m local layer, window full
@@ -229,27 +238,32 @@ TEST(ArchKernels, DecodeAttentionWindowAndWideHeads) {
       // head_dim 256 at short contexts (32-position sub-chunks): 3 and 5 splits, combined
       {4, 1, 256, 1024, 65, 0, 0.0625f},
       {4, 1, 256, 1024, 128, 0, 0.0625f},
+      // ring caches (a sliding-window layer's, window + prefill chunk rows): the window wraps
+      {4, 1, 256, 1024, 700, 512, 0.0625f, 520},
+      {9, 3, 64, 512, 400, 37, 0.f, 40},
+      {8, 4, 16, 64, 63, 8, 0.3f, 13},
   };
   for (const C& c : cases) {
     SCOPED_TRACE(testing::Message() << c.nh << "/" << c.nkv << "x" << c.hd << " pos " << c.pos
-                                    << " window " << c.window);
+                                    << " window " << c.window << " ring " << c.ring);
     const int kv_dim = c.nkv * c.hd, q_dim = c.nh * c.hd;
     const int lo = c.window > 0 && c.pos + 1 > c.window ? c.pos + 1 - c.window : 0;
-    std::vector<int> ident(c.ctx);
-    std::iota(ident.begin(), ident.end(), 0);
+    std::vector<int> slot_of(c.ctx);
+    for (int t = 0; t < c.ctx; ++t) slot_of[t] = c.ring > 0 ? t % c.ring : t;
+    const int rows = c.ring > 0 ? c.ring : c.ctx;
     const std::vector<float> q = test::randn(q_dim, 11, 2.f);
-    const std::vector<float> kc = window_cache(c.ctx, kv_dim, ident, lo, c.pos + 1, 12),
-                             vc = window_cache(c.ctx, kv_dim, ident, lo, c.pos + 1, 13);
+    const std::vector<float> kc = window_cache(rows, kv_dim, slot_of, lo, c.pos + 1, 12),
+                             vc = window_cache(rows, kv_dim, slot_of, lo, c.pos + 1, 13);
     const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt((double)c.hd);
     const std::vector<double> ref =
-        ref_attention(q.data(), kc, vc, ident, lo, c.pos, c.nh, c.nkv, c.hd, scale);
+        ref_attention(q.data(), kc, vc, slot_of, lo, c.pos, c.nh, c.nkv, c.hd, scale);
     Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim),
         part((size_t)c.nh * cuda::attn_splits(c.ctx) * (c.hd + 2));
     Dev<int> cnt(std::vector<int>(c.nh, 0)), dpos(std::vector<int>{c.pos});
     for (int rep = 0; rep < 2; ++rep) {  // the split counters reset themselves
       out.poison();
       cuda::attention_decode(out.p(), dq.p(), dk.p(), dv.p(), dpos.p(), c.ctx, c.nh, c.nkv, c.hd,
-                             {part.p(), cnt.p()}, nullptr, {}, c.window, c.scale);
+                             {part.p(), cnt.p()}, nullptr, {}, c.window, c.scale, c.ring);
       const std::vector<float> got = out.get();
       for (int i = 0; i < q_dim; ++i) ASSERT_NEAR(got[i], ref[i], 2e-5) << "out " << i;
     }

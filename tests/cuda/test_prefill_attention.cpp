@@ -18,6 +18,9 @@ struct Shape {
   int n_heads, n_kv, hd;
   int window = 0;
   float scale = 0.f;
+  // A sliding-window layer's ring cache of window + T + 2 rows (key p at row p % ring), also
+  // at a start past two wraps of the ring.
+  bool ring = false;
 };
 
 class AttnTokens : public ::testing::TestWithParam<int> {};
@@ -26,32 +29,48 @@ TEST_P(AttnTokens, MatchesReference) {
   REQUIRE_GPU();
   const int T = GetParam();
   const Shape shapes[] = {
-      {9, 3, 64},           {8, 4, 8},   {4, 4, 32},
-      {6, 2, 16},           {8, 2, 128}, {4, 1, 256, 0, 0.0625f},  // gemma3 global layer
-      {4, 1, 256, 40},       // a local layer (window 512 in the file)
-      {9, 3, 64, 33, 0.2f},  // window inside one 64-key tile, own scale
-      {8, 4, 8, 17},         // the SIMT kernel's window
+      {9, 3, 64},
+      {8, 4, 8},
+      {4, 4, 32},
+      {6, 2, 16},
+      {8, 2, 128},
+      {4, 1, 256, 0, 0.0625f},  // gemma3 global layer
+      {4, 1, 256, 40},          // a local layer (window 512 in the file)
+      {9, 3, 64, 33, 0.2f},     // window inside one 64-key tile, own scale
+      {8, 4, 8, 17},            // the SIMT kernel's window
+      {4, 1, 256, 40, 0.f, true},
+      {9, 3, 64, 33, 0.2f, true},
+      {8, 4, 8, 17, 0.f, true},
   };
   for (const Shape& s : shapes) {
-    for (int start : {0, 37}) {
+    const int ring = s.ring ? s.window + T + 2 : 0;
+    std::vector<int> starts = {0, 37};
+    if (s.ring) starts.push_back(2 * ring + 5);
+    for (int start : starts) {
       for (bool half : {true, false}) {
         SCOPED_TRACE(cat("T=", T, " heads=", s.n_heads, "/", s.n_kv, " hd=", s.hd, " start=", start,
-                         " half=", half, " window=", s.window, " scale=", s.scale));
+                         " half=", half, " window=", s.window, " scale=", s.scale, " ring=", ring));
         const int q_dim = s.n_heads * s.hd, kv_dim = s.n_kv * s.hd;
         const int n_ctx = start + T + 5;
         const uint32_t seed = T * 131 + start + s.hd;
         const auto q = randn((size_t)T * q_dim, seed, 1.0f);
         auto k = randn((size_t)n_ctx * kv_dim, seed + 1, 1.0f);
         auto v = randn((size_t)n_ctx * kv_dim, seed + 2, 1.0f);
-        // Round the cache to what the device holds so the reference sees the same values.
-        std::vector<uint8_t> kb(n_ctx * kv_dim * (half ? 2 : 4)), vb(kb.size());
+        // Round the cache to what the device holds so the reference sees the same values. A
+        // ring holds at row r the last position p = r (mod ring) written before the chunk's
+        // attention (p < start + T), as the decode backend leaves it.
+        const size_t rows = ring > 0 ? ring : n_ctx, esz = half ? 2 : 4;
+        std::vector<uint8_t> kb(rows * kv_dim * esz), vb(kb.size());
         for (size_t i = 0; i < k.size(); ++i) {
+          const size_t p = i / kv_dim, e = i % kv_dim;
+          if (ring > 0 && (int)p >= start + T) continue;
+          const size_t at = ((ring > 0 ? p % ring : p) * kv_dim + e) * esz;
           if (half) {
             const uint16_t hk = f32_to_fp16(k[i]), hv = f32_to_fp16(v[i]);
             k[i] = fp16_to_f32(hk), v[i] = fp16_to_f32(hv);
-            std::memcpy(&kb[i * 2], &hk, 2), std::memcpy(&vb[i * 2], &hv, 2);
+            std::memcpy(&kb[at], &hk, 2), std::memcpy(&vb[at], &hv, 2);
           } else {
-            std::memcpy(&kb[i * 4], &k[i], 4), std::memcpy(&vb[i * 4], &v[i], 4);
+            std::memcpy(&kb[at], &k[i], 4), std::memcpy(&vb[at], &v[i], 4);
           }
         }
         std::vector<double> ref((size_t)T * q_dim);
@@ -85,7 +104,7 @@ TEST_P(AttnTokens, MatchesReference) {
         a.q = dq.p, a.ldq = q_dim, a.k_cache = dk.p, a.v_cache = dv.p, a.kv_half = half;
         a.out = dout.p, a.ldo = q_dim, a.n_tokens = T, a.start = start;
         a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv, a.head_dim = s.hd;
-        a.window = s.window, a.scale = s.scale;
+        a.window = s.window, a.scale = s.scale, a.ring = ring;
         // Wide heads: also with the key-split scratch (up to kAttnPrefillSplits blocks per query
         // tile, merged after), which must give the same result within the same bound.
         const size_t scratch = attention_prefill_scratch(T, s.n_heads, s.hd);

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "backend/cpu/sample.h"
@@ -49,7 +50,8 @@ struct Scratch {
   int* sample_out;   // [1] sampled id (-1: candidate set too large, sample on the host)
 };
 
-void carve(cuda::Carver& c, Scratch& s, const ModelConfig& cfg, int n_ctx) {
+// kv_floats: the KV caches of all layers (KvLayout::floats).
+void carve(cuda::Carver& c, Scratch& s, const ModelConfig& cfg, int n_ctx, size_t kv_floats) {
   s.params = c.take<int>(2);
   s.x = c.take<float>(cfg.dim);
   s.xb = c.take<float>(cfg.dim);
@@ -60,7 +62,7 @@ void carve(cuda::Carver& c, Scratch& s, const ModelConfig& cfg, int n_ctx) {
   s.hb = c.take<float>(cfg.hidden_dim);
   s.tmp = c.take<float>(cfg.dim);
   s.logits = c.take<float>(cfg.vocab_size);
-  s.kv = c.take<float>((size_t)cfg.n_layers * 2 * n_ctx * cfg.kv_dim());
+  s.kv = c.take<float>(kv_floats);
   s.attn_part = c.take<float>((size_t)cfg.n_heads * cuda::attn_splits(n_ctx) * (cfg.head_dim + 2));
   s.attn_count = c.take<int>(cfg.n_heads);
   constexpr int parts =
@@ -94,16 +96,33 @@ class CudaBackend final : public CudaBackendApi {
     }
     w_ = cuda::upload_weights(m.weights, cfg_);
 
+    // A sliding-window layer's KV cache is a ring of window + prefill-chunk rows (the last
+    // `window` keys any query reads, plus the chunk written before its attention runs), when
+    // that is smaller than the context: gemma3-270m at 32,768 tokens keeps 1,024 rows in 15 of
+    // its 18 layers. Prompts then prefill in chunks of at most ring_chunk_ tokens.
+    ring_chunk_ = copt_.prefill_chunk;
+    size_t kv_floats = 0;
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      const long ring = (long)cfg_.sliding_window + ring_chunk_;
+      ring_.push_back(cfg_.is_swa(l) && cfg_.sliding_window > 0 && ring < n_ctx_ ? (int)ring : 0);
+      kv_off_.push_back(kv_floats);
+      kv_floats += 2 * (size_t)(ring_[l] > 0 ? ring_[l] : n_ctx_) * cfg_.kv_dim();
+    }
+    if (std::none_of(ring_.begin(), ring_.end(), [](int r) { return r > 0; })) {
+      ring_chunk_ = std::numeric_limits<int>::max();  // no ring: chunks and rollbacks unbounded
+    }
     cuda::Carver sizer;
-    carve(sizer, s_, cfg_, n_ctx_);
+    carve(sizer, s_, cfg_, n_ctx_, kv_floats);
     scratch_ = cuda::DeviceBuffer(sizer.used(), "activations, KV cache and scratch");
     cuda::Carver placer(static_cast<char*>(scratch_.get()));
-    carve(placer, s_, cfg_, n_ctx_);
+    carve(placer, s_, cfg_, n_ctx_, kv_floats);
     // Poison everything once (NaN bytes) so a kernel reading unwritten scratch shows up in tests;
     // the attention split counters must start at zero.
     CUDA_CHECK(cudaMemset(scratch_.get(), 0xff, scratch_.size()));
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
-    prefill_ = cuda::CudaPrefill::create(m, w_, s_.kv, n_ctx_);  // nullptr: token-by-token
+    std::vector<void*> kc, vc;
+    for (int l = 0; l < cfg_.n_layers; ++l) kc.push_back(kcache(l)), vc.push_back(vcache(l));
+    prefill_ = cuda::CudaPrefill::create(m, w_, kc, vc, ring_, n_ctx_);  // nullptr: per token
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
     // [4]: the id of the odd-parity step graph (speculative steps alternate, see speculate).
@@ -144,6 +163,7 @@ class CudaBackend final : public CudaBackendApi {
     if (pos < 0 || pos > pos_) {
       fail("rollback to position ", pos, " is invalid: the KV cache holds ", pos_, " tokens");
     }
+    check_ring_back(pos);
     pos_ = pos;
   }
 
@@ -161,6 +181,7 @@ class CudaBackend final : public CudaBackendApi {
       // The step for (token, pos) was launched speculatively by the previous call: adopt it.
       check_token(token);
       check_pos(pos);
+      check_ring_back(pos);
       par = spec_par_;
       spec_ = false;
       pos_ = pos + 1;
@@ -206,8 +227,7 @@ class CudaBackend final : public CudaBackendApi {
                             std::span<const int> history) override {
     if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, prefill_out(), stream_,
-                         copt_.use_graph);
+      prefill_->run_last(tokens, pos_, prefill_chunk(), prefill_out(), stream_, copt_.use_graph);
       pos_ += (int)tokens.size();
       return sample_last(p, u, history);  // logits stay on the GPU
     }
@@ -223,7 +243,7 @@ class CudaBackend final : public CudaBackendApi {
     if (batched(tokens)) {
       cuda::PrefillLastOut out = prefill_out();
       out.host_logits = static_cast<float*>(logits_host_.get());
-      prefill_->run_last(tokens, pos_, copt_.prefill_chunk, out, stream_, copt_.use_graph);
+      prefill_->run_last(tokens, pos_, prefill_chunk(), out, stream_, copt_.use_graph);
       pos_ += (int)tokens.size();
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       return {static_cast<const float*>(logits_host_.get()), (size_t)cfg_.vocab_size};
@@ -236,7 +256,7 @@ class CudaBackend final : public CudaBackendApi {
   std::vector<float> forward_prompt_all(std::span<const int> tokens) override {
     if (tokens.empty()) fail("forward_prompt_all: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      std::vector<float> all = prefill_->run_all(tokens, pos_, copt_.prefill_chunk, stream_);
+      std::vector<float> all = prefill_->run_all(tokens, pos_, prefill_chunk(), stream_);
       pos_ += (int)tokens.size();
       return all;
     }
@@ -357,8 +377,21 @@ class CudaBackend final : public CudaBackendApi {
     return true;
   }
 
-  float* kcache(int l) const { return s_.kv + (size_t)(2 * l) * n_ctx_ * cfg_.kv_dim(); }
-  float* vcache(int l) const { return s_.kv + (size_t)(2 * l + 1) * n_ctx_ * cfg_.kv_dim(); }
+  // Layer l's caches: n_ctx rows, or ring_[l] rows (position p at row p % ring_[l]).
+  float* kcache(int l) const { return s_.kv + kv_off_[l]; }
+  float* vcache(int l) const {
+    return kcache(l) + (size_t)(ring_[l] > 0 ? ring_[l] : n_ctx_) * cfg_.kv_dim();
+  }
+  // Going back to `pos` (rollback, or a step at an earlier position) keeps the window of every
+  // ring cache only up to ring_chunk_ positions back: the ring rows before were overwritten.
+  void check_ring_back(int pos) const {
+    if (pos >= pos_ - ring_chunk_) return;
+    fail("going back from position ", pos_, " to ", pos,
+         " is beyond the sliding-window layers' KV rings (at most ", ring_chunk_,
+         " positions; SMOLRT_PREFILL_CHUNK sets it)");
+  }
+  // Prefill chunks never exceed the chunk the rings were sized for.
+  int prefill_chunk() const { return std::min(copt_.prefill_chunk, ring_chunk_); }
 
   void drop_graph() {
     for (int i = 0; i < 2; ++i) {
@@ -387,6 +420,7 @@ class CudaBackend final : public CudaBackendApi {
     discard_spec();
     check_token(token);
     check_pos(pos);
+    check_ring_back(pos);
     const bool on_device = slots_known_ && token == slot_token_ && pos == slot_pos_;
     slots_known_ = false;
     if (!on_device) {
@@ -476,11 +510,12 @@ class CudaBackend final : public CudaBackendApi {
       norm_in(L.attn_norm, blk + "attn_norm", qx, qn);
       if (mask & kQkv)
         cuda::step_qkv(cfg_, w_, l, qx, qn, pos, nullptr, s_.q, s_.k, s_.v, kcache(l), vcache(l),
-                       st);
+                       st, ring_[l]);
       if (mask & kAttn)
         cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
                                cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st,
-                               {}, cfg_.is_swa(l) ? cfg_.sliding_window : 0, cfg_.attn_scale);
+                               {}, cfg_.is_swa(l) ? cfg_.sliding_window : 0, cfg_.attn_scale,
+                               ring_[l]);
       if (mask & kWo) cuda::step_residual(cfg_, L.wo, s_.att, L.post_attn_norm, s_.x, s_.tmp, st);
       if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
       if (mask & kGateUp) {
@@ -587,6 +622,9 @@ class CudaBackend final : public CudaBackendApi {
   ModelConfig cfg_;
   CudaOptions copt_;
   int n_ctx_ = 0;
+  std::vector<int> ring_;       // per layer: ring rows of a sliding-window layer's cache, or 0
+  std::vector<size_t> kv_off_;  // per layer: float offset of its K cache in s_.kv (V follows)
+  int ring_chunk_ = 0;          // the prefill chunk the rings were sized with
   int pos_ = 0;
   cuda::DeviceWeights w_;
   cuda::DeviceBuffer scratch_;

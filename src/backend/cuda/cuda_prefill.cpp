@@ -14,20 +14,18 @@
 
 namespace smolrt::cuda {
 
-std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWeights& dw, float* kv,
-                                                 int n_ctx) {
+std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWeights& dw,
+                                                 const std::vector<void*>& k,
+                                                 const std::vector<void*>& v,
+                                                 const std::vector<int>& rings, int n_ctx) {
   if (!prefill_fits(m.config, m.weights) || dw.layers.size() != m.weights.layers.size())
     return nullptr;
   const ModelConfig& c = m.config;
   std::unique_ptr<CudaPrefill> p(new CudaPrefill());
   p->dw_ = &dw;
-  const size_t kv_layer = (size_t)n_ctx * c.kv_dim();
-  std::vector<void*> k, v;
-  for (int l = 0; l < c.n_layers; ++l) {
-    k.push_back(kv + (2 * l) * kv_layer);
-    v.push_back(kv + (2 * l + 1) * kv_layer);
-  }
   p->pw_ = prefill_view(c, dw, n_ctx, /*kv_half=*/false, k, v);  // the decode cache is fp32
+  if (rings.size() != p->pw_.layers.size()) fail("CudaPrefill: one ring size per layer");
+  for (size_t l = 0; l < rings.size(); ++l) p->pw_.layers[l].ring = rings[l];
   p->pw_.token_embd = DevMat{};  // embedded by chunk() (ids staged from pinned memory)
   return p;
 }

@@ -39,9 +39,12 @@ class CudaPrefill {
   // nullptr when the batched prefill cannot run this model (types or shapes the prefill kernels
   // do not support, e.g. stories260K or F32 weights): the caller keeps the token-by-token path.
   // dw: the decode weights (embedding, norms, lm_head are used from there; must outlive this).
-  // kv: the decode KV cache as above.
-  static std::unique_ptr<CudaPrefill> create(const Model& m, const DeviceWeights& dw, float* kv,
-                                             int n_ctx);
+  // k, v: each layer's fp32 decode KV cache; rings: per layer 0 (n_ctx rows) or the rows of a
+  // sliding-window layer's ring cache (prefill_forward.h PrefillLayerWeights::ring).
+  static std::unique_ptr<CudaPrefill> create(const Model& m, const DeviceWeights& dw,
+                                             const std::vector<void*>& k,
+                                             const std::vector<void*>& v,
+                                             const std::vector<int>& rings, int n_ctx);
 
   // Tokens at positions [pos0, pos0 + n) in chunks of at most `chunk_size`; the caller has
   // validated the ids and pos0 + n <= n_ctx. Logits of the last token only, into
