@@ -114,13 +114,14 @@ TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
   // has warps (or slice groups), so warps loop. Real layer shapes (SmolLM2-135M / -360M / -1.7B),
   // both ways round: one pass of x registers, and several passes (cols > 2048, or > 1024 for the
   // K-quants) split over 2 to 8 warps of a block (2,560: 3 slices, two warps idle; 12,288 K-quant
-  // columns: 12 passes, the 8 warps walk them).
+  // columns: 12 passes, the 8 warps walk them; {700, 9216}: 9 passes over several rounds of a
+  // block).
   const std::vector<Shape> quant_shapes = {
       {576, 576},  {193, 1536}, {64, 2048},  {4097, 576},  {3, 32},      {9001, 576}, {1536, 576},
       {576, 1536}, {2560, 960}, {960, 2560}, {8192, 2048}, {2048, 8192}, {17, 12288}, {9001, 4096}};
-  const std::vector<Shape> k_shapes = {{576, 1536}, {960, 2560}, {2048, 8192}, {8192, 2048},
-                                       {3, 256},    {9001, 256}, {33, 1024},   {65, 1280},
-                                       {7, 12288},  {9001, 2048}};
+  const std::vector<Shape> k_shapes = {{576, 1536}, {960, 2560},  {2048, 8192}, {8192, 2048},
+                                       {3, 256},    {9001, 256},  {33, 1024},   {65, 1280},
+                                       {7, 12288},  {9001, 2048}, {700, 9216}};
   const std::vector<Shape> float_shapes = {{172, 64}, {64, 172},  {33, 70},   {577, 576},
                                            {5, 1},    {9, 2048},  {5001, 64}, {31, 2080},
                                            {6, 4099}, {960, 2560}};
@@ -344,6 +345,9 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
   check_qkv(GgmlType::Q4_K, GgmlType::Q4_K, big, 300, 512, true, true);
   check_qkv(GgmlType::Q6_K, GgmlType::Q6_K, big, 3, 16, false, false);
   check_qkv(GgmlType::Q4_0, GgmlType::Q4_0, big32, 11, 16, true, true);
+  // 9,216 K-quant columns: 9 passes, walked by the 8 warps of an item
+  const QkvShape huge = {9216, 4, 1, 64, 64, 10000.f};
+  check_qkv(GgmlType::Q4_K, GgmlType::Q6_K, huge, 5, 16, true, true);
   // A K-quant mixture's attn_v (Q6_K, or Q8_0 for rows that are not whole super-blocks) in the
   // same launch as Q and K (the two-type kernel); any other mix: one launch per matrix.
   for (bool epi : {true, false}) {
@@ -553,6 +557,8 @@ TEST(KernelArgmax, FusedWithLmHeadMatchesSeparate) {
   check_fused_argmax(k6.mat, std::vector<float>(test::randn(1024, 99)), nullptr);
   RandMat k6w(GgmlType::Q6_K, 20001, 2048, 89);  // SmolLM2-1.7B-wide: column slices, grid loops
   check_fused_argmax(k6w.mat, std::vector<float>(test::randn(2048, 88)), nullptr);
+  RandMat k3(GgmlType::Q4_K, 5001, 3072, 87);  // 3 slices: two idle warps per block, rounds loop
+  check_fused_argmax(k3.mat, std::vector<float>(test::randn(3072, 86)), nullptr);
   RandMat odd8(GgmlType::Q8_0, 8195, 576, 97);  // wide kernel, partial last row group
   check_fused_argmax(odd8.mat, x, norm.p());
 
