@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
       const int pg = t / page;
       return (size_t)(in_smem ? stab[pg - p0] : table[pg]) * page + t % page;
     } else {
-      return (size_t)(ring > 0 ? t % ring : t);
+      return (size_t)cache_row(t, ring);
     }
   };
   // K and V of one sub-chunk into registers (one memory round trip); position `skip` is left

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(128)
       const int i = tid + 128 * it;
       const int j = i / (HD / 8), d = (i % (HD / 8)) * 8, kp = k0 + j;
       if (i < kSlices && kp < n_keys) {
-        const size_t off = (size_t)(a.ring > 0 ? kp % a.ring : kp) * kv_dim + kvh * HD + d;
+        const size_t off = (size_t)cache_row(kp, a.ring) * kv_dim + kvh * HD + d;
         pre[it].load(kc + off, vc + off);
       } else {
         pre[it].zero();

@@ -123,12 +123,11 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   constexpr int kPer = (KT * kChunks) / (kWarps * 32);  // 8-element slices per thread per tile
   static_assert((KT * kChunks) % (kWarps * 32) == 0, "tile slices must split evenly");
   float4 pre[kHalf || kWide ? 1 : kPer][4];  // fp32 path: k lo/hi, v lo/hi of each slice
-  auto krow = [&](int t) { return a.ring > 0 ? t % a.ring : t; };  // cache row of key t
   auto slice = [&](int it, int k0, int& j, int& d, bool& ok) {
     const int i = tid + kWarps * 32 * it;
     j = i / kChunks, d = (i % kChunks) * 8;
     ok = k0 + j < n_keys;
-    return (size_t)(ok ? krow(k0 + j) : 0) * kv_dim + kvh * HD + d;
+    return (size_t)(ok ? cache_row(k0 + j, a.ring) : 0) * kv_dim + kvh * HD + d;
   };
   auto issue = [&](int stage, int k0) {
     if constexpr (kHalf) {
@@ -146,7 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       for (int it = 0; it < 2 * kPer; ++it) {  // 4-float slices
         const int i = tid + kWarps * 32 * it, j = i / (HD / 4), d = (i % (HD / 4)) * 4;
         const bool ok = k0 + j < n_keys;
-        const size_t off = (size_t)(ok ? krow(k0 + j) : 0) * kv_dim + kvh * HD + d;
+        const size_t off = (size_t)(ok ? cache_row(k0 + j, a.ring) : 0) * kv_dim + kvh * HD + d;
         cp_async16(stg + j * HD + d, kc + off, ok ? 16 : 0);
         cp_async16(stg + (KT + j) * HD + d, vc + off, ok ? 16 : 0);
       }

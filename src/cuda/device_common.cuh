@@ -104,4 +104,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// Cache row of position t: t, or t % ring for a sliding-window layer's ring cache (ring > 0).
+__device__ __forceinline__ int cache_row(int t, int ring) {
+  return ring > 0 ? t % ring : t;
+}
+
 }  // namespace smolrt::cuda

@@ -347,9 +347,13 @@ __device__ __forceinline__ PreEpi pre_epi(const GemvParams& p, const ItemRows<E>
 // The K-quants' kernels are held to two blocks per SM (128 registers; a few bytes of spills for
 // Q5_K and the Q4_K+Q6_K projections): at one block per SM (150-250 registers unbounded) eight
 // warps per SM keep too few weight bytes in flight.
+// K-quant kernels (either matrix type with 256-weight super-blocks) take x in 32 registers per
+// lane, passes of 1,024 columns; host-side mirror: pass_width.
+template <GgmlType T, GgmlType TV>
+constexpr bool kHeavy = QFormat<T>::kLayout.qk > 32 || QFormat<TV>::kLayout.qk > 32;
 template <GgmlType T, GgmlType TV>
 constexpr int kMinBlocks() {
-  return QFormat<T>::kLayout.qk > 32 || QFormat<TV>::kLayout.qk > 32 ? 2 : 1;
+  return kHeavy<T, TV> ? 2 : 1;
 }
 
 // How a kernel walks the columns: ONE pass (cols <= pass_cols<NX>()), SLICED (p.slices warps of
@@ -546,8 +550,7 @@ void launch_cols(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) 
 // registers, and for narrow inputs; else 64 (2,048).
 template <GgmlType T, Epi E, GgmlType TV = T>
 void launch_t(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
-  constexpr bool kHeavy = QFormat<T>::kLayout.qk > 32 || QFormat<TV>::kLayout.qk > 32;
-  if constexpr (kHeavy) {
+  if constexpr (kHeavy<T, TV>) {
     launch_cols<T, 32, E, TV>(p, cols, s, max_blocks);
   } else if (cols <= pass_cols<32>()) {
     launch_nx<T, 32, E, Cols::One, TV>(p, cols, s, max_blocks);

@@ -25,8 +25,8 @@ __global__ void __launch_bounds__(kMaxHeadDim) qkv_finish_kernel(const QkvFinish
   const bool on = d < hd;
   const int pos = a.pos_dev ? *a.pos_dev : a.row_pos ? a.row_pos[row] : a.pos0 + row;
   const size_t kv_dim = (size_t)a.n_kv_heads * hd;
-  const int cache_row = a.row_slot ? a.row_slot[row] : (a.ring > 0 ? pos % a.ring : pos);
-  const size_t cache_at = (size_t)cache_row * kv_dim + hh * hd + d;
+  const int crow = a.row_slot ? a.row_slot[row] : cache_row(pos, a.ring);
+  const size_t cache_at = (size_t)crow * kv_dim + hh * hd + d;
   const float* src =
       seg == 0 ? a.q + (size_t)row * a.ldq : (seg == 1 ? a.k : a.v) + (size_t)row * a.ldkv;
   const float* bias = seg == 0 ? a.bq : seg == 1 ? a.bk : a.bv;

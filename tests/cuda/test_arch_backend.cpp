@@ -51,6 +51,17 @@ double rel_l2(std::span<const float> a, std::span<const float> ref) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// max |a - ref| / max |ref|: the decode bound's measure.
+double max_rel(std::span<const float> a, std::span<const float> ref) {
+  if (a.size() != ref.size()) return INFINITY;
+  double md = 0, mc = 0;
+  for (size_t j = 0; j < ref.size(); ++j) {
+    md = std::max(md, std::fabs((double)a[j] - ref[j]));
+    mc = std::max(mc, std::fabs((double)ref[j]));
+  }
+  return md / mc;
+}
+
 std::vector<int> prompt_of(int n, int vocab, unsigned seed) {
   std::vector<int> t(n);
   for (int i = 0; i < n; ++i) t[i] = (int)((i * 7919u + seed * 104729u + 13u) % (unsigned)vocab);
@@ -93,14 +104,9 @@ TEST_P(ArchBackend, DecodeStepMatchesCpu) {
   auto gpu = backend(m, "cuda");
   double worst = 0;
   for (size_t i = 0; i < toks.size(); ++i) {
-    std::span<const float> g = gpu->forward_token(toks[i], (int)i);
-    double md = 0, mc = 0;
-    for (size_t j = 0; j < g.size(); ++j) {
-      md = std::max(md, std::fabs((double)g[j] - ref[i][j]));
-      mc = std::max(mc, std::fabs((double)ref[i][j]));
-    }
-    worst = std::max(worst, md / mc);
-    ASSERT_LE(md / mc, 5e-4) << "position " << i;
+    const double e = max_rel(gpu->forward_token(toks[i], (int)i), ref[i]);
+    worst = std::max(worst, e);
+    ASSERT_LE(e, 5e-4) << "position " << i;
   }
   std::cout << "[ measure ] " << GetParam().preset << " " << GetParam().type
             << " decode vs CPU: worst rel err " << worst << "\n";
@@ -232,13 +238,7 @@ TEST(ArchRingCache, LocalLayersKeepWindowPlusChunkRows) {
     ASSERT_LT(rel_l2(gpu->forward_token(toks[i], (int)i), ref[i]), 2e-2) << "position " << i;
   }
   for (size_t i = 0; i < toks.size(); ++i) {
-    std::span<const float> g = dec->forward_token(toks[i], (int)i);
-    double md = 0, mc = 0;
-    for (size_t j = 0; j < g.size(); ++j) {
-      md = std::max(md, std::fabs((double)g[j] - ref[i][j]));
-      mc = std::max(mc, std::fabs((double)ref[i][j]));
-    }
-    ASSERT_LE(md / mc, 5e-4) << "position " << i;
+    ASSERT_LE(max_rel(dec->forward_token(toks[i], (int)i), ref[i]), 5e-4) << "position " << i;
   }
   try {
     dec->rollback(60 - 6);

@@ -50,7 +50,7 @@ struct Scratch {
   int* sample_out;   // [1] sampled id (-1: candidate set too large, sample on the host)
 };
 
-// kv_floats: the KV caches of all layers (KvLayout::floats).
+// kv_floats: the KV caches of all layers (per layer 2 x its rows x kv_dim).
 void carve(cuda::Carver& c, Scratch& s, const ModelConfig& cfg, int n_ctx, size_t kv_floats) {
   s.params = c.take<int>(2);
   s.x = c.take<float>(cfg.dim);
@@ -181,7 +181,6 @@ class CudaBackend final : public CudaBackendApi {
       // The step for (token, pos) was launched speculatively by the previous call: adopt it.
       check_token(token);
       check_pos(pos);
-      check_ring_back(pos);
       par = spec_par_;
       spec_ = false;
       pos_ = pos + 1;
