@@ -126,6 +126,7 @@ def run_level(a, conc, info, headers):
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": info.get("device"), "backend": info.get("backend"),
         "commit": a.commit or info.get("commit"), "model": info.get("model_path"),
+        "kv_type": info.get("kv_type"),
         "concurrency": conc, "requests": n, "errors": len(errors),
         "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
         "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,

@@ -83,7 +83,7 @@ elif command -v compute-sanitizer > /dev/null; then
   sanitize memcheck memcheck 100 \
     'Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
   sanitize racecheck racecheck 160 \
-    'KernelAttention.SplitContext*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*:KernelGemv.WideHead*:KernelQkv.*'
+    'KernelAttention.SplitContext*:KernelAttention.PagedPool*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*:KernelGemv.WideHead*:KernelQkv.*'
   if [ -f "$SYNTH" ]; then
     sanitize memcheck memcheck_pf 120 \
       'CudaPrefill.SampleAfterPrefillUsesPrefillLogits:CudaPrefill.RecurringPromptShapeReplaysAGraph:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
@@ -116,19 +116,19 @@ if [ -f "$SYNTH" ] && want batch; then
   step batch_tests 200 "$DIR/smolrt_cuda_tests" --gtest_filter='AttentionPaged.*:CudaBatch.*'
   if command -v compute-sanitizer > /dev/null; then
     sanitize memcheck memcheck_batch 200 \
-      'AttentionPaged.*:CudaBatch.SampledRows*:CudaBatch.Bad*'
+      'AttentionPaged.*:CudaBatch.SampledRows*:CudaBatch.Bad*:CudaBatch.HalfPool*'
     sanitize racecheck racecheck_batch 200 \
       'AttentionPaged.*'
   fi
   step bench_batch 200 "$DIR/smolrt" bench-batch -m "$SYNTH" --backend cuda \
     --sizes "${BATCH_SIZES:-1,8,64,256}" --json "$OUT/bench.jsonl"
-  step bench_batch_h 200 "$DIR/smolrt" bench-batch -m "$SYNTH" --backend cuda --kv-half \
+  step bench_batch_f32 200 "$DIR/smolrt" bench-batch -m "$SYNTH" --backend cuda --kv-type f32 \
     --sizes "${BATCH_SIZES:-1,8,64,256}" --json "$OUT/bench.jsonl"
 fi
 
 # `smolrt serve` under scripts/bench_serve.py (C concurrent streaming clients, ~100-token prompts,
-# 128 generated tokens each; run from the repository root): fp32 KV, then the fp16 pool. JSON
-# lines go to serve.jsonl.
+# 128 generated tokens each; run from the repository root): the default fp16 pool, then fp32 KV.
+# JSON lines go to serve.jsonl.
 serve_bench() {  # MODEL LEVELS [serve flags...]
   local m=$1 levels=$2
   shift 2
@@ -146,9 +146,9 @@ serve_bench() {  # MODEL LEVELS [serve flags...]
 export -f serve_bench
 export DIR OUT
 if [ -f "$SYNTH" ] && want serve; then
-  step serve_fp32 300 bash -c 'serve_bench "$@"' _ "$SYNTH" "${SERVE_LEVELS:-1,8,64,256}" --parallel 256 --ctx 2048
-  step serve_fp16 300 bash -c 'serve_bench "$@"' _ "$SYNTH" "${SERVE_LEVELS_H:-64,256}" --parallel 256 --ctx 2048 \
-    --kv-half
+  step serve_fp16 300 bash -c 'serve_bench "$@"' _ "$SYNTH" "${SERVE_LEVELS:-1,8,64,256}" --parallel 256 --ctx 2048
+  step serve_fp32 300 bash -c 'serve_bench "$@"' _ "$SYNTH" "${SERVE_LEVELS_F:-64,256}" --parallel 256 --ctx 2048 \
+    --kv-type f32
 fi
 
 # Bigger shapes in q4_k_m (synth, made here): decode speed and achieved GB/s of weight reads.

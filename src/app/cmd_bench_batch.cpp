@@ -29,7 +29,7 @@ struct Opts {
   std::string sizes = "1,8,64,256";
   int prompt = 100;
   int gen = 128;
-  bool kv_half = false;
+  bool kv_half = true;
 };
 
 double secs(std::chrono::steady_clock::time_point t0) {
@@ -63,7 +63,7 @@ int run(const Opts& o) {
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
   std::printf("%s on %s, prompt %d, gen %d%s\n", b->name().c_str(), b->device_name().c_str(),
-              o.prompt, o.gen, o.kv_half ? ", fp16 KV" : "");
+              o.prompt, o.gen, o.kv_half ? ", fp16 KV" : ", fp32 KV");
   std::printf("%6s %14s %12s %16s\n", "C", "decode tok/s", "ms/step", "prefill tok/s");
   const int V = m.config.vocab_size;
   for (int rep = 0; rep < 2; ++rep) {  // rep 0: warm-up (graph captures)
@@ -138,7 +138,11 @@ REGISTER_COMMAND(Command{"bench-batch", "multi-sequence engine benchmark (develo
                            sub.add_option("--sizes", o->sizes, "batch sizes, comma-separated");
                            sub.add_option("--prompt", o->prompt, "prompt tokens per sequence");
                            sub.add_option("--gen", o->gen, "generated tokens per sequence");
-                           sub.add_flag("--kv-half", o->kv_half, "fp16 KV pool");
+                           sub.add_option_function<std::string>(
+                                  "--kv-type",
+                                  [o](const std::string& v) { o->kv_half = v == "f16"; },
+                                  "KV pool element type: f16 | f32")
+                               ->check(CLI::IsMember({"f16", "f32"}));
                            sub.add_option("--json", o->json, "append JSON lines here");
                            return [o] { return run(*o); };
                          }});

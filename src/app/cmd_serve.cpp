@@ -96,10 +96,14 @@ int serve_main(const ServeArgs& a) {
 
   server::ServerOptions ho = a.http;
   if (ho.http_threads <= 0) ho.http_threads = std::min(be->max_seqs() + so.max_queue + 16, 2048);
-  nlohmann::json info = {{"backend", be->name()},      {"device", be->device_name()},
-                         {"model_path", path},         {"seq_ctx", be->seq_ctx()},
-                         {"max_seqs", be->max_seqs()}, {"kv_tokens", be->kv_tokens()},
-                         {"commit", build_commit()}};
+  nlohmann::json info = {{"backend", be->name()},
+                         {"device", be->device_name()},
+                         {"model_path", path},
+                         {"seq_ctx", be->seq_ctx()},
+                         {"max_seqs", be->max_seqs()},
+                         {"kv_tokens", be->kv_tokens()},
+                         {"commit", build_commit()},
+                         {"kv_type", be->name() == "cuda" && a.batch.kv_half ? "f16" : "f32"}};
   server::Server srv(sched, metrics, pc, ho, info);
   const int port = srv.bind();
 
@@ -160,7 +164,11 @@ REGISTER_COMMAND(Command{
                      "by memory)")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
-      sub.add_flag("--kv-half", a->batch.kv_half, "fp16 KV pool (CUDA)");
+      sub.add_option_function<std::string>(
+             "--kv-type", [a](const std::string& v) { a->batch.kv_half = v == "f16"; },
+             "KV pool element type (CUDA): f16 | f32")
+          ->check(CLI::IsMember({"f16", "f32"}))
+          ->default_str("f16");
       sub.add_option("--max-step-tokens", a->batch.max_step_tokens,
                      "tokens one batched step carries at most (decodes + prompt chunks)")
           ->check(CLI::PositiveNumber)

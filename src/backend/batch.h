@@ -30,7 +30,9 @@ struct BatchOptions {
   int page_size = 16;         // tokens per KV page
   int max_step_tokens = 512;  // tokens one step() may carry in all (prompt chunks + decodes)
   int n_threads = 0;          // CPU: 0 = hardware concurrency
-  bool kv_half = false;       // CUDA: fp16 KV pool (halves attention bytes); CPU ignores it
+  // CUDA: fp16 KV pool (halves attention bytes; llama.cpp's and vLLM's default too), else fp32.
+  // CPU ignores it.
+  bool kv_half = true;
 };
 
 // BatchOptions resolved against a model, shared by the implementations so their defaults agree:

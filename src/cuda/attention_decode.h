@@ -34,16 +34,18 @@ struct AttnScratch {
 // With pages.tables set the caches are a paged pool ([slots][kv_dim]) and position t lives in
 // row tb[t / page] * page + t % page, tb = tables + *seq * stride (the sequence's block table;
 // *seq is read from device memory like *pos): the multi-sequence backend's one-row steps.
+// pages.half: the pool holds fp16 K/V (the multi-sequence backend's fp16 pool), else fp32.
 struct AttnPages {
   const int* tables = nullptr;
   const int* seq = nullptr;
   int stride = 0, page = 0;
+  bool half = false;
 };
 // window > 0: only the last `window` positions [*pos - window + 1, *pos] (a sliding-window
 // layer; keys before are never read). scale: the softmax scale, 0 = 1/sqrt(head_dim).
 // ring > 0 (no block table): the caches hold `ring` rows, position t at row t % ring — a
 // sliding-window layer's cache capped at window + the prefill chunk (ring > window).
-void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
+void attention_decode(float* out, const float* q, const void* k_cache, const void* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
                       const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages = {},
                       int window = 0, float scale = 0.f, int ring = 0);

@@ -26,13 +26,11 @@ constexpr size_t smem_bytes() {
   return (HALF ? 2 : 4) * size_t(kWarps) * kTile * k_ld<HD, HALF>();
 }
 
-template <bool HALF>
-__device__ __forceinline__ float kv_at(const void* pool, size_t i) {
-  if constexpr (HALF) {
-    return __half2float(reinterpret_cast<const __half*>(pool)[i]);
-  } else {
-    return reinterpret_cast<const float*>(pool)[i];
-  }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
 }
 
 // One block per (row, KV head, split); see attention_paged.h.
@@ -64,7 +62,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int lo = a.window > 0 && n_pos > a.window ? n_pos - a.window : 0;
   const int tile0 = lo / kTile;
   const int tiles = (n_pos + kTile - 1) / kTile - tile0;
-  const int per = max(kWarps, (tiles + kAttnPagedSplits - 1) / kAttnPagedSplits);
+  const int per = max(kWarps, (tiles + (int)gridDim.z - 1) / (int)gridDim.z);
   const int n_split = (tiles + per - 1) / per;
   if (split >= n_split) return;
   const int tile_end = min(tiles, (split + 1) * per);
@@ -99,7 +97,9 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
     cp_async_commit();
     // V rows straight into registers, lane = dimension (coalesced), in the same round trip.
-    float vv[VR][DPL];
+    // Kept in the pool's type and converted where used, so all of them are in flight before the
+    // first conversion waits on one.
+    E vv[VR][DPL];
     auto load_v = [&](int j0) {
 #pragma unroll
       for (int jj = 0; jj < VR; ++jj) {
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
         for (int i = 0; i < DPL; ++i) {
           const int d = lane + 32 * i;
-          vv[jj][i] = sj >= 0 && d < HD ? kv_at<HALF>(a.v_pool, vo + d) : 0.f;
+          vv[jj][i] = sj >= 0 && d < HD ? reinterpret_cast<const E*>(a.v_pool)[vo + d] : E{};
         }
       }
     };
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(32 * kWarps)
         for (int g = 0; g < G; ++g) {
           const float p = sp[warp][g][(j0 + jj) & 31];
 #pragma unroll
-          for (int i = 0; i < DPL; ++i) acc[g][i] += p * vv[jj][i];
+          for (int i = 0; i < DPL; ++i) acc[g][i] += p * to_f32(vv[jj][i]);
         }
       }
     }
@@ -240,8 +240,8 @@ void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
     configured = true;
   }
   launch_kernel_pdl(s != nullptr, attention_paged_kernel<HD, G, HALF>,
-                    dim3(a.n, a.n_kv_heads, kAttnPagedSplits), dim3(32 * kWarps),
-                    smem_bytes<HD, HALF>(), s, a, a.partials, a.counters);
+                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem_bytes<HD, HALF>(), s,
+                    a, a.partials, a.counters);
 }
 
 template <int HD, int G>
@@ -283,14 +283,22 @@ bool attention_paged_supports(int head_dim, int group) {
          group >= 1 && group <= kAttnPagedMaxGroup;
 }
 
+int attn_paged_splits(int max_pos) {
+  const int tiles = max_pos / kTile + 1;  // of positions [0, max_pos]
+  int z = 1;
+  while (z < kAttnPagedSplits && z * kWarps < tiles) z *= 2;
+  return z;
+}
+
 void attention_paged(const PagedAttnArgs& a, cudaStream_t s) {
   if (!a.q || !a.k_pool || !a.v_pool || !a.out || !a.row_pos || !a.row_seq || !a.tables ||
       !a.partials || !a.counters)
     fail("attention_paged: null pointer");
   if (a.n <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
-      a.page_size <= 0 || a.table_stride <= 0 || a.window < 0)
+      a.page_size <= 0 || a.table_stride <= 0 || a.window < 0 || a.splits < 1 ||
+      a.splits > kAttnPagedSplits)
     fail("attention_paged: bad shape (rows ", a.n, ", heads ", a.n_heads, "/", a.n_kv_heads,
-         ", page size ", a.page_size, ")");
+         ", page size ", a.page_size, ", splits ", a.splits, ")");
   if (!attention_paged_supports(a.head_dim, a.n_heads / a.n_kv_heads))
     fail("attention_paged: head_dim ", a.head_dim, " with ", a.n_heads / a.n_kv_heads,
          " query heads per KV head is not supported (head_dim 8..256, powers of two; at most ",

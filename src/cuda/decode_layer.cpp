@@ -17,7 +17,7 @@ bool qkv_fused(const ModelConfig& c) {
 
 void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float* x,
               const float* norm_w, const int* pos, const int* slot, float* q, float* k_raw,
-              float* v_raw, float* k_cache, float* v_cache, cudaStream_t s, int ring) {
+              float* v_raw, void* k_cache, void* v_cache, cudaStream_t s, int ring, bool kv_half) {
   const DevLayer& L = dw.layers[l];
   const bool fused = qkv_fused(c);
   if (fused && ring > 0) fail("step_qkv: a ring cache needs the unfused QKV path");
@@ -27,11 +27,13 @@ void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float*
   qa.pos = pos, qa.rope = fused, qa.slot = slot, qa.q_out = q;
   qa.k_out = fused ? k_cache : k_raw;
   qa.v_out = fused ? v_cache : v_raw;
+  qa.kv_half = fused && kv_half;
   gemv_qkv(qa, s);
   if (fused) return;
   QkvFinishArgs f;
   f.q = q, f.ldq = c.q_dim(), f.k = k_raw, f.v = v_raw, f.ldkv = c.kv_dim();
   f.k_cache = k_cache, f.v_cache = v_cache, f.pos_dev = pos, f.row_slot = slot, f.ring = ring;
+  f.kv_half = kv_half;
   f.bq = L.bq, f.bk = L.bk, f.bv = L.bv, f.q_norm = L.q_norm, f.k_norm = L.k_norm;
   f.eps = c.norm_eps, f.n_heads = c.n_heads, f.n_kv_heads = c.n_kv_heads;
   f.head_dim = c.head_dim, f.rope_dim = c.rope_dim, f.rope_base = c.layer_rope_base(l);

@@ -20,9 +20,11 @@ bool qkv_fused(const ModelConfig& c);
 // the matvec's fused RMSNorm (or nullptr when x is already normalized). k_raw, v_raw: [kv_dim]
 // scratch for the unfused path.
 // ring > 0: the layer's caches are a ring of that many rows (position p at row p % ring).
+// kv_half: the caches hold fp16 (else fp32).
 void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float* x,
               const float* norm_w, const int* pos, const int* slot, float* q, float* k_raw,
-              float* v_raw, float* k_cache, float* v_cache, cudaStream_t s, int ring = 0);
+              float* v_raw, void* k_cache, void* v_cache, cudaStream_t s, int ring = 0,
+              bool kv_half = false);
 
 // x += W·in, or with a post norm (gemma3) x += rmsnorm(W·in, post_norm); tmp: [W.rows] scratch.
 void step_residual(const ModelConfig& c, const DevMat& w, const float* in, const float* post_norm,

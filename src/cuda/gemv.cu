@@ -33,7 +33,8 @@ struct GemvParams {
   float* out2;
   int accumulate;
   int head_dim, rope_dim, kv_dim, rope;
-  int act;  // GateUp: gate_act's activation (0 SiLU, 1 GELU-tanh)
+  int kv_half;  // Qkv with rope: out1/out2 are fp16 caches
+  int act;      // GateUp: gate_act's activation (0 SiLU, 1 GELU-tanh)
   float rope_base;
   const int* pos;
   const int* slot;  // Qkv: K/V cache row (nullptr: the position)
@@ -476,6 +477,12 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
         vb = a * cur.b + b * cur.a;
       }
       float* dst = seg == 0 ? p.out0 : (seg == 1 ? p.out1 : p.out2);
+      if (seg > 0 && p.rope && p.kv_half) {
+        __half* h = reinterpret_cast<__half*>(dst) + (size_t)kv_row * p.kv_dim;
+        h[ra] = __float2half_rn(va);
+        h[ra + 1] = __float2half_rn(vb);
+        continue;
+      }
       if (seg > 0 && p.rope) dst += (size_t)kv_row * p.kv_dim;
       dst[ra] = va;
       dst[ra + 1] = vb;
@@ -683,8 +690,9 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
   p.off2 = a.wq.rows + a.wk.rows;
   p.n_items = (a.wq.rows + 2 * a.wk.rows) / 2;
   p.out0 = a.q_out;
-  p.out1 = a.k_out;
-  p.out2 = a.v_out;
+  p.out1 = static_cast<float*>(a.k_out);
+  p.out2 = static_cast<float*>(a.v_out);
+  p.kv_half = a.rope && a.kv_half;
   // Q and K of one block type, V in the wider type of a K-quant mixture: still one launch.
   const GgmlType tq = a.wq.type, tv = a.wv.type;
   if (tq == a.wk.type && tv != tq && dev_layout(tq).block &&
@@ -707,7 +715,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
   }
   // Other mixes of types: one launch per matrix, the segment selected through the row offsets.
   const DevMat* ms[3] = {&a.wq, &a.wk, &a.wv};
-  float* outs[3] = {a.q_out, a.k_out, a.v_out};
+  float* outs[3] = {p.out0, p.out1, p.out2};
   for (int i = 0; i < 3; ++i) {
     GemvParams q = p;
     q.m0 = q.m1 = q.m2 = *ms[i];

@@ -55,9 +55,10 @@ struct QkvArgs {
   bool rope;
   // rope=true: device K/V cache row to write (a paged pool's slot), or nullptr: the position.
   const int* slot = nullptr;
-  float* q_out;  // [q_dim]
-  float* k_out;  // rope=false: [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
-  float* v_out;  // rope=false: [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
+  float* q_out;          // [q_dim]
+  void* k_out;           // rope=false: fp32 [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
+  void* v_out;           // rope=false: fp32 [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
+  bool kv_half = false;  // rope=true: the caches hold fp16 (else fp32)
 };
 void gemv_qkv(const QkvArgs& a, cudaStream_t s);
 

@@ -83,7 +83,7 @@ void attention_rows(const PrefillWeights& w, int l, PrefillWorkspace& ws, int n,
   pa.row_pos = rows.pos, pa.row_seq = rows.seq, pa.tables = rows.tables;
   pa.table_stride = rows.table_stride, pa.page_size = rows.page_size;
   pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;
-  pa.partials = rows.attn_partials, pa.counters = rows.attn_counters;
+  pa.partials = rows.attn_partials, pa.counters = rows.attn_counters, pa.splits = rows.attn_splits;
   pa.window = c.is_swa(l) ? c.sliding_window : 0, pa.scale = c.attn_scale;
   attention_paged(pa, s);
 }

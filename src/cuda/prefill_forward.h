@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/device_weights.h"
+#include "cuda/attention_paged.h"
 #include "cuda/dev_mat.h"
 #include "model/model.h"
 #include "quant/formats.h"
@@ -101,6 +102,7 @@ struct StepRows {
   int table_stride = 0, page_size = 0;
   float* attn_partials = nullptr;  // attention_paged's scratch for n rows (attention_paged.h)
   int* attn_counters = nullptr;
+  int attn_splits = kAttnPagedSplits;  // attention_paged's splits (attn_paged_splits of the step)
 };
 
 // Attention of a multi-sequence step's n rows for one layer: ws.q (roped) -> ws.att over the

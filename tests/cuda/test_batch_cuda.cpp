@@ -87,11 +87,8 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
   Dev<float> partials(size_t(n) * n_heads * cuda::kAttnPagedSplits * (head_dim + 2));
   Dev<int> counters(std::vector<int>(size_t(n) * n_kv_heads, 0));
   a.partials = partials.p(), a.counters = counters.p();
-  cuda::attention_paged(a, nullptr);
-  cuda::attention_paged(a, nullptr);  // again: the counters were left at zero
-  const std::vector<float> got = out.get();
 
-  std::vector<float> kc, vc, ref(q_dim), att(stride * page);
+  std::vector<float> kc, vc, ref(size_t(n) * q_dim), att(stride * page);
   for (int r = 0; r < n; ++r) {
     const int np = row_pos[r] + 1;
     kc.resize(size_t(np) * kv_dim), vc.resize(kc.size());
@@ -100,17 +97,41 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
       std::copy_n(&k[size_t(slot) * kv_dim], kv_dim, &kc[size_t(p) * kv_dim]);
       std::copy_n(&v[size_t(slot) * kv_dim], kv_dim, &vc[size_t(p) * kv_dim]);
     }
-    cpu::attention(ref.data(), &q[size_t(r) * q_dim], kc.data(), vc.data(), np, n_heads, n_kv_heads,
-                   head_dim, att.data());
-    for (int i = 0; i < q_dim; ++i) {
-      const float g = got[size_t(r) * q_dim + i];
-      ASSERT_TRUE(std::isfinite(g)) << "row " << r << " col " << i;
-      // fp32 math in a different order than the CPU twin: outputs are O(1) averages of O(1)
-      // values, so 2e-5 absolute is a few ulps of accumulated rounding.
-      ASSERT_NEAR(g, ref[i], 2e-5 + 2e-5 * std::fabs(ref[i]))
-          << "row " << r << " (pos " << row_pos[r] << ") col " << i << " hd " << head_dim;
+    cpu::attention(&ref[size_t(r) * q_dim], &q[size_t(r) * q_dim], kc.data(), vc.data(), np,
+                   n_heads, n_kv_heads, head_dim, att.data());
+  }
+  // Every split count gives the same attention: fewer splits than a row's context would take
+  // (1, 3) give each block more tiles; the maximum spreads the longest rows over 8 blocks.
+  for (int splits : {1, 3, cuda::kAttnPagedSplits}) {
+    a.splits = splits;
+    out.poison();
+    cuda::attention_paged(a, nullptr);
+    cuda::attention_paged(a, nullptr);  // again: the counters were left at zero
+    const std::vector<float> got = out.get();
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < q_dim; ++i) {
+        const float g = got[size_t(r) * q_dim + i], want = ref[size_t(r) * q_dim + i];
+        ASSERT_TRUE(std::isfinite(g)) << "row " << r << " col " << i << " splits " << splits;
+        // fp32 math in a different order than the CPU twin: outputs are O(1) averages of O(1)
+        // values, so 2e-5 absolute is a few ulps of accumulated rounding.
+        ASSERT_NEAR(g, want, 2e-5 + 2e-5 * std::fabs(want))
+            << "row " << r << " (pos " << row_pos[r] << ") col " << i << " hd " << head_dim
+            << " splits " << splits;
+      }
     }
   }
+}
+
+TEST(AttentionPaged, SplitsFollowTheLongestContext) {
+  // One split per 4 tiles of 32 positions, in powers of two, at most kAttnPagedSplits.
+  EXPECT_EQ(cuda::attn_paged_splits(0), 1);
+  EXPECT_EQ(cuda::attn_paged_splits(127), 1);
+  EXPECT_EQ(cuda::attn_paged_splits(128), 2);
+  EXPECT_EQ(cuda::attn_paged_splits(255), 2);
+  EXPECT_EQ(cuda::attn_paged_splits(256), 4);
+  EXPECT_EQ(cuda::attn_paged_splits(511), 4);
+  EXPECT_EQ(cuda::attn_paged_splits(512), 8);
+  EXPECT_EQ(cuda::attn_paged_splits(1 << 20), cuda::kAttnPagedSplits);
 }
 
 TEST(AttentionPaged, MatchesCpuTwin) {
@@ -317,6 +338,22 @@ TEST(CudaBatch, HalfPoolAccuracy) {
   // within the GEMMs' own fp16-operand bound.
   EXPECT_LT(worst, kVsSingle);
   EXPECT_EQ(rf[0].token, rh[0].token);
+  // One-row decode steps (the GEMV path: its fused QKV epilogue writes fp16 rows into the pool,
+  // the split decode attention reads them) on both pools, fed the same tokens.
+  double worst1 = 0;
+  int tok = rf[0].token;
+  for (int it = 0; it < 6; ++it) {
+    const auto sf = f->step(std::vector<SeqStep>{greedy(a, std::span<const int>(&tok, 1))});
+    const auto sh = h->step(std::vector<SeqStep>{greedy(c, std::span<const int>(&tok, 1))});
+    ASSERT_EQ(sh[0].logits.size(), size_t(V));
+    for (float x : sh[0].logits) ASSERT_TRUE(std::isfinite(x));
+    worst1 = std::max(worst1, rel_l2(sh[0].logits.data(), sf[0].logits.data(), V));
+    tok = sf[0].token;
+  }
+  std::cout << "[ measure ] fp16 vs fp32 KV pool, one-row decode steps: worst rel L2 " << worst1
+            << "\n";
+  // Both pools go through the same GEMVs; only the K/V rounding differs (as above).
+  EXPECT_LT(worst1, kVsSingle);
 }
 
 TEST(CudaBatch, SampledRowsMatchHostSampler) {

@@ -18,6 +18,7 @@
 #include "cuda/qkv_finish.h"
 #include "cuda/rmsnorm.h"
 #include "cuda_test_util.h"
+#include "quant/formats.h"
 #include "test_util.h"
 
 namespace smolrt {
@@ -257,11 +258,12 @@ struct QkvShape {
   float base;
 };
 
+// half: fp16 caches (the multi-sequence backend's fp16 pool).
 void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx, bool fused_norm,
-               bool rope_in_epilogue) {
+               bool rope_in_epilogue, bool half = false) {
   SCOPED_TRACE(testing::Message() << type_name(tq) << "/" << type_name(tkv) << " dim " << s.dim
                                   << " pos " << pos << " norm " << fused_norm << " epi "
-                                  << rope_in_epilogue);
+                                  << rope_in_epilogue << " half " << half);
   const int q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv * s.head_dim;
   RandMat wq(tq, q_dim, s.dim, 1), wk(tq, kv_dim, s.dim, 2), wv(tkv, kv_dim, s.dim, 3);
   std::vector<float> x = test::randn(s.dim, 4), nw = test::randn(s.dim, 5);
@@ -276,6 +278,9 @@ void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx,
 
   Dev<float> dx(x), dnw(nw), q((size_t)q_dim), k((size_t)kv_dim), v((size_t)kv_dim);
   Dev<float> kc((size_t)n_ctx * kv_dim), vc((size_t)n_ctx * kv_dim);
+  Dev<uint16_t> kh((size_t)n_ctx * kv_dim), vh((size_t)n_ctx * kv_dim);  // 0xffff: fp16 NaN
+  void* kcache = half ? (void*)kh.p() : kc.p();
+  void* vcache = half ? (void*)vh.p() : vc.p();
   Dev<int> dpos(std::vector<int>{pos});
   cuda::QkvArgs a;
   a.wq = wq.mat;
@@ -290,18 +295,25 @@ void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx,
   a.pos = dpos.p();
   a.rope = rope_in_epilogue;
   a.q_out = q.p();
-  a.k_out = rope_in_epilogue ? kc.p() : k.p();
-  a.v_out = rope_in_epilogue ? vc.p() : v.p();
+  a.k_out = rope_in_epilogue ? kcache : k.p();
+  a.v_out = rope_in_epilogue ? vcache : v.p();
+  a.kv_half = half;
   cuda::gemv_qkv(a, nullptr);
   if (!rope_in_epilogue) {
     cuda::QkvFinishArgs f;
     f.q = q.p(), f.ldq = q_dim, f.k = k.p(), f.v = v.p(), f.ldkv = kv_dim;
-    f.k_cache = kc.p(), f.v_cache = vc.p(), f.pos_dev = dpos.p();
+    f.k_cache = kcache, f.v_cache = vcache, f.pos_dev = dpos.p(), f.kv_half = half;
     f.n_heads = s.n_heads, f.n_kv_heads = s.n_kv, f.head_dim = s.head_dim;
     f.rope_dim = s.rope_dim, f.rope_base = s.base;
     cuda::qkv_finish(f, nullptr);
   }
   std::vector<float> gq = q.get(), gk = kc.get(), gv = vc.get();
+  if (half) {
+    const std::vector<uint16_t> hk = kh.get(), hv = vh.get();
+    for (size_t i = 0; i < gk.size(); ++i) gk[i] = fp16_to_f32(hk[i]), gv[i] = fp16_to_f32(hv[i]);
+  }
+  // fp16 caches: one more rounding, 2^-11 relative.
+  const float hr = half ? 4.9e-4f : 0.f;
   const float f = fused_norm ? 2.f : 1.f;
   // RoPE mixes two rows: bound = sum of both rows' bounds, plus sincosf/powf rounding at large
   // angles (pos*theta up to ~1e3 rad: ~1e-6 relative).
@@ -310,9 +322,10 @@ void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx,
     ASSERT_NEAR(gq[r], rq[r], b) << "q row " << r;
   }
   for (int r = 0; r < kv_dim; ++r) {
-    const float b = f * (tk[r] + tk[r ^ 1]) + 2e-6f * std::fabs(rk[r]) + 1e-6f;
+    const float b = f * (tk[r] + tk[r ^ 1]) + (2e-6f + hr) * std::fabs(rk[r]) + 1e-6f;
     ASSERT_NEAR(gk[(size_t)pos * kv_dim + r], rk[r], b) << "k row " << r;
-    ASSERT_NEAR(gv[(size_t)pos * kv_dim + r], rv[r], f * tv[r]) << "v row " << r;
+    ASSERT_NEAR(gv[(size_t)pos * kv_dim + r], rv[r], f * tv[r] + hr * std::fabs(rv[r]))
+        << "v row " << r;
   }
   // Nothing else in the caches was written (still poison).
   for (size_t i = 0; i < gk.size(); ++i) {
@@ -332,6 +345,7 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
       check_qkv(GgmlType::Q4_0, GgmlType::Q4_0, smol, 1000, 1024, norm, epi);
       check_qkv(GgmlType::F32, GgmlType::F32, stories, 17, 32, norm, epi);
       check_qkv(GgmlType::F16, GgmlType::F16, partial_rope, 3, 8, norm, epi);
+      check_qkv(GgmlType::Q4_0, GgmlType::Q4_0, smol, 77, 128, norm, epi, /*half=*/true);
     }
   }
   // Every format once on a shape it takes (dim 1024: whole K-quant super-blocks).
@@ -477,6 +491,53 @@ TEST(KernelAttention, SplitContextMatchesCpu) {
   check_attention(2, 1, 32, 700, 699);
   check_attention(6, 2, 16, 96, 77);
   check_attention(4, 2, 4, 64, 64);
+}
+
+// The one-row steps of the multi-sequence backend: the caches are a paged pool (shuffled pages,
+// the sequence's block table in row `seq` of the tables), fp32 or fp16.
+void check_paged_decode(int n_pos, bool half) {
+  SCOPED_TRACE(testing::Message() << "n_pos " << n_pos << (half ? " fp16" : " fp32"));
+  const int nh = 9, nkv = 3, hd = 64, kv_dim = nkv * hd, page = 16, stride = 64, seq = 1;
+  const int n_pages = 2 * stride, slots = n_pages * page;
+  std::vector<float> q = test::randn(size_t(nh) * hd, 7, 2.f);
+  std::vector<float> k = test::randn(size_t(slots) * kv_dim, 8), v = test::randn(k.size(), 9);
+  if (half)  // the reference sees the values the kernel reads
+    for (auto* a : {&k, &v})
+      for (float& x : *a) x = fp16_to_f32(f32_to_fp16(x));
+  std::vector<int> tables(2 * stride);
+  for (int j = 0; j < 2 * stride; ++j) tables[j] = (j * 37 + 11) % n_pages;  // a permutation
+  std::vector<float> kc(size_t(n_pos) * kv_dim), vc(kc.size()), ref(size_t(nh) * hd), sc(n_pos);
+  for (int p = 0; p < n_pos; ++p) {
+    const size_t slot = size_t(tables[seq * stride + p / page]) * page + p % page;
+    std::copy_n(&k[slot * kv_dim], kv_dim, &kc[size_t(p) * kv_dim]);
+    std::copy_n(&v[slot * kv_dim], kv_dim, &vc[size_t(p) * kv_dim]);
+  }
+  cpu::attention(ref.data(), q.data(), kc.data(), vc.data(), n_pos, nh, nkv, hd, sc.data());
+  std::vector<uint16_t> kh, vh;
+  for (float x : k) kh.push_back(f32_to_fp16(x));
+  for (float x : v) vh.push_back(f32_to_fp16(x));
+  Dev<float> dq(q), dk(k), dv(v), out(size_t(nh) * hd);
+  Dev<uint16_t> dkh(kh), dvh(vh);
+  Dev<int> dt(tables), dseq(std::vector<int>{seq}), dpos(std::vector<int>{n_pos - 1});
+  const int n_ctx = stride * page;
+  Dev<float> part(size_t(nh) * cuda::attn_splits(n_ctx) * (hd + 2));
+  Dev<int> cnt(std::vector<int>(nh, 0));
+  for (int rep = 0; rep < 2; ++rep) {  // twice: the split counters must reset themselves
+    out.poison();
+    cuda::attention_decode(out.p(), dq.p(), half ? (const void*)dkh.p() : dk.p(),
+                           half ? (const void*)dvh.p() : dv.p(), dpos.p(), n_ctx, nh, nkv, hd,
+                           {part.p(), cnt.p()}, nullptr,
+                           cuda::AttnPages{dt.p(), dseq.p(), stride, page, half});
+    const std::vector<float> got = out.get();
+    // As check_attention: convex combinations of N(0,1) values, fp32 math in another order.
+    for (int i = 0; i < nh * hd; ++i) ASSERT_NEAR(got[i], ref[i], 2e-5f) << "out " << i;
+  }
+}
+
+TEST(KernelAttention, PagedPoolFp32AndFp16) {
+  REQUIRE_GPU();
+  for (bool half : {false, true})
+    for (int n_pos : {1, 17, 128, 700, 1024}) check_paged_decode(n_pos, half);
 }
 
 TEST(KernelAttention, NoContextCap) {

@@ -8,7 +8,8 @@
 // GPU sampler (cuda/sample.h) per row; only token ids (and logits where asked) come back.
 //
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
-// bucket is captured once as a CUDA graph and replayed (the per-step data travel in one H2D
+// bucket (and attention split count, from the step's longest context) is captured once as a CUDA
+// graph and replayed (the per-step data travel in one H2D
 // copy of a pinned staging block before the launch). Padding rows are token 0 at position 0 of
 // a scratch "sequence" whose one page is outside the pool, so they touch nothing real.
 //
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "backend/batch.h"
 #include "backend/cpu/sample.h"
@@ -73,8 +75,9 @@ class CudaBatchBackend final : public BatchBackend {
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
 
  private:
-  // The launches of one step of nb rows, mb output rows (captured per bucket).
-  void forward(int nb, int mb);
+  // The launches of one step of nb rows, mb output rows, attention in `splits` splits (captured
+  // per bucket).
+  void forward(int nb, int mb, int splits);
   void upload_tables(int seq);
 
   ModelConfig c_;
@@ -105,7 +108,7 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PinnedBuffer hist_pinned_;
   std::vector<int> uploaded_;  // pages of each sequence's table already on the device
   cudaStream_t stream_ = nullptr;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
   bool pdl_ = true;
   cpu::SampleScratch scratch_;
@@ -216,15 +219,15 @@ void CudaBatchBackend::upload_tables(int seq) {
   uploaded_[seq] = (int)bt.size();
 }
 
-void CudaBatchBackend::forward(int nb, int mb) {
+void CudaBatchBackend::forward(int nb, int mb, int splits) {
   const int cap = bucket(max_step_);
   cuda::StepRows rows;
   rows.pos = d_st_ + cap, rows.slot = d_st_ + 2 * cap, rows.seq = d_st_ + 3 * cap;
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
-  rows.attn_partials = d_partials_, rows.attn_counters = d_counters_;
+  rows.attn_partials = d_partials_, rows.attn_counters = d_counters_, rows.attn_splits = splits;
   cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_, c_.embed_scale);
   cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
-  if (nb == 1 && !pw_.kv_half) {
+  if (nb == 1) {
     // One row: the decode step's kernels, GEMVs and the split decode attention over the row's
     // block table (built for latency: H200, synth SmolLM-135M, a step of one sequence took 0.74
     // ms on the GEMM path, 0.56 ms with GEMVs + attention_paged).
@@ -232,14 +235,12 @@ void CudaBatchBackend::forward(int nb, int mb) {
     for (int l = 0; l < c_.n_layers; ++l) {
       const cuda::DevLayer& L = dw_.layers[l];
       const cuda::PrefillLayerWeights& P = pw_.layers[l];
-      float* kc = static_cast<float*>(P.k_cache);
-      float* vc = static_cast<float*>(P.v_cache);
-      cuda::step_qkv(c_, dw_, l, ws_.x, L.attn_norm, rows.pos, rows.slot, ws_.q, ws_.k, ws_.v, kc,
-                     vc, stream_);
+      cuda::step_qkv(c_, dw_, l, ws_.x, L.attn_norm, rows.pos, rows.slot, ws_.q, ws_.k, ws_.v,
+                     P.k_cache, P.v_cache, stream_, /*ring=*/0, pw_.kv_half);
       cuda::attention_decode(
-          ws_.att, ws_.q, kc, vc, rows.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads, c_.head_dim,
-          attn1_, stream_,
-          cuda::AttnPages{rows.tables, rows.seq, rows.table_stride, rows.page_size},
+          ws_.att, ws_.q, P.k_cache, P.v_cache, rows.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
+          c_.head_dim, attn1_, stream_,
+          cuda::AttnPages{rows.tables, rows.seq, rows.table_stride, rows.page_size, pw_.kv_half},
           c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
       cuda::step_residual(c_, L.wo, ws_.att, L.post_attn_norm, ws_.x, ws_.tmp, stream_);
       cuda::gemv_gate_up(L.w_gate, L.w_up, ws_.x, L.ffn_norm, eps, ws_.ffh, stream_,
@@ -266,13 +267,14 @@ void CudaBatchBackend::forward(int nb, int mb) {
 std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   check_step(batch);
   const int cap = bucket(max_step_);
-  int n = 0, m = 0;
+  int n = 0, m = 0, max_pos = 0;
   // out rows of each entry: [first, first + count) of the gathered rows
   std::vector<std::pair<int, int>> outs(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
     kv_->grow(s.seq, len);
+    max_pos = std::max(max_pos, p0 + len - 1);
     upload_tables(s.seq);
     const int first = s.logits == 2 ? n : n + len - 1;
     const int count = s.logits == 2 ? len : (s.sample || s.logits == 1 ? 1 : 0);
@@ -286,6 +288,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     for (int j = 0; j < count; ++j) st_[4 * cap + m++] = first + j;
   }
   const int nb = bucket(n), mb = bucket(std::max(m, 1));
+  const int splits = cuda::attn_paged_splits(max_pos);
   const int pad_slot = kv_->pages_total() * kv_->page_size();
   for (int r = n; r < nb; ++r) {
     st_[r] = 0, st_[cap + r] = 0, st_[2 * cap + r] = pad_slot, st_[3 * cap + r] = max_seqs();
@@ -294,18 +297,18 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * 5 * cap, cudaMemcpyHostToDevice, stream_));
 
   if (use_graph_) {
-    cudaGraphExec_t& g = graphs_[{nb, mb}];
+    cudaGraphExec_t& g = graphs_[{nb, mb, splits}];
     if (!g) {
       cudaGraph_t graph;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      forward(nb, mb);
+      forward(nb, mb, splits);
       CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
       CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
       CUDA_CHECK(cudaGraphDestroy(graph));
     }
     CUDA_CHECK(cudaGraphLaunch(g, stream_));
   } else {
-    forward(nb, mb);
+    forward(nb, mb, splits);
   }
 
   // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
