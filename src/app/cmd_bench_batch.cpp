@@ -30,6 +30,7 @@ struct Opts {
   int prompt = 100;
   int gen = 128;
   bool kv_half = true;
+  int max_step_tokens = BatchOptions{}.max_step_tokens;
 };
 
 double secs(std::chrono::steady_clock::time_point t0) {
@@ -59,6 +60,7 @@ int run(const Opts& o) {
   bo.seq_ctx = o.prompt + o.gen + 1;
   bo.kv_tokens = bo.max_seqs * (bo.seq_ctx + 16);
   bo.kv_half = o.kv_half;
+  bo.max_step_tokens = o.max_step_tokens;
   auto b = make_batch_backend(m, bo);
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
@@ -118,6 +120,7 @@ int run(const Opts& o) {
                              {"prompt", o.prompt},
                              {"gen", o.gen},
                              {"kv_half", o.kv_half},
+                             {"max_step_tokens", b->max_step_tokens()},
                              {"decode_tok_s", tps},
                              {"ms_per_step", ms},
                              {"prefill_tok_s", pps}}
@@ -143,6 +146,9 @@ REGISTER_COMMAND(Command{"bench-batch", "multi-sequence engine benchmark (develo
                                   [o](const std::string& v) { o->kv_half = v == "f16"; },
                                   "KV pool element type: f16 | f32")
                                ->check(CLI::IsMember({"f16", "f32"}));
+                           sub.add_option("--max-step-tokens", o->max_step_tokens,
+                                          "tokens one step carries at most (0: the backend's)")
+                               ->check(CLI::NonNegativeNumber);
                            sub.add_option("--json", o->json, "append JSON lines here");
                            return [o] { return run(*o); };
                          }});

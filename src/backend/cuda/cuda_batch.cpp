@@ -44,7 +44,8 @@ namespace smolrt {
 namespace {
 
 // Row counts a step is padded to (graph buckets).
-constexpr int kBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
+constexpr int kBuckets[] = {1,   2,   4,   8,   16,  24,  32,   48,   64,  96,
+                            128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
 
 int bucket(int n) {
   for (int b : kBuckets)
@@ -115,9 +116,9 @@ class CudaBatchBackend final : public BatchBackend {
 };
 
 CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_(m.config) {
-  if (opt.max_step_tokens <= 0 || opt.max_step_tokens > kBuckets[std::size(kBuckets) - 1])
+  if (opt.max_step_tokens < 0 || opt.max_step_tokens > kBuckets[std::size(kBuckets) - 1])
     fail("max step tokens ", opt.max_step_tokens, " is invalid: use 1..",
-         kBuckets[std::size(kBuckets) - 1]);
+         kBuckets[std::size(kBuckets) - 1], " (0: ", kCudaStepTokens, ")");
   if (!cuda::attention_paged_supports(c_.head_dim, c_.n_heads / std::max(c_.n_kv_heads, 1)))
     fail("head_dim ", c_.head_dim,
          " has no CUDA multi-sequence attention kernel; use --backend cpu");
@@ -126,7 +127,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     fail(
         "the CUDA multi-sequence backend needs every layer matrix and the output matrix in a "
         "format its GEMM takes (all but F32) and dim a multiple of 4; use --backend cpu");
-  max_step_ = opt.max_step_tokens;
+  max_step_ = opt.max_step_tokens > 0 ? opt.max_step_tokens : kCudaStepTokens;
   const int cap = bucket(max_step_);
   dw_ = cuda::upload_weights(m.weights, c_);
 
@@ -162,7 +163,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     d_tables_ = cv.take<int>(tables);
     d_xo_ = cv.take<float>(size_t(cap) * c_.dim);
     d_out_ = cv.take<int>(cap);
-    d_hist_ = cv.take<int>(size_t(cap) * seq_ctx);
+    // penalty windows: one per sampled row, at most one row per sequence
+    d_hist_ = cv.take<int>(size_t(std::min(cap, opt.max_seqs)) * seq_ctx);
     d_partials_ =
         cv.take<float>(size_t(cap) * c_.n_heads * cuda::kAttnPagedSplits * (c_.head_dim + 2));
     d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
