@@ -131,27 +131,26 @@ int run(const Opts& o) {
   return 0;
 }
 
-REGISTER_COMMAND(Command{"bench-batch", "multi-sequence engine benchmark (developer tool)", 991,
-                         [](CLI::App& sub) -> std::function<int()> {
-                           auto o = std::make_shared<Opts>();
-                           sub.group("");  // hidden from --help
-                           sub.add_option("-m,--model", o->model, "GGUF model");
-                           sub.add_option("--backend", o->backend, "cpu | cuda | auto")
-                               ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-                           sub.add_option("--sizes", o->sizes, "batch sizes, comma-separated");
-                           sub.add_option("--prompt", o->prompt, "prompt tokens per sequence");
-                           sub.add_option("--gen", o->gen, "generated tokens per sequence");
-                           sub.add_option_function<std::string>(
-                                  "--kv-type",
-                                  [o](const std::string& v) { o->kv_half = v == "f16"; },
-                                  "KV pool element type: f16 | f32")
-                               ->check(CLI::IsMember({"f16", "f32"}));
-                           sub.add_option("--max-step-tokens", o->max_step_tokens,
-                                          "tokens one step carries at most (0: the backend's)")
-                               ->check(CLI::NonNegativeNumber);
-                           sub.add_option("--json", o->json, "append JSON lines here");
-                           return [o] { return run(*o); };
-                         }});
+REGISTER_COMMAND(Command{
+    "bench-batch", "multi-sequence engine benchmark (developer tool)", 991,
+    [](CLI::App& sub) -> std::function<int()> {
+      auto o = std::make_shared<Opts>();
+      sub.group("");  // hidden from --help
+      sub.add_option("-m,--model", o->model, "GGUF model");
+      sub.add_option("--backend", o->backend, "cpu | cuda | auto")
+          ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+      sub.add_option("--sizes", o->sizes, "batch sizes, comma-separated");
+      sub.add_option("--prompt", o->prompt, "prompt tokens per sequence");
+      sub.add_option("--gen", o->gen, "generated tokens per sequence");
+      sub.add_option_function<std::string>(
+             "--kv-type", [o](const std::string& v) { o->kv_half = v == "f16"; },
+             "KV pool element type: f16 | f32")
+          ->check(CLI::IsMember({"f16", "f32"}));
+      sub.add_option("--max-step-tokens", o->max_step_tokens, "tokens one step carries at most")
+          ->check(CLI::PositiveNumber);
+      sub.add_option("--json", o->json, "append JSON lines here");
+      return [o] { return run(*o); };
+    }});
 
 }  // namespace
 }  // namespace smolrt::app

@@ -170,9 +170,8 @@ REGISTER_COMMAND(Command{
           ->check(CLI::IsMember({"f16", "f32"}))
           ->default_str("f16");
       sub.add_option("--max-step-tokens", a->batch.max_step_tokens,
-                     "tokens one batched step carries at most (decodes + prompt chunks); 0 = "
-                     "2048 on CUDA, 512 on CPU")
-          ->check(CLI::NonNegativeNumber)
+                     "tokens one batched step carries at most (decodes + prompt chunks)")
+          ->check(CLI::PositiveNumber)
           ->capture_default_str();
       sub.add_option("--threads", a->batch.n_threads, "CPU threads (0 = all cores)")
           ->check(CLI::NonNegativeNumber)
