@@ -36,6 +36,8 @@ __device__ __forceinline__ float to_f32(__half x) {
 }
 
 // One block per (row, KV head, split); see attention_paged.h.
+// MINB: the blocks per SM this build is compiled for (0: no bound; declaring 1 lets ptxas take
+// 160 registers instead of 96 and costs occupancy). See launch_t.
 template <int HD, int G, bool HALF, int MINB>
 __global__ void __launch_bounds__(32 * kWarps, MINB)
     attention_paged_kernel(const PagedAttnArgs a, float* partials, int* counters) {
@@ -247,29 +249,31 @@ void launch_m(const PagedAttnArgs& a, cudaStream_t s) {
                     a, a.partials, a.counters);
 }
 
-// Two builds of the kernel for the fp16 pool: for latency (the registers it wants) and for 6
-// blocks per SM (fewer registers). A grid the first fills in one wave takes it; a bigger one the
-// second, whose extra resident blocks save a partial second wave. Measured on an H100 (synth
-// SmolLM-135M, bench-batch): 64 sequences 1.132 vs 1.178 ms per decode step, 256 sequences (768
-// blocks, 660 resident at 5 per SM) 2.613 vs 2.391 ms, 5-prompt prefill chunks 195k vs 204k
-// tok/s; 8 blocks per SM was slower than 6 at every size. The fp32 pool's V rows need the
-// registers: its 6-per-SM build lost at 256 sequences (3.177 vs 2.824 ms), so it has one build.
+// Two builds of the kernel for the fp16 pool: the plain one (MINB 0: the registers it wants, 96
+// for SmolLM2's shape, 5 blocks per SM) and one for 6 blocks per SM (80 registers). A grid the
+// first fills in one wave takes it; a bigger one the second, whose extra resident blocks save a
+// partial second wave. Measured on H100s (synth SmolLM-135M, bench-batch): 256 sequences (768
+// blocks, 660 resident at 5 per SM) 2.374-2.404 ms per decode step with the 6-per-SM build vs
+// 2.495-2.513 with the plain one (runs z12-z14, machines of one kind); in one call against a
+// build declared for 1 block per SM (160 registers) 2.39 vs 2.61 ms at 256 sequences, 1.18 vs
+// 1.13 at 64; 8 blocks per SM lost at every size. The fp32 pool's V rows need the registers: its
+// 6-per-SM build lost at 256 sequences (3.177 vs 2.824 ms), so it has the plain build only.
 template <int HD, int G, bool HALF>
 void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
   if constexpr (!HALF) {
-    launch_m<HD, G, HALF, 1>(a, s);
+    launch_m<HD, G, HALF, 0>(a, s);
   } else {
     static int wave = 0;
     if (wave == 0) {
       int per_sm = 0;
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, attention_paged_kernel<HD, G, HALF, 1>, 32 * kWarps, smem_bytes<HD, HALF>()));
+          &per_sm, attention_paged_kernel<HD, G, HALF, 0>, 32 * kWarps, smem_bytes<HD, HALF>()));
       wave = std::max(per_sm, 1) * sm_count();
     }
     if ((long long)a.n * (a.n_heads / G) * a.splits > wave) {
       launch_m<HD, G, HALF, 6>(a, s);
     } else {
-      launch_m<HD, G, HALF, 1>(a, s);
+      launch_m<HD, G, HALF, 0>(a, s);
     }
   }
 }
