@@ -3,10 +3,8 @@
 
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <type_traits>
 
-#include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/device_common.cuh"
 #include "cuda/launch.cuh"
@@ -36,10 +34,8 @@ __device__ __forceinline__ float to_f32(__half x) {
 }
 
 // One block per (row, KV head, split); see attention_paged.h.
-// MINB: the blocks per SM this build is compiled for (0: no bound; declaring 1 lets ptxas take
-// 160 registers instead of 96 and costs occupancy). See launch_t.
-template <int HD, int G, bool HALF, int MINB>
-__global__ void __launch_bounds__(32 * kWarps, MINB)
+template <int HD, int G, bool HALF>
+__global__ void __launch_bounds__(32 * kWarps)
     attention_paged_kernel(const PagedAttnArgs a, float* partials, int* counters) {
   using E = typename std::conditional<HALF, __half, float>::type;
   constexpr int DPL = HD >= 32 ? HD / 32 : 1;              // output dims per lane
@@ -236,46 +232,16 @@ __global__ void __launch_bounds__(32 * kWarps, MINB)
   }
 }
 
-template <int HD, int G, bool HALF, int MINB>
-void launch_m(const PagedAttnArgs& a, cudaStream_t s) {
-  static bool configured = false;
-  if (!configured) {
-    configure_prefill_kernel(attention_paged_kernel<HD, G, HALF, MINB>,
-                             (int)smem_bytes<HD, HALF>());
-    configured = true;
-  }
-  launch_kernel_pdl(s != nullptr, attention_paged_kernel<HD, G, HALF, MINB>,
-                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem_bytes<HD, HALF>(), s,
-                    a, a.partials, a.counters);
-}
-
-// Two builds of the kernel for the fp16 pool: the plain one (MINB 0: the registers it wants, 96
-// for SmolLM2's shape, 5 blocks per SM) and one for 6 blocks per SM (80 registers). A grid the
-// first fills in one wave takes it; a bigger one the second, whose extra resident blocks save a
-// partial second wave. Measured on H100s (synth SmolLM-135M, bench-batch): 256 sequences (768
-// blocks, 660 resident at 5 per SM) 2.374-2.404 ms per decode step with the 6-per-SM build vs
-// 2.495-2.513 with the plain one (runs z12-z14, machines of one kind); in one call against a
-// build declared for 1 block per SM (160 registers) 2.39 vs 2.61 ms at 256 sequences, 1.18 vs
-// 1.13 at 64; 8 blocks per SM lost at every size. The fp32 pool's V rows need the registers: its
-// 6-per-SM build lost at 256 sequences (3.177 vs 2.824 ms), so it has the plain build only.
 template <int HD, int G, bool HALF>
 void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
-  if constexpr (!HALF) {
-    launch_m<HD, G, HALF, 0>(a, s);
-  } else {
-    static int wave = 0;
-    if (wave == 0) {
-      int per_sm = 0;
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, attention_paged_kernel<HD, G, HALF, 0>, 32 * kWarps, smem_bytes<HD, HALF>()));
-      wave = std::max(per_sm, 1) * sm_count();
-    }
-    if ((long long)a.n * (a.n_heads / G) * a.splits > wave) {
-      launch_m<HD, G, HALF, 6>(a, s);
-    } else {
-      launch_m<HD, G, HALF, 0>(a, s);
-    }
+  static bool configured = false;
+  if (!configured) {
+    configure_prefill_kernel(attention_paged_kernel<HD, G, HALF>, (int)smem_bytes<HD, HALF>());
+    configured = true;
   }
+  launch_kernel_pdl(s != nullptr, attention_paged_kernel<HD, G, HALF>,
+                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem_bytes<HD, HALF>(), s,
+                    a, a.partials, a.counters);
 }
 
 template <int HD, int G>

@@ -101,10 +101,7 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
                    n_heads, n_kv_heads, head_dim, att.data());
   }
   // Every split count gives the same attention: fewer splits than a row's context would take
-  // (1, 3) give each block more tiles; the maximum spreads the longest rows over 8 blocks. With
-  // 8 splits the SmolLM2 shape's grid (34 rows x 3 KV heads x 8 = 816 blocks) passes one wave of
-  // the latency build on an H100/H200 (5 blocks per SM x 132), so with the fp16 pool it runs the
-  // 6-blocks-per-SM build (attention_paged.cu); the smaller grids run the latency build.
+  // (1, 3) give each block more tiles; the maximum spreads the longest rows over 8 blocks.
   for (int splits : {1, 3, cuda::kAttnPagedSplits}) {
     a.splits = splits;
     out.poison();
