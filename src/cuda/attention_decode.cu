@@ -16,13 +16,6 @@ namespace smolrt::cuda {
 namespace {
 
 constexpr int kThreads = 512;
-
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(__half x) {
-  return __half2float(x);
-}
 constexpr int kAttnTabMax = 256;  // block-table entries a split stages in shared memory
 // Positions scored together: kAttnSub, or a quarter of it for head_dim 256 (16 threads per
 // position then, so the K, Q and V registers per thread stay at 16 each).

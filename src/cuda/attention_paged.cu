@@ -26,13 +26,6 @@ constexpr size_t smem_bytes() {
   return (HALF ? 2 : 4) * size_t(kWarps) * kTile * k_ld<HD, HALF>();
 }
 
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(__half x) {
-  return __half2float(x);
-}
-
 // One block per (row, KV head, split); see attention_paged.h.
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kWarps)

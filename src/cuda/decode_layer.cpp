@@ -27,7 +27,7 @@ void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float*
   qa.pos = pos, qa.rope = fused, qa.slot = slot, qa.q_out = q;
   qa.k_out = fused ? k_cache : k_raw;
   qa.v_out = fused ? v_cache : v_raw;
-  qa.kv_half = fused && kv_half;
+  qa.kv_half = kv_half;  // read by the fused epilogue only
   gemv_qkv(qa, s);
   if (fused) return;
   QkvFinishArgs f;

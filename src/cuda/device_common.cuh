@@ -23,6 +23,14 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// A KV cache element (fp32 or fp16 pool) as fp32, at the point of use.
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
+}
+
 // PDL: wait until the previous kernel in the stream has completed and its writes are visible.
 // Every thread of every decode kernel calls this before touching activations (and before any
 // early return), so completion stays transitive along the chain. A no-op without the launch
