@@ -127,6 +127,7 @@ def run_level(a, conc, info, headers):
         "device": info.get("device"), "backend": info.get("backend"),
         "commit": a.commit or info.get("commit"), "model": info.get("model_path"),
         "kv_type": info.get("kv_type"),
+        "kv_ring_rows": info.get("kv_ring_rows"),
         "concurrency": conc, "requests": n, "errors": len(errors),
         "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
         "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,

@@ -180,6 +180,9 @@ if want arch; then
       --backend cuda --prompt-lengths 32,128,512 --gen-length 128 --iterations 3 --json \
       | tee -a \"$OUT/bench.jsonl\""
     [ -f "$AM" ] && step "decode_$preset" 150 "$DIR/smolrt" bench-decode -m "$AM" --json "$OUT/bench.jsonl"
+    # Served on the gemma shape: its sliding-window layers keep rings per sequence.
+    [ -f "$AM" ] && [ "$preset" = gemma3-270m ] && want serve && step "serve_$preset" 300 \
+      bash -c 'serve_bench "$@"' _ "$AM" "${SERVE_LEVELS:-1,8,64,256}" --parallel 256 --ctx 2048
     rm -f "$AM"
   done
   if [ -n "${SMOLRT_GEMMA:-}" ] && [ -f "$SMOLRT_GEMMA" ]; then

@@ -102,6 +102,7 @@ int serve_main(const ServeArgs& a) {
                          {"seq_ctx", be->seq_ctx()},
                          {"max_seqs", be->max_seqs()},
                          {"kv_tokens", be->kv_tokens()},
+                         {"kv_ring_rows", be->kv_ring_rows()},
                          {"commit", build_commit()},
                          {"kv_type", be->name() == "cuda" && a.batch.kv_half ? "f16" : "f32"}};
   server::Server srv(sched, metrics, pc, ho, info);
@@ -129,11 +130,16 @@ int serve_main(const ServeArgs& a) {
     srv.stop();
   });
 
-  std::fprintf(stderr,
-               "smolrt serve: %s as '%s' on %s (%s), %d sequences x %d tokens, KV pool %d tokens, "
-               "chat %s\n",
-               path.c_str(), pc.model_name.c_str(), be->name().c_str(), be->device_name().c_str(),
-               be->max_seqs(), be->seq_ctx(), be->kv_tokens(), pc.chat ? "on" : "off");
+  const std::string rings = be->kv_ring_rows() > 0
+                                ? " (sliding-window layers: a ring of " +
+                                      std::to_string(be->kv_ring_rows()) + " rows per sequence)"
+                                : "";
+  std::fprintf(
+      stderr,
+      "smolrt serve: %s as '%s' on %s (%s), %d sequences x %d tokens, KV pool %d tokens%s, "
+      "chat %s\n",
+      path.c_str(), pc.model_name.c_str(), be->name().c_str(), be->device_name().c_str(),
+      be->max_seqs(), be->seq_ctx(), be->kv_tokens(), rings.c_str(), pc.chat ? "on" : "off");
   std::fprintf(stderr, "listening on http://%s:%d\n", ho.host.c_str(), port);
   std::fflush(stderr);
   srv.run();

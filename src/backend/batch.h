@@ -85,6 +85,10 @@ class BatchBackend {
   virtual int kv_pages_total() const = 0;
   virtual int kv_pages_free() const = 0;
   int kv_tokens() const { return kv_pages_total() * page_size(); }
+  // > 0: the sliding-window layers keep, outside the pool, a ring of this many rows per sequence
+  // slot (the window plus a step's chunk), so the pool's pages hold only the global layers' K/V.
+  // rollback() then goes back at most kv_ring_rows() - window positions (else Error).
+  virtual int kv_ring_rows() const { return 0; }
 
   // A new empty sequence; Error when max_seqs() sequences exist.
   virtual int add_sequence() = 0;

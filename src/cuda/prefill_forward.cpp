@@ -134,6 +134,9 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   };
   for (int l = 0; l < c.n_layers; ++l) {
     const PrefillLayerWeights& L = w.layers[l];
+    StepRows layer_rows;
+    const StepRows* lrows = nullptr;
+    if (rows) layer_rows = rows->for_layer(c, l), lrows = &layer_rows;
     // 1. norm + QKV + RoPE + KV write: fused in the GEMM epilogue (plain llama), or the GEMMs
     //    store raw Q, K, V and qkv_finish applies the architecture's biases, norms and RoPE
     GemmQ4Args a;
@@ -146,7 +149,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       o.y = ws.q, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = c.head_dim;
       o.rope_dim = c.rope_dim, o.rope_base = c.layer_rope_base(l), o.pos0 = pos0;
       o.k_cache = L.k_cache, o.v_cache = L.v_cache, o.kv_half = w.kv_half;
-      if (rows) o.row_pos = rows->pos, o.row_slot = rows->slot;
+      if (lrows) o.row_pos = lrows->pos, o.row_slot = lrows->slot;
       gemm_q4(a, GemmEpilogue::QkvRope, o, s);
     } else {
       const std::pair<DevMat, float*> proj[3] = {{L.wq, ws.q}, {L.wk, ws.k}, {L.wv, ws.v}};
@@ -161,7 +164,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       f.n = n, f.q = ws.q, f.ldq = q_dim, f.k = ws.k, f.v = ws.v, f.ldkv = kv_dim;
       f.k_cache = L.k_cache, f.v_cache = L.v_cache, f.kv_half = w.kv_half, f.pos0 = pos0;
       f.ring = L.ring;
-      if (rows) f.row_pos = rows->pos, f.row_slot = rows->slot;
+      if (lrows) f.row_pos = lrows->pos, f.row_slot = lrows->slot;
       f.bq = L.bq, f.bk = L.bk, f.bv = L.bv, f.q_norm = L.q_norm, f.k_norm = L.k_norm;
       f.eps = c.norm_eps, f.n_heads = c.n_heads, f.n_kv_heads = c.n_kv_heads;
       f.head_dim = c.head_dim, f.rope_dim = c.rope_dim, f.rope_base = c.layer_rope_base(l);
@@ -169,8 +172,8 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       qkv_finish(f, s);
     }
     // 2. attention
-    if (rows) {
-      attention_rows(w, l, ws, n, *rows, s);
+    if (lrows) {
+      attention_rows(w, l, ws, n, *lrows, s);
     } else {
       AttentionPrefillArgs at;
       at.q = ws.q, at.ldq = q_dim, at.k_cache = L.k_cache, at.v_cache = L.v_cache;

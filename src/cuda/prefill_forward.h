@@ -103,6 +103,16 @@ struct StepRows {
   float* attn_partials = nullptr;  // attention_paged's scratch for n rows (attention_paged.h)
   int* attn_counters = nullptr;
   int attn_splits = kAttnPagedSplits;  // attention_paged's splits (attn_paged_splits of the step)
+  // Sliding-window layers whose caches are per-sequence rings (set both, or neither): their K/V
+  // slots and block tables (a ring's table repeats its pages, so positions wrap through them).
+  const int* ring_slot = nullptr;
+  const int* ring_tables = nullptr;
+  // The rows as layer l of config c sees them: a sliding-window layer takes the rings.
+  StepRows for_layer(const ModelConfig& c, int l) const {
+    StepRows r = *this;
+    if (ring_tables && c.is_swa(l)) r.slot = ring_slot, r.tables = ring_tables;
+    return r;
+  }
 };
 
 // Attention of a multi-sequence step's n rows for one layer: ws.q (roped) -> ws.att over the

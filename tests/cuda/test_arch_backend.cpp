@@ -250,6 +250,97 @@ TEST(ArchRingCache, LocalLayersKeepWindowPlusChunkRows) {
   EXPECT_LT(rel_l2(dec->forward_token(toks[55], 55), ref[55]), 5e-4);
 }
 
+// The multi-sequence backend's sliding-window layers as rings per sequence: tiny-gemma3 (window 8)
+// with steps of at most 12 tokens keeps rings of 8 + 11 rows, in two 16-token pages (32 rows),
+// outside the pool. Two prompts fed in chunks that share steps, then decoded together (multi-row
+// steps) and one alone (the one-row step) to position 70: the rings wrap twice, every returned
+// logits row within the prefill bound of the CPU's, both pool types. A rollback past what the
+// ring keeps is a clear error.
+TEST(ArchRingCache, MultiSequenceLocalLayersUseRings) {
+  REQUIRE_GPU();
+  const Model m = synth({"tiny-gemma3", "q8_0"});
+  ASSERT_EQ(m.config.sliding_window, 8);
+  const int V = m.config.vocab_size;
+  for (bool half : {false, true}) {
+    SCOPED_TRACE(half ? "fp16 pool" : "fp32 pool");
+    BatchOptions bo;
+    bo.kind = "cuda";
+    bo.max_seqs = 3;
+    bo.seq_ctx = 128;
+    bo.max_step_tokens = 12;
+    bo.kv_half = half;
+    auto b = make_batch_backend(m, bo);
+    ASSERT_EQ(b->kv_ring_rows(), 32);
+    EXPECT_EQ(b->kv_tokens(), 3 * 128);  // the pool as without rings: the global layer's
+    std::vector<std::vector<int>> seqs = {prompt_of(30, V, 6), prompt_of(20, V, 7)};
+    const std::vector<int> ids = {b->add_sequence(), b->add_sequence()};
+    std::vector<size_t> fed = {0, 0};
+    double worst = 0;
+    // Prompt chunks of 7 and 5 tokens per step until both prompts are in.
+    while (fed[0] < seqs[0].size() || fed[1] < seqs[1].size()) {
+      std::vector<SeqStep> st;
+      std::vector<size_t> which;
+      for (size_t k = 0; k < 2; ++k) {
+        const size_t len = std::min<size_t>(k == 0 ? 7 : 5, seqs[k].size() - fed[k]);
+        if (len == 0) continue;
+        SeqStep s;
+        s.seq = ids[k], s.tokens = std::span<const int>(seqs[k].data() + fed[k], len);
+        s.sample = false, s.logits = 2;
+        st.push_back(s);
+        which.push_back(k);
+      }
+      const std::vector<SeqResult> r = b->step(st);
+      for (size_t j = 0; j < which.size(); ++j) {
+        const size_t k = which[j], len = st[j].tokens.size();
+        const auto ref = cpu_logits(
+            m, std::vector<int>(seqs[k].begin(), seqs[k].begin() + (long)(fed[k] + len)));
+        ASSERT_EQ(r[j].logits.size(), len * (size_t)V);
+        for (size_t i = 0; i < len; ++i) {
+          const double e =
+              rel_l2(std::span<const float>(r[j].logits.data() + i * V, V), ref[fed[k] + i]);
+          worst = std::max(worst, e);
+          ASSERT_LT(e, 2e-2) << "sequence " << k << " position " << fed[k] + i;
+        }
+        fed[k] += len;
+      }
+    }
+    // Decode: both together to position 50 of the longer one, then sequence 1 alone to 70.
+    auto decode = [&](const std::vector<size_t>& which) {
+      std::vector<SeqStep> d(which.size());
+      std::vector<int> next(which.size());
+      for (size_t j = 0; j < which.size(); ++j) {
+        next[j] = (int)((seqs[which[j]].size() * 31u + 5u) % (unsigned)V);
+        d[j].seq = ids[which[j]], d[j].tokens = std::span<const int>(&next[j], 1);
+        d[j].sample = false, d[j].logits = 1;
+      }
+      const std::vector<SeqResult> r = b->step(d);
+      for (size_t j = 0; j < which.size(); ++j) {
+        seqs[which[j]].push_back(next[j]);
+        const double e = rel_l2(r[j].logits, cpu_logits(m, seqs[which[j]]).back());
+        worst = std::max(worst, e);
+        ASSERT_LT(e, 2e-2) << "sequence " << which[j] << " position " << seqs[which[j]].size() - 1;
+      }
+    };
+    while (seqs[0].size() < 50) {
+      decode({0, 1});
+      if (HasFatalFailure()) return;
+    }
+    b->free_sequence(ids[0]);
+    while (seqs[1].size() < 70) {
+      decode({1});
+      if (HasFatalFailure()) return;
+    }
+    // The rings keep 32 - 8 = 24 positions of slack: 25 back is refused, nothing changed.
+    EXPECT_THROW(b->rollback(ids[1], 70 - 25), Error);
+    EXPECT_EQ(b->position(ids[1]), 70);
+    b->rollback(ids[1], 70 - 24);
+    seqs[1].resize(70 - 24);
+    decode({1});
+    std::cout << "[ measure ] tiny-gemma3 q8_0" << (half ? " fp16" : " fp32")
+              << " pool, rings of 32 rows, multi-sequence vs CPU: worst rel L2 " << worst << "\n";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, ArchBackend, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<ArchCase>& i) {
                            std::string s = std::string(i.param.preset) + "_" + i.param.type;

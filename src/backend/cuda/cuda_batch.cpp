@@ -67,11 +67,12 @@ class CudaBatchBackend final : public BatchBackend {
   int page_size() const override { return kv_->page_size(); }
   int kv_pages_total() const override { return kv_->pages_total(); }
   int kv_pages_free() const override { return kv_->pages_free(); }
+  int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
 
   int add_sequence() override { return kv_->add(); }
   void free_sequence(int seq) override { kv_->remove(seq); }
   int position(int seq) const override { return kv_->position(seq); }
-  void rollback(int seq, int pos) override { kv_->truncate(seq, pos); }
+  void rollback(int seq, int pos) override;
 
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
 
@@ -80,27 +81,39 @@ class CudaBatchBackend final : public BatchBackend {
   // per bucket).
   void forward(int nb, int mb, int splits);
   void upload_tables(int seq);
+  // Ring slot of position pos of sequence (slot) seq in a sliding-window layer (0 without rings).
+  int ring_slot(int seq, int pos) const {
+    const int ps = kv_->page_size();
+    return ring_pages_ ? (seq * ring_pages_ + (pos / ps) % ring_pages_) * ps + pos % ps : 0;
+  }
 
   ModelConfig c_;
   int max_step_ = 0;
   int table_stride_ = 0;
   std::unique_ptr<KvPages> kv_;
   cuda::DeviceWeights dw_;
-  cuda::DeviceBuffer pool_;  // K and V per layer: [n_layers][2][slots + page][kv_dim]
+  // K and V per layer: [slots + page][kv_dim] each, or for a sliding-window layer with rings
+  // [(max_seqs + 1) * ring rows][kv_dim]
+  cuda::DeviceBuffer pool_;
+  // Sliding-window layers keep a ring of ring_pages_ pages per sequence (0: they use the paged
+  // pool like the others); ring page i of sequence s is page s * ring_pages_ + i.
+  int ring_pages_ = 0;
   cuda::PrefillWeights pw_;
   cuda::PrefillWorkspace ws_;
   cuda::DeviceBuffer dev_;   // staging mirror + tables + gathered rows + sampled ids + history
   cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids
-  // Staging layout (ints, both sides): tokens | pos | slot | seq [cap] each, out rows [cap].
+  // Staging layout (ints, both sides): tokens | pos | slot | seq | out rows | ring slot [cap].
+  static constexpr int kStaged = 6;
   int* st_ = nullptr;
   int* d_st_ = nullptr;
   int* tables_host_ = nullptr;  // [max_seqs + 1][table_stride]
   int* d_tables_ = nullptr;
-  float* d_xo_ = nullptr;        // [cap][dim] gathered output rows
-  int* d_out_ = nullptr;         // [cap] chosen ids
-  int* out_host_ = nullptr;      // [cap]
-  int* d_hist_ = nullptr;        // penalty windows of the sampled rows
-  float* d_partials_ = nullptr;  // attention_paged scratch
+  int* d_ring_tables_ = nullptr;  // [max_seqs + 1][table_stride]: ring pages, repeated
+  float* d_xo_ = nullptr;         // [cap][dim] gathered output rows
+  int* d_out_ = nullptr;          // [cap] chosen ids
+  int* out_host_ = nullptr;       // [cap]
+  int* d_hist_ = nullptr;         // penalty windows of the sampled rows
+  float* d_partials_ = nullptr;   // attention_paged scratch
   int* d_counters_ = nullptr;
   cuda::AttnScratch attn1_;    // one-row steps: the decode attention's split scratch
   float* d_part_v_ = nullptr;  // one-row lm_head's argmax partials
@@ -134,23 +147,44 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   // KV pool: what was asked, else every sequence's full context, capped by half the free memory
   // left after the weights and the step's workspace.
   const size_t elt = opt.kv_half ? 2 : 4;
-  const size_t per_token = size_t(c_.n_layers) * 2 * c_.kv_dim() * elt;
+  const size_t row_bytes = 2 * size_t(c_.kv_dim()) * elt;  // K and V of one token, one layer
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const size_t ws_guess = size_t(cap) * (size_t(c_.vocab_size) + 8 * c_.hidden_dim) * 4;
   const size_t budget = free_b / 2 > ws_guess ? free_b / 2 - ws_guess : 0;
-  const BatchGeometry geo = batch_geometry(c_, opt, int64_t(per_token), int64_t(budget));
+  BatchGeometry geo = batch_geometry(c_, opt, int64_t(c_.n_layers * row_bytes), int64_t(budget));
+  // A sliding-window layer reads a sequence's last `window` keys only: its cache is a ring per
+  // sequence of window + step - 1 rows (a step's chunk is written before its attention reads back
+  // a window from the chunk's first row), in whole pages, when that holds less than the pool.
+  int n_local = 0;
+  for (int l = 0; l < c_.n_layers; ++l) n_local += c_.is_swa(l) ? 1 : 0;
+  if (n_local > 0 && c_.sliding_window > 0) {
+    const int64_t ring = int64_t(c_.sliding_window) + max_step_ - 1;
+    const int64_t rp = (ring + opt.page_size - 1) / opt.page_size;
+    if (rp * opt.page_size < geo.seq_ctx && rp * opt.max_seqs < geo.n_pages) {
+      ring_pages_ = int(rp);
+      const size_t ring_bytes =
+          size_t(n_local) * size_t(opt.max_seqs + 1) * size_t(rp * opt.page_size) * row_bytes;
+      // Sized by memory: the global layers alone share what the rings leave.
+      if (opt.kv_tokens == 0 && budget > ring_bytes)
+        geo = batch_geometry(c_, opt, int64_t((c_.n_layers - n_local) * row_bytes),
+                             int64_t(budget - ring_bytes));
+    }
+  }
   const int seq_ctx = geo.seq_ctx, pages = geo.n_pages;
   kv_ = std::make_unique<KvPages>(pages, opt.page_size, opt.max_seqs, seq_ctx);
   table_stride_ = (seq_ctx + opt.page_size - 1) / opt.page_size;
 
   const size_t slots = size_t(pages + 1) * opt.page_size;  // + the padding rows' page
-  const size_t layer = slots * c_.kv_dim() * elt;
-  pool_ = cuda::DeviceBuffer(layer * 2 * c_.n_layers, "KV pool (pass a smaller --kv-size)");
+  const size_t ring_slots = size_t(opt.max_seqs + 1) * ring_pages_ * opt.page_size;
+  std::vector<size_t> at(c_.n_layers + 1, 0);  // byte offset of layer l's K, then its V
+  for (int l = 0; l < c_.n_layers; ++l)
+    at[l + 1] = at[l] + (ring_pages_ && c_.is_swa(l) ? ring_slots : slots) * row_bytes;
+  pool_ = cuda::DeviceBuffer(at[c_.n_layers], "KV pool (pass a smaller --kv-size)");
   std::vector<void*> k, v;
   for (int l = 0; l < c_.n_layers; ++l) {
-    k.push_back(static_cast<char*>(pool_.get()) + (2 * l) * layer);
-    v.push_back(static_cast<char*>(pool_.get()) + (2 * l + 1) * layer);
+    k.push_back(static_cast<char*>(pool_.get()) + at[l]);
+    v.push_back(static_cast<char*>(pool_.get()) + (at[l] + at[l + 1]) / 2);
   }
   pw_ = cuda::prefill_view(c_, dw_, seq_ctx, opt.kv_half, k, v);
   pw_.token_embd = cuda::DevMat{};  // step() embeds from its own staging
@@ -159,8 +193,9 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   const size_t tables = size_t(opt.max_seqs + 1) * table_stride_;
   cuda::Carver sizer;
   auto carve = [&](cuda::Carver& cv) {
-    d_st_ = cv.take<int>(5 * size_t(cap));
+    d_st_ = cv.take<int>(kStaged * size_t(cap));
     d_tables_ = cv.take<int>(tables);
+    if (ring_pages_) d_ring_tables_ = cv.take<int>(tables);
     d_xo_ = cv.take<float>(size_t(cap) * c_.dim);
     d_out_ = cv.take<int>(cap);
     // penalty windows: one per sampled row, at most one row per sequence
@@ -180,10 +215,20 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   carve(placer);
   CUDA_CHECK(cudaMemset(d_counters_, 0, sizeof(int) * size_t(cap) * c_.n_kv_heads));
   CUDA_CHECK(cudaMemset(attn1_.counters, 0, sizeof(int) * c_.n_heads));
-  host_ = cuda::PinnedBuffer(sizeof(int) * (6 * size_t(cap) + tables), "step staging");
+  host_ = cuda::PinnedBuffer(sizeof(int) * ((kStaged + 1) * size_t(cap) + tables), "step staging");
   st_ = static_cast<int*>(host_.get());
-  out_host_ = st_ + 5 * cap;
+  out_host_ = st_ + kStaged * cap;
   tables_host_ = out_host_ + cap;
+  if (ring_pages_) {
+    // Fixed: sequence s's ring pages, repeated along the table, so page index t / page_size of
+    // position t lands on ring page (t / page_size) % ring_pages. The padding sequence (row
+    // max_seqs) has the ring past the sequences'.
+    for (int s = 0; s <= opt.max_seqs; ++s)
+      for (int i = 0; i < table_stride_; ++i)
+        tables_host_[size_t(s) * table_stride_ + i] = s * ring_pages_ + i % ring_pages_;
+    CUDA_CHECK(
+        cudaMemcpy(d_ring_tables_, tables_host_, sizeof(int) * tables, cudaMemcpyHostToDevice));
+  }
   // The padding "sequence" (row max_seqs) owns the page past the pool.
   std::fill(tables_host_, tables_host_ + tables, 0);
   tables_host_[size_t(opt.max_seqs) * table_stride_] = pages;
@@ -209,6 +254,17 @@ std::string CudaBatchBackend::device_name() const {
   return prop.name;
 }
 
+// Rings hold the last ring rows of a sequence: going back keeps every window it needs as long as
+// the step that follows reads nothing the ring has overwritten (at most ring - window back).
+void CudaBatchBackend::rollback(int seq, int pos) {
+  const int back = kv_->position(seq) - pos;
+  if (ring_pages_ && back > kv_ring_rows() - c_.sliding_window)
+    fail("rollback of sequence ", seq, " by ", back, " positions is beyond the sliding-window ",
+         "layers' KV rings (at most ", kv_ring_rows() - c_.sliding_window,
+         "); allow more with a larger max step (--max-step-tokens)");
+  kv_->truncate(seq, pos);
+}
+
 void CudaBatchBackend::upload_tables(int seq) {
   const std::span<const int> bt = kv_->block_table(seq);
   int* row = tables_host_ + size_t(seq) * table_stride_;
@@ -227,6 +283,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits) {
   rows.pos = d_st_ + cap, rows.slot = d_st_ + 2 * cap, rows.seq = d_st_ + 3 * cap;
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_, rows.attn_splits = splits;
+  if (ring_pages_) rows.ring_slot = d_st_ + 5 * cap, rows.ring_tables = d_ring_tables_;
   cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_, c_.embed_scale);
   cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
   if (nb == 1) {
@@ -237,12 +294,13 @@ void CudaBatchBackend::forward(int nb, int mb, int splits) {
     for (int l = 0; l < c_.n_layers; ++l) {
       const cuda::DevLayer& L = dw_.layers[l];
       const cuda::PrefillLayerWeights& P = pw_.layers[l];
-      cuda::step_qkv(c_, dw_, l, ws_.x, L.attn_norm, rows.pos, rows.slot, ws_.q, ws_.k, ws_.v,
+      const cuda::StepRows lr = rows.for_layer(c_, l);
+      cuda::step_qkv(c_, dw_, l, ws_.x, L.attn_norm, lr.pos, lr.slot, ws_.q, ws_.k, ws_.v,
                      P.k_cache, P.v_cache, stream_, /*ring=*/0, pw_.kv_half);
       cuda::attention_decode(
-          ws_.att, ws_.q, P.k_cache, P.v_cache, rows.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
+          ws_.att, ws_.q, P.k_cache, P.v_cache, lr.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
           c_.head_dim, attn1_, stream_,
-          cuda::AttnPages{rows.tables, rows.seq, rows.table_stride, rows.page_size, pw_.kv_half},
+          cuda::AttnPages{lr.tables, lr.seq, lr.table_stride, lr.page_size, pw_.kv_half},
           c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
       cuda::step_residual(c_, L.wo, ws_.att, L.post_attn_norm, ws_.x, ws_.tmp, stream_);
       cuda::gemv_gate_up(L.w_gate, L.w_up, ws_.x, L.ffn_norm, eps, ws_.ffh, stream_,
@@ -286,6 +344,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
       st_[cap + n] = p0 + j;
       st_[2 * cap + n] = kv_->slot(s.seq, p0 + j);
       st_[3 * cap + n] = s.seq;
+      st_[5 * cap + n] = ring_slot(s.seq, p0 + j);
     }
     for (int j = 0; j < count; ++j) st_[4 * cap + m++] = first + j;
   }
@@ -294,9 +353,11 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   const int pad_slot = kv_->pages_total() * kv_->page_size();
   for (int r = n; r < nb; ++r) {
     st_[r] = 0, st_[cap + r] = 0, st_[2 * cap + r] = pad_slot, st_[3 * cap + r] = max_seqs();
+    st_[5 * cap + r] = ring_slot(max_seqs(), 0);
   }
   for (int r = m; r < mb; ++r) st_[4 * cap + r] = 0;
-  CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * 5 * cap, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(d_st_, st_, sizeof(int) * kStaged * cap, cudaMemcpyHostToDevice, stream_));
 
   if (use_graph_) {
     cudaGraphExec_t& g = graphs_[{nb, mb, splits}];
