@@ -3,11 +3,14 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
+#include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/device_common.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 namespace {
@@ -26,10 +29,10 @@ constexpr size_t smem_bytes() {
   return (HALF ? 2 : 4) * size_t(kWarps) * kTile * k_ld<HD, HALF>();
 }
 
-// One block per (row, KV head, split); see attention_paged.h.
+// One block per (row, KV head, split); see attention_paged.h. The body of both builds below.
 template <int HD, int G, bool HALF>
-__global__ void __launch_bounds__(32 * kWarps)
-    attention_paged_kernel(const PagedAttnArgs a, float* partials, int* counters) {
+__device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, float* partials,
+                                                     int* counters) {
   using E = typename std::conditional<HALF, __half, float>::type;
   constexpr int DPL = HD >= 32 ? HD / 32 : 1;              // output dims per lane
   constexpr int LD = k_ld<HD, HALF>();                     // K tile row pitch (elements)
@@ -225,16 +228,44 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
+// The latency build: no minimum of blocks per SM (ptxas takes 96 registers for the fp16 kernel at
+// head_dim 64; declaring a minimum of 1 made it take 160).
+template <int HD, int G, bool HALF>
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_paged_kernel(const PagedAttnArgs a, float* partials, int* counters) {
+  attention_paged_body<HD, G, HALF>(a, partials, counters);
+}
+
+// The occupancy build: 6 blocks per SM (80 registers), for grids past one resident wave of the
+// latency build. Measured on an H100 (synth SmolLM-135M, fp16 pool, 256 sequences: 768 blocks,
+// 660 resident at 5 per SM): see launch_t. Only where shared memory lets 6 blocks in (head_dim
+// <= 64) and for the fp16 pool (the fp32 pool's 6-per-SM build lost: 3.18 vs 2.82 ms per step).
+constexpr int kOccBlocks = 6;
+template <int HD, bool HALF>
+constexpr bool kOccBuild = HALF&& HD <= 64;
+template <int HD, int G, bool HALF>
+__global__ void __launch_bounds__(32 * kWarps, kOccBlocks)
+    attention_paged_occ_kernel(const PagedAttnArgs a, float* partials, int* counters) {
+  if constexpr (kOccBuild<HD, HALF>) attention_paged_body<HD, G, HALF>(a, partials, counters);
+}
+
 template <int HD, int G, bool HALF>
 void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
-  static bool configured = false;
-  if (!configured) {
-    configure_prefill_kernel(attention_paged_kernel<HD, G, HALF>, (int)smem_bytes<HD, HALF>());
-    configured = true;
+  auto* plain = attention_paged_kernel<HD, G, HALF>;
+  auto* occ = attention_paged_occ_kernel<HD, G, HALF>;
+  constexpr int smem = (int)smem_bytes<HD, HALF>();
+  static long wave = 0;  // blocks of the latency build resident at once on the whole GPU
+  if (wave == 0) {
+    configure_prefill_kernel(plain, smem);
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plain, 32 * kWarps, smem));
+    wave = (long)std::max(per_sm, 1) * sm_count();
+    if constexpr (kOccBuild<HD, HALF>) configure_prefill_kernel(occ, smem);
   }
-  launch_kernel_pdl(s != nullptr, attention_paged_kernel<HD, G, HALF>,
-                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem_bytes<HD, HALF>(), s,
-                    a, a.partials, a.counters);
+  const long blocks = (long)a.n * a.n_kv_heads * a.splits;
+  launch_kernel_pdl(s != nullptr, kOccBuild<HD, HALF> && blocks > wave ? occ : plain,
+                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem, s, a, a.partials,
+                    a.counters);
 }
 
 template <int HD, int G>

@@ -199,6 +199,22 @@ __device__ __forceinline__ void load_xr(float (&xr)[NX], const float* xs, int ps
   }
 }
 
+// The sums of this lane's 32-column units of x (xsum of QFormat::dot), for formats with a minimum:
+// once per slice of x, not once per row of every item.
+template <GgmlType T, GgmlType TV, int NX>
+__device__ __forceinline__ void unit_sums(const float (&xr)[NX], float (&xsm)[NX / 32]) {
+#pragma unroll
+  for (int k = 0; k < NX / 32; ++k) {
+    xsm[k] = 0.f;
+    if constexpr (QFormat<T>::kLayout.xsum || QFormat<TV>::kLayout.xsum) {
+      xsm[k] = x_sum32(xr + k * 32);
+      // Pinned here: without it the compiler sinks the sum back into the item loop (its only
+      // use), where it costs 32 adds per item.
+      asm volatile("" : "+f"(xsm[k]));
+    }
+  }
+}
+
 // Two rows' units of one pass held in registers (block formats; empty for float formats, whose
 // loads are issued in dot2, coalesced across the warp). Loaded BEFORE pdl_wait where possible
 // (weights never depend on the previous kernel), so their DRAM latency overlaps the previous
@@ -232,8 +248,9 @@ __device__ __forceinline__ void load_w(WRegs<T, NX>& w, const DevMat& ma, int ra
 // Partial dot products of rows ra of ma and rb of mb with this lane's slice of pass ps of x.
 template <GgmlType T, int NX>
 __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, int ra,
-                                     const DevMat& mb, int rb, const float (&xr)[NX], int lane,
-                                     int ps, float& pa, float& pb) {
+                                     const DevMat& mb, int rb, const float (&xr)[NX],
+                                     const float (&xsm)[NX / 32], int lane, int ps, float& pa,
+                                     float& pb) {
   using F = QFormat<T>;
   float sa = 0.f, sb = 0.f;
   const int cols = ma.cols;
@@ -242,8 +259,8 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
 #pragma unroll
     for (int k = 0; k < NX / 32; ++k) {
       if (ps * NX + lane + 32 * k < nu) {
-        sa += F::dot(w.a[k], xr + k * 32);
-        sb += F::dot(w.b[k], xr + k * 32);
+        sa += F::dot(w.a[k], xr + k * 32, xsm[k]);
+        sb += F::dot(w.b[k], xr + k * 32, xsm[k]);
       }
     }
   } else {
@@ -307,12 +324,13 @@ struct ItemW {
     }
   }
   template <Epi E>
-  __device__ __forceinline__ void dot(const ItemRows<E>& ir, const float (&xr)[NX], int lane,
-                                      int ps, float& pa, float& pb) const {
+  __device__ __forceinline__ void dot(const ItemRows<E>& ir, const float (&xr)[NX],
+                                      const float (&xsm)[NX / 32], int lane, int ps, float& pa,
+                                      float& pb) const {
     if (T != TV && ir.seg == 2) {
-      dot2<TV, NX>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, lane, ps, pa, pb);
+      dot2<TV, NX>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, xsm, lane, ps, pa, pb);
     } else {
-      dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, lane, ps, pa, pb);
+      dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, xsm, lane, ps, pa, pb);
     }
   }
 };
@@ -408,8 +426,11 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
   extern __shared__ float4 smem_x4[];
   float* xs = reinterpret_cast<float*>(smem_x4);
   stage_x<T, NX, SLICED>(xs, p.x, p.norm_w, p.eps, cols, lane);
-  float xr[NX];
-  if constexpr (one) load_xr<T, NX>(xr, xs, sl, cols, lane);
+  float xr[NX], xsm[NX / 32];
+  if constexpr (one) {
+    load_xr<T, NX>(xr, xs, sl, cols, lane);
+    unit_sums<T, TV, NX>(xr, xsm);
+  }
   if (kEpiAllLanes && writer && item < p.n_items) pe = pre_epi<E>(p, ItemRows<E>(p, item), pos);
 
   __shared__ float2 part[2][kWarps];  // SLICED: per round (parity) and warp, its two sums
@@ -428,14 +449,15 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
       if constexpr (one) {
         ItemW<T, TV, NX> wn;
         if (more) wn.load(ItemRows<E>(p, item + stride), lane, sl);
-        w.dot(ir, xr, lane, sl, va, vb);
+        w.dot(ir, xr, xsm, lane, sl, va, vb);
         w = wn;
       } else {
         for (int ps = sl; ps < passes; ps += S) {
           if (ps > sl) w.load(ir, lane, ps);
           load_xr<T, NX>(xr, xs, ps, cols, lane);
+          unit_sums<T, TV, NX>(xr, xsm);
           float a, b;
-          w.dot(ir, xr, lane, ps, a, b);
+          w.dot(ir, xr, xsm, lane, ps, a, b);
           va += a;
           vb += b;
         }

@@ -13,7 +13,9 @@
 //
 // Kernels work in "units" of 32 consecutive columns (a 32-weight block, or one 32-weight sub-block
 // of a 256-weight K-quant super-block): load(m, row, u) fetches unit u of a row into registers
-// (its Raw), dot(raw, x) multiplies it with x[0..31] including every scale, at(m, r, c) decodes
+// (its Raw), dot(raw, x, xsum) multiplies it with x[0..31] including every scale (xsum: the sum
+// of x[0..31], which formats with a minimum need; kLayout.xsum says so, and the kernels compute it
+// once per slice of x they hold rather than per row), at(m, r, c) decodes
 // one weight (embedding rows). Dequantized values equal the reference dequantizer's (formats.h)
 // up to the order of fp32 operations (the kernels factor the scale out of the sum).
 //
@@ -48,6 +50,7 @@ struct DevLayout {
   int pay = 0;   // payload bytes per block (block formats), bytes per element (float formats)
   int meta = 0;  // meta bytes per block
   bool block = false;
+  bool xsum = false;  // dot() takes the sum of x (a minimum per block)
 };
 
 template <GgmlType T>
@@ -211,7 +214,7 @@ struct QFormat<GgmlType::Q4_0> {
   static SMOLRT_DEV Raw load(const void* q, const uint16_t* d, size_t blk, int) {
     return {ldg16(static_cast<const uint8_t*>(q) + blk * 16), h2f(__ldg(d + blk))};
   }
-  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     return r.d * nib_dot32(r.q, 0, false, x, k2p23 + 8.f);
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t blk, int j) {
@@ -250,7 +253,7 @@ struct QFormat<GgmlType::Q4_0> {
 // Q4_1: payload qs, meta {d, m}.
 template <>
 struct QFormat<GgmlType::Q4_1> {
-  static constexpr DevLayout kLayout{32, 16, 4, true};
+  static constexpr DevLayout kLayout{32, 16, 4, true, true};
   static void repack(const uint8_t* src, uint8_t* pay, uint8_t* meta) {
     const auto& b = *reinterpret_cast<const BlockQ4_1*>(src);
     std::memcpy(pay, b.qs, 16);
@@ -267,8 +270,8 @@ struct QFormat<GgmlType::Q4_1> {
     return {ldg16(static_cast<const uint8_t*>(q) + blk * 16), h2f((uint16_t)dm),
             h2f((uint16_t)(dm >> 16))};
   }
-  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
-    return r.d * nib_dot32(r.q, 0, false, x, k2p23) + r.m * x_sum32(x);
+  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
+    return r.d * nib_dot32(r.q, 0, false, x, k2p23) + r.m * xsum;
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t blk, int j) {
     const uint8_t b = static_cast<const uint8_t*>(q)[blk * 16 + (j & 15)];
@@ -300,7 +303,7 @@ struct QFormat<GgmlType::Q4_1> {
 // Q5_0 / Q5_1: payload qs, meta {qh (2 halves), d, m or 0}: 8 bytes, one aligned load.
 template <GgmlType T, class B, bool kMin>
 struct QFormatQ5 {
-  static constexpr DevLayout kLayout{32, 16, 8, true};
+  static constexpr DevLayout kLayout{32, 16, 8, true, kMin};
   static void repack(const uint8_t* src, uint8_t* pay, uint8_t* meta) {
     const auto& b = *reinterpret_cast<const B*>(src);
     std::memcpy(pay, b.qs, 16);
@@ -321,9 +324,9 @@ struct QFormatQ5 {
     return {ldg16(static_cast<const uint8_t*>(q) + blk * 16), mt.x, h2f((uint16_t)mt.y),
             h2f((uint16_t)(mt.y >> 16))};
   }
-  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     if constexpr (kMin) {
-      return r.d * nib_dot32(r.q, r.qh, true, x, k2p23) + r.m * x_sum32(x);
+      return r.d * nib_dot32(r.q, r.qh, true, x, k2p23) + r.m * xsum;
     } else {
       return r.d * nib_dot32(r.q, r.qh, true, x, k2p23 + 16.f);
     }
@@ -389,7 +392,7 @@ struct QFormat<GgmlType::Q8_0> {
     return {ldg16(p), ldg16(p + 16), h2f(__ldg(d + blk))};
   }
   // int8 ^ 0x80 is the int8 + 128 as an unsigned byte.
-  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     uint32_t a[4], b[4];
     words(r.q0, a);
     words(r.q1, b);
@@ -447,7 +450,7 @@ SMOLRT_DEV void k_scale_min_regs(const uint4& h, int j, float& sc, float& m) {
 template <GgmlType T, bool kQh>
 struct QFormatQK {
   static constexpr int kBytes = kQh ? 176 : 144;
-  static constexpr DevLayout kLayout{256, kBytes, 0, true};
+  static constexpr DevLayout kLayout{256, kBytes, 0, true, true};
   static void repack(const uint8_t* src, uint8_t* pay, uint8_t*) { std::memcpy(pay, src, kBytes); }
 #if defined(__CUDACC__)
   struct Raw {
@@ -470,7 +473,7 @@ struct QFormatQK {
     r.j = j;
     return r;
   }
-  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     const int sh = 4 * (r.j & 1);
     uint32_t a[4], b[4], qa[4], qb[4];
     words(r.q0, qa);
@@ -490,7 +493,7 @@ struct QFormatQK {
     k_scale_min_regs(r.h, r.j, sc, m);
     const float d = h2f((uint16_t)r.h.x), dmin = h2f((uint16_t)(r.h.x >> 16));
     const float qx = bytes_dot16(a, x, k2p23) + bytes_dot16(b, x + 16, k2p23);
-    return d * sc * qx - dmin * m * x_sum32(x);
+    return d * sc * qx - dmin * m * xsum;
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t*, size_t sblk, int c) {
     const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * kBytes;
@@ -585,7 +588,7 @@ struct QFormat<GgmlType::Q6_K> {
     r.j = j;
     return r;
   }
-  static SMOLRT_DEV float dot(const Raw& r, const float* x) {
+  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     const int t = r.j & 3, ls = 4 * (t >> 1), hs = 2 * t;
     uint32_t la[4], lb[4], ha[4], hb[4], a[4], b[4];
     words(r.l0, la);
