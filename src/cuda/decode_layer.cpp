@@ -1,6 +1,8 @@
 // See decode_layer.h.
 #include "cuda/decode_layer.h"
 
+#include <utility>
+
 #include "core/error.h"
 
 #include "cuda/gemv.h"
@@ -17,7 +19,8 @@ bool qkv_fused(const ModelConfig& c) {
 
 void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float* x,
               const float* norm_w, const int* pos, const int* slot, float* q, float* k_raw,
-              float* v_raw, void* k_cache, void* v_cache, cudaStream_t s, int ring, bool kv_half) {
+              float* v_raw, void* k_cache, void* v_cache, cudaStream_t s, int ring, bool kv_half,
+              const ResidualIn& res) {
   const DevLayer& L = dw.layers[l];
   const bool fused = qkv_fused(c);
   if (fused && ring > 0) fail("step_qkv: a ring cache needs the unfused QKV path");
@@ -28,6 +31,7 @@ void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float*
   qa.k_out = fused ? k_cache : k_raw;
   qa.v_out = fused ? v_cache : v_raw;
   qa.kv_half = kv_half;  // read by the fused epilogue only
+  qa.res = res;
   gemv_qkv(qa, s);
   if (fused) return;
   QkvFinishArgs f;
@@ -41,14 +45,30 @@ void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float*
   qkv_finish(f, s);
 }
 
-void step_residual(const ModelConfig& c, const DevMat& w, const float* in, const float* post_norm,
-                   float* x, float* tmp, cudaStream_t s) {
+void DecodeResidual::add(const DevMat& w, const float* in, const float* post_norm, cudaStream_t s) {
+  flush(s);  // an update no matvec took (a profiling graph that leaves kernels out)
   if (!post_norm) {
-    gemv(w, in, nullptr, c.norm_eps, x, /*accumulate=*/true, s);
+    gemv(w, in, nullptr, c_.norm_eps, x_, /*accumulate=*/true, s);
     return;
   }
-  gemv(w, in, nullptr, c.norm_eps, tmp, /*accumulate=*/false, s);
-  rmsnorm_add(x, c.dim, tmp, c.dim, post_norm, c.dim, 1, c.norm_eps, s);
+  gemv(w, in, nullptr, c_.norm_eps, tmp_, /*accumulate=*/false, s);
+  pending_norm_ = post_norm;
+  if (!fuse_) flush(s);
+}
+
+ResidualIn DecodeResidual::take(const float** x_in) {
+  *x_in = x_;
+  if (!pending_norm_) return {};
+  const ResidualIn r{tmp_, pending_norm_, alt_};
+  pending_norm_ = nullptr;
+  std::swap(x_, alt_);
+  return r;
+}
+
+void DecodeResidual::flush(cudaStream_t s) {
+  if (!pending_norm_) return;
+  rmsnorm_add(x_, c_.dim, tmp_, c_.dim, pending_norm_, c_.dim, 1, c_.norm_eps, s);
+  pending_norm_ = nullptr;
 }
 
 }  // namespace smolrt::cuda

@@ -28,6 +28,7 @@ struct GemvParams {
   const float* x;
   const float* norm_w;
   float eps;
+  ResidualIn res;  // a pending residual update of x (all null: none)
   float* out0;
   float* out1;
   float* out2;
@@ -101,24 +102,44 @@ __device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane,
 // global loads of x and norm_w with a fixed trip count so they are all in flight at once: a rolled
 // loop here costs one L2 round trip per iteration, which dominated small matrices. Wider matrices
 // take a rolled loop and normalize in a second sweep over shared memory.
+// With a pending residual update (ri.res set), the staged x is x + rmsnorm(res)·res_norm (one more
+// block reduction, over res), which block 0 also writes to ri.x_out.
 template <GgmlType T, int NX, bool WIDE>
 __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* norm_w, float eps,
-                                        int cols, int lane) {
-  __shared__ float red[kBlock / 32];
+                                        int cols, int lane, const ResidualIn& ri) {
+  __shared__ float red[kBlock / 32], red_res[kBlock / 32];
   constexpr int nt = kBlock;
   const bool vec = is_block<T>() || cols % 4 == 0;  // float4 loads (block formats: always)
+  const bool upd = ri.res != nullptr, writer = upd && blockIdx.x == 0;
   if (WIDE || !vec) {
+    float rs = 0.f;  // the update's RMSNorm scale
+    if (upd) {
+      float ss = 0.f;
+      for (int c = threadIdx.x; c < cols; c += nt) ss += ri.res[c] * ri.res[c];
+      rs = block_rms_scale<nt>(ss, red_res, lane, cols, eps);
+    }
     float ss = 0.f;
     if (vec) {
       const int n4 = cols / 4;
       for (int c4 = threadIdx.x; c4 < n4; c4 += nt) {
-        const float4 v = reinterpret_cast<const float4*>(x)[c4];
+        float4 v = reinterpret_cast<const float4*>(x)[c4];
+        if (upd) {
+          const float4 r = reinterpret_cast<const float4*>(ri.res)[c4];
+          const float4 w = reinterpret_cast<const float4*>(ri.res_norm)[c4];
+          v.x += r.x * rs * w.x, v.y += r.y * rs * w.y, v.z += r.z * rs * w.z;
+          v.w += r.w * rs * w.w;
+          if (writer) reinterpret_cast<float4*>(ri.x_out)[c4] = v;
+        }
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         *reinterpret_cast<float4*>(xs + xs_index<T>(4 * c4)) = v;
       }
     } else {
       for (int c = threadIdx.x; c < cols; c += nt) {
-        const float v = x[c];
+        float v = x[c];
+        if (upd) {
+          v += ri.res[c] * rs * ri.res_norm[c];
+          if (writer) ri.x_out[c] = v;
+        }
         ss += v * v;
         xs[xs_index<T>(c)] = v;
       }
@@ -146,6 +167,25 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
     const int c4 = threadIdx.x + i * nt;
     v[i] = c4 < n4 ? x4[c4] : z;
     if (norm_w != nullptr) w[i] = c4 < n4 ? w4[c4] : z;
+  }
+  if (upd) {
+    float4 r[MV], rw[MV];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < MV; ++i) {
+      const int c4 = threadIdx.x + i * nt;
+      r[i] = c4 < n4 ? reinterpret_cast<const float4*>(ri.res)[c4] : z;
+      rw[i] = c4 < n4 ? reinterpret_cast<const float4*>(ri.res_norm)[c4] : z;
+      ss += r[i].x * r[i].x + r[i].y * r[i].y + r[i].z * r[i].z + r[i].w * r[i].w;
+    }
+    const float rs = block_rms_scale<nt>(ss, red_res, lane, cols, eps);
+#pragma unroll
+    for (int i = 0; i < MV; ++i) {
+      v[i].x += r[i].x * rs * rw[i].x, v[i].y += r[i].y * rs * rw[i].y;
+      v[i].z += r[i].z * rs * rw[i].z, v[i].w += r[i].w * rs * rw[i].w;
+      const int c4 = threadIdx.x + i * nt;
+      if (writer && c4 < n4) reinterpret_cast<float4*>(ri.x_out)[c4] = v[i];
+    }
   }
   if (norm_w != nullptr) {
     float ss = 0.f;
@@ -425,7 +465,7 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
   }
   extern __shared__ float4 smem_x4[];
   float* xs = reinterpret_cast<float*>(smem_x4);
-  stage_x<T, NX, SLICED>(xs, p.x, p.norm_w, p.eps, cols, lane);
+  stage_x<T, NX, SLICED>(xs, p.x, p.norm_w, p.eps, cols, lane, p.res);
   float xr[NX], xsm[NX / 32];
   if constexpr (one) {
     load_xr<T, NX>(xr, xs, sl, cols, lane);
@@ -616,6 +656,12 @@ void check_mat(const DevMat& w, const char* what) {
   }
 }
 
+void check_res(const ResidualIn& r, const float* x, const char* who) {
+  if (!r.res && !r.res_norm && !r.x_out) return;
+  if (!r.res || !r.res_norm || !r.x_out || r.x_out == x)
+    fail(who, ": a pending residual update needs res, res_norm and an x_out other than x");
+}
+
 GemvParams base_params(const float* x, const float* norm_w, float eps) {
   GemvParams p = {};
   p.x = x;
@@ -696,6 +742,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
   }
   if (a.pos == nullptr) fail("gemv_qkv: null device position");
   if (a.x == nullptr) fail("gemv_qkv: null x");
+  check_res(a.res, a.x, "gemv_qkv");
   GemvParams p = base_params(a.x, a.norm_w, a.eps);
   p.head_dim = a.head_dim;
   p.rope_dim = a.rope_dim;
@@ -712,6 +759,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
   p.off2 = a.wq.rows + a.wk.rows;
   p.n_items = (a.wq.rows + 2 * a.wk.rows) / 2;
   p.out0 = a.q_out;
+  p.res = a.res;
   p.out1 = static_cast<float*>(a.k_out);
   p.out2 = static_cast<float*>(a.v_out);
   p.kv_half = a.rope && a.kv_half;
@@ -751,7 +799,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
 }
 
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, int act) {
+                  float eps, float* out, cudaStream_t s, int act, const ResidualIn& res) {
   check_mat(wg, "W_gate");
   check_mat(wu, "W_up");
   if (wg.rows != wu.rows || wg.cols != wu.cols || wg.type != wu.type) {
@@ -764,7 +812,9 @@ void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const floa
   p.n_items = wg.rows;
   p.out0 = out;
   if (act != 0 && act != 1) fail("gemv_gate_up: activation ", act, " (0 SiLU, 1 GELU-tanh)");
+  check_res(res, x, "gemv_gate_up");
   p.act = act;
+  p.res = res;
   dispatch<Epi::GateUp>(p, s);
 }
 

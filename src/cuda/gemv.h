@@ -39,6 +39,16 @@ int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps,
 // type.
 int gemv_argmax_parts(const DevMat& w);
 
+// A residual update left pending by the previous matvec (gemma3's post norms: x += rmsnorm(W·in)
+// · post_norm), made in a matvec's input staging instead of a kernel of its own: the matvec's input
+// is x + rmsnorm(res) · res_norm (then its own fused RMSNorm, if any), and block 0 writes that sum
+// to x_out. x_out must not be x: the other blocks are still reading x. All null: no update.
+struct ResidualIn {
+  const float* res = nullptr;       // [cols] the previous matvec's raw output
+  const float* res_norm = nullptr;  // [cols] its post-norm weight
+  float* x_out = nullptr;           // [cols] the updated residual stream
+};
+
 // Q, K and V projections of one token in one launch (Wq, Wk, Wv must share one type; otherwise
 // the launcher issues one launch per matrix). With rope=true the epilogue also rotates Q and K
 // (GGUF "normal" RoPE: adjacent pairs (2i, 2i+1) of each head by pos*base^(-2i/rope_dim)) and
@@ -59,13 +69,15 @@ struct QkvArgs {
   void* k_out;           // rope=false: fp32 [kv_dim]; rope=true: layer K cache [n_ctx][kv_dim]
   void* v_out;           // rope=false: fp32 [kv_dim]; rope=true: layer V cache [n_ctx][kv_dim]
   bool kv_half = false;  // rope=true: the caches hold fp16 (else fp32)
+  ResidualIn res;        // a pending residual update of x, made in the staging
 };
 void gemv_qkv(const QkvArgs& a, cudaStream_t s);
 
 // FFN input: out[r] = act(Wg[r,:]·n(x)) * (Wu[r,:]·n(x)), r < hidden_dim; one warp does the
 // gate and up row of the same r, so act·up never leaves registers. Wg and Wu of one type.
 // act: 0 SiLU, 1 GELU (tanh approximation) — ModelConfig::act as int.
+// res: a pending residual update of x, made in the staging (see ResidualIn).
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, int act = 0);
+                  float eps, float* out, cudaStream_t s, int act = 0, const ResidualIn& res = {});
 
 }  // namespace smolrt::cuda

@@ -334,6 +334,79 @@ void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx,
   }
 }
 
+// A pending residual update (gemma3's post norms, gemv.h ResidualIn) made in the matvec's input
+// staging: the input is x + rmsnorm(res)·res_norm, then the matvec's own RMSNorm; block 0 writes
+// that sum to x_out and x stays as it was. Gate/up and the raw QKV products against the CPU on that
+// input, one-pass and sliced (wider than a pass) shapes, block and float formats. Bound: the
+// kernels' fused-norm bound with a factor 3 instead of 2 (two RMSNorms' roundings reach the input).
+TEST(KernelGemv, PendingResidualMadeInStaging) {
+  REQUIRE_GPU();
+  const float eps = 1e-6f;
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::F32})
+    for (int cols : {768, 2048, 4608}) {
+      SCOPED_TRACE(testing::Message() << type_name(t) << " cols " << cols);
+      const int rows = 512, kv = 128;
+      std::vector<float> x = test::randn(cols, 31), res = test::randn(cols, 32),
+                         rw = test::randn(cols, 33), nw = test::randn(cols, 34);
+      std::vector<float> upd(cols), xnew(cols), xin(cols);
+      cpu::rmsnorm(upd.data(), res.data(), rw.data(), cols, eps);
+      for (int c = 0; c < cols; ++c) xnew[c] = x[c] + upd[c];
+      cpu::rmsnorm(xin.data(), xnew.data(), nw.data(), cols, eps);
+      RandMat wg(t, rows, cols, 35), wu(t, rows, cols, 36), wk(t, kv, cols, 37),
+          wv(t, kv, cols, 38);
+      std::vector<float> g, u, tg, tu, rk, rv, tk, tv, ref(rows);
+      ref_matvec(wg.view, xin, g, tg);
+      ref_matvec(wu.view, xin, u, tu);
+      ref_matvec(wk.view, xin, rk, tk);
+      ref_matvec(wv.view, xin, rv, tv);
+      cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
+      Dev<float> dx(x), dres(res), drw(rw), dnw(nw);
+      auto check_x_out = [&](Dev<float>& x_out) {
+        const std::vector<float> xo = x_out.get(), xs = dx.get();
+        for (int c = 0; c < cols; ++c) {
+          ASSERT_NEAR(xo[c], xnew[c], 1e-6f * (std::fabs(x[c]) + std::fabs(upd[c])) + 1e-7f)
+              << "x_out " << c;
+          ASSERT_EQ(xs[c], x[c]) << "x changed at " << c;
+        }
+      };
+      {
+        Dev<float> out((size_t)rows), x_out((size_t)cols);  // poisoned
+        cuda::gemv_gate_up(wg.mat, wu.mat, dx.p(), dnw.p(), eps, out.p(), nullptr, 0,
+                           {dres.p(), drw.p(), x_out.p()});
+        const std::vector<float> got = out.get();
+        for (int r = 0; r < rows; ++r) {
+          const float b =
+              3.f * (1.13f * std::fabs(u[r]) * tg[r] + (std::fabs(g[r]) + 1.f) * tu[r]) +
+              1e-6f * std::fabs(ref[r]) + 1e-7f;
+          ASSERT_NEAR(got[r], ref[r], b) << "gate_up row " << r;
+        }
+        check_x_out(x_out);
+        if (HasFatalFailure()) return;
+      }
+      {  // QKV, raw outputs (no RoPE): the gate matrix as Wq, K and V of 128 rows
+        Dev<float> q((size_t)rows), k((size_t)kv), v((size_t)kv), x_out((size_t)cols);
+        Dev<int> dpos(std::vector<int>{0});
+        cuda::QkvArgs a;
+        a.wq = wg.mat, a.wk = wk.mat, a.wv = wv.mat, a.x = dx.p(), a.norm_w = dnw.p(), a.eps = eps;
+        a.head_dim = 64, a.rope_dim = 64, a.rope_base = 10000.f, a.pos = dpos.p(), a.rope = false;
+        a.q_out = q.p(), a.k_out = k.p(), a.v_out = v.p();
+        a.res = {dres.p(), drw.p(), x_out.p()};
+        cuda::gemv_qkv(a, nullptr);
+        const std::vector<float> gq = q.get(), gk = k.get(), gv = v.get();
+        for (int r = 0; r < rows; ++r) ASSERT_NEAR(gq[r], g[r], 3.f * tg[r]) << "q row " << r;
+        for (int r = 0; r < kv; ++r) {
+          ASSERT_NEAR(gk[r], rk[r], 3.f * tk[r]) << "k row " << r;
+          ASSERT_NEAR(gv[r], rv[r], 3.f * tv[r]) << "v row " << r;
+        }
+        check_x_out(x_out);
+        if (HasFatalFailure()) return;
+        // x_out must be another buffer than x: a clear error.
+        a.res.x_out = dx.p();
+        EXPECT_THROW(cuda::gemv_qkv(a, nullptr), Error);
+      }
+    }
+}
+
 TEST(KernelQkv, RopeKvAppendMatchCpu) {
   REQUIRE_GPU();
   const QkvShape smol = {576, 9, 3, 64, 64, 100000.f};

@@ -32,7 +32,7 @@ struct Scratch {
   // (id, pos + 1)
   int* params;
   float* x;          // [dim] residual stream
-  float* xb;         // [dim] normalized x (debug path)
+  float* xb;         // [dim] normalized x (debug path); else the residual stream's second buffer
   float* q;          // [q_dim]
   float* k;          // [kv_dim] (debug path: raw K before RoPE)
   float* v;          // [kv_dim] (debug path)
@@ -489,15 +489,20 @@ class CudaBackend final : public CudaBackendApi {
     const int* pos = s_.params + 1;
     if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st, cfg_.embed_scale);
     if (debug) record("embed", s_.x, cfg_.dim);
-    // The matvec input: x with its RMSNorm weight (the kernels normalize their staged copy), or
-    // in debug x normalized by the separate kernel into xb and recorded.
-    auto norm_in = [&](const float* nw, const std::string& name, const float*& x, const float*& n) {
+    // The residual stream: s_.x, and s_.xb as its second buffer where post norms are made in the
+    // next matvec's staging (not in debug, which reads x back after every layer).
+    cuda::DecodeResidual res(cfg_, s_.x, s_.xb, s_.tmp, /*fuse=*/!debug);
+    // The matvec input: x with its RMSNorm weight (the kernels normalize their staged copy) and
+    // any pending residual update, or in debug x normalized by the separate kernel into xb and
+    // recorded. Called right before the matvec it feeds.
+    auto norm_in = [&](const float* nw, const std::string& name, const float*& x, const float*& n,
+                       cuda::ResidualIn& ri) {
       if (!debug) {
-        x = s_.x;
+        ri = res.take(&x);
         n = nw;
         return;
       }
-      cuda::rmsnorm(s_.xb, s_.x, nw, cfg_.dim, eps, st);
+      cuda::rmsnorm(s_.xb, res.x(), nw, cfg_.dim, eps, st);
       record(name, s_.xb, cfg_.dim);
       x = s_.xb;
       n = nullptr;
@@ -505,34 +510,38 @@ class CudaBackend final : public CudaBackendApi {
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const cuda::DevLayer& L = w_.layers[l];
       const std::string blk = "blk." + std::to_string(l) + ".";
-      const float *qx = nullptr, *qn = nullptr;
-      norm_in(L.attn_norm, blk + "attn_norm", qx, qn);
-      if (mask & kQkv)
+      if (mask & kQkv) {
+        const float *qx = nullptr, *qn = nullptr;
+        cuda::ResidualIn ri;
+        norm_in(L.attn_norm, blk + "attn_norm", qx, qn, ri);
         cuda::step_qkv(cfg_, w_, l, qx, qn, pos, nullptr, s_.q, s_.k, s_.v, kcache(l), vcache(l),
-                       st, ring_[l]);
+                       st, ring_[l], false, ri);
+      }
       if (mask & kAttn)
         cuda::attention_decode(s_.att, s_.q, kcache(l), vcache(l), pos, n_ctx_, cfg_.n_heads,
                                cfg_.n_kv_heads, cfg_.head_dim, {s_.attn_part, s_.attn_count}, st,
                                {}, cfg_.is_swa(l) ? cfg_.sliding_window : 0, cfg_.attn_scale,
                                ring_[l]);
-      if (mask & kWo) cuda::step_residual(cfg_, L.wo, s_.att, L.post_attn_norm, s_.x, s_.tmp, st);
-      if (debug) record(blk + "attn_out", s_.x, cfg_.dim);
+      if (mask & kWo) res.add(L.wo, s_.att, L.post_attn_norm, st);
+      if (debug) record(blk + "attn_out", res.x(), cfg_.dim);
       if (mask & kGateUp) {
         const float *x = nullptr, *n = nullptr;
-        norm_in(L.ffn_norm, blk + "ffn_norm", x, n);
-        cuda::gemv_gate_up(L.w_gate, L.w_up, x, n, eps, s_.hb, st, static_cast<int>(cfg_.act));
+        cuda::ResidualIn ri;
+        norm_in(L.ffn_norm, blk + "ffn_norm", x, n, ri);
+        cuda::gemv_gate_up(L.w_gate, L.w_up, x, n, eps, s_.hb, st, static_cast<int>(cfg_.act), ri);
       }
-      if (mask & kDown)
-        cuda::step_residual(cfg_, L.w_down, s_.hb, L.post_ffn_norm, s_.x, s_.tmp, st);
-      if (debug) record(blk + "ffn_out", s_.x, cfg_.dim);
+      if (mask & kDown) res.add(L.w_down, s_.hb, L.post_ffn_norm, st);
+      if (debug) record(blk + "ffn_out", res.x(), cfg_.dim);
     }
     // Hand-off to the next step: token/pos slots and the pinned id. Not in the profiling graphs,
     // which replay one position.
     int* np = advance_ ? s_.params : nullptr;
     int* ho = advance_ ? id_dev_ + par_ : nullptr;
+    res.flush(st);
     if (mask & kHead) {
       const float *x = nullptr, *n = nullptr;
-      norm_in(w_.output_norm, "output_norm", x, n);
+      cuda::ResidualIn none;  // flushed: nothing pending
+      norm_in(w_.output_norm, "output_norm", x, n, none);
       cuda::gemv_argmax(w_.output, x, n, eps, s_.logits, s_.amax_v, s_.amax_i, st);
     }
     if (debug) record("logits", s_.logits, cfg_.vocab_size);

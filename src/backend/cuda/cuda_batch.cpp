@@ -187,8 +187,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     v.push_back(static_cast<char*>(pool_.get()) + (at[l] + at[l + 1]) / 2);
   }
   pw_ = cuda::prefill_view(c_, dw_, seq_ctx, opt.kv_half, k, v);
-  pw_.token_embd = cuda::DevMat{};  // step() embeds from its own staging
-  ws_.reserve(c_, cap, cap);
+  pw_.token_embd = cuda::DevMat{};         // step() embeds from its own staging
+  ws_.reserve(c_, std::max(cap, 2), cap);  // one-row steps: row 1 of x is the residual's 2nd buffer
 
   const size_t tables = size_t(opt.max_seqs + 1) * table_stride_;
   cuda::Carver sizer;
@@ -291,24 +291,30 @@ void CudaBatchBackend::forward(int nb, int mb, int splits) {
     // block table (built for latency: H200, synth SmolLM-135M, a step of one sequence took 0.74
     // ms on the GEMM path, 0.56 ms with GEMVs + attention_paged).
     const float eps = c_.norm_eps;
+    // The residual stream: row 0 of ws_.x, row 1 its second buffer (decode_layer.h).
+    cuda::DecodeResidual res(c_, ws_.x, ws_.x + c_.dim, ws_.tmp, /*fuse=*/true);
     for (int l = 0; l < c_.n_layers; ++l) {
       const cuda::DevLayer& L = dw_.layers[l];
       const cuda::PrefillLayerWeights& P = pw_.layers[l];
       const cuda::StepRows lr = rows.for_layer(c_, l);
-      cuda::step_qkv(c_, dw_, l, ws_.x, L.attn_norm, lr.pos, lr.slot, ws_.q, ws_.k, ws_.v,
-                     P.k_cache, P.v_cache, stream_, /*ring=*/0, pw_.kv_half);
+      const float* x = nullptr;
+      cuda::ResidualIn ri = res.take(&x);
+      cuda::step_qkv(c_, dw_, l, x, L.attn_norm, lr.pos, lr.slot, ws_.q, ws_.k, ws_.v, P.k_cache,
+                     P.v_cache, stream_, /*ring=*/0, pw_.kv_half, ri);
       cuda::attention_decode(
           ws_.att, ws_.q, P.k_cache, P.v_cache, lr.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
           c_.head_dim, attn1_, stream_,
           cuda::AttnPages{lr.tables, lr.seq, lr.table_stride, lr.page_size, pw_.kv_half},
           c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
-      cuda::step_residual(c_, L.wo, ws_.att, L.post_attn_norm, ws_.x, ws_.tmp, stream_);
-      cuda::gemv_gate_up(L.w_gate, L.w_up, ws_.x, L.ffn_norm, eps, ws_.ffh, stream_,
-                         static_cast<int>(c_.act));
-      cuda::step_residual(c_, L.w_down, ws_.ffh, L.post_ffn_norm, ws_.x, ws_.tmp, stream_);
+      res.add(L.wo, ws_.att, L.post_attn_norm, stream_);
+      ri = res.take(&x);
+      cuda::gemv_gate_up(L.w_gate, L.w_up, x, L.ffn_norm, eps, ws_.ffh, stream_,
+                         static_cast<int>(c_.act), ri);
+      res.add(L.w_down, ws_.ffh, L.post_ffn_norm, stream_);
     }
+    res.flush(stream_);
     // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
-    const int parts = cuda::gemv_argmax(dw_.output, ws_.x, dw_.output_norm, eps, ws_.logits,
+    const int parts = cuda::gemv_argmax(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits,
                                         d_part_v_, d_part_i_, stream_);
     cuda::argmax_final(d_part_v_, d_part_i_, parts, d_out_, stream_);
     return;
