@@ -152,14 +152,13 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       if (lrows) o.row_pos = lrows->pos, o.row_slot = lrows->slot;
       gemm_q4(a, GemmEpilogue::QkvRope, o, s);
     } else {
-      const std::pair<DevMat, float*> proj[3] = {{L.wq, ws.q}, {L.wk, ws.k}, {L.wv, ws.v}};
-      for (const auto& [m, y] : proj) {
-        GemmQ4Args one = a;
-        one.w0 = m, one.w1 = one.w2 = DevMat{};
-        GemmOut o;
-        o.y = y, o.ldy = m.rows;
-        gemm_q4(one, GemmEpilogue::Store, o, s);
-      }
+      // Raw Q, K, V in one launch (one grid over all their rows: K and V alone are a few
+      // blocks each): the QkvRope epilogue rotating nothing (rope_dim 0), with ws.k / ws.v as
+      // its "caches" at rows 0..n-1.
+      GemmOut o;
+      o.y = ws.q, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = c.head_dim;
+      o.rope_dim = 0, o.pos0 = 0, o.k_cache = ws.k, o.v_cache = ws.v, o.kv_half = false;
+      gemm_q4(a, GemmEpilogue::QkvRope, o, s);
       QkvFinishArgs f;
       f.n = n, f.q = ws.q, f.ldq = q_dim, f.k = ws.k, f.v = ws.v, f.ldkv = kv_dim;
       f.k_cache = L.k_cache, f.v_cache = L.v_cache, f.kv_half = w.kv_half, f.pos0 = pos0;
