@@ -242,30 +242,35 @@ __global__ void __launch_bounds__(32 * kWarps)
 // <= 64) and for the fp16 pool (the fp32 pool's 6-per-SM build lost: 3.18 vs 2.82 ms per step).
 constexpr int kOccBlocks = 6;
 template <int HD, bool HALF>
-constexpr bool kOccBuild = HALF&& HD <= 64;
+constexpr bool kOccBuild = (HALF && HD <= 64);
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kWarps, kOccBlocks)
     attention_paged_occ_kernel(const PagedAttnArgs a, float* partials, int* counters) {
-  if constexpr (kOccBuild<HD, HALF>) attention_paged_body<HD, G, HALF>(a, partials, counters);
+  static_assert(kOccBuild<HD, HALF>, "instantiated only where launch_t may take it");
+  attention_paged_body<HD, G, HALF>(a, partials, counters);
 }
 
 template <int HD, int G, bool HALF>
 void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
-  auto* plain = attention_paged_kernel<HD, G, HALF>;
-  auto* occ = attention_paged_occ_kernel<HD, G, HALF>;
+  auto* kern = attention_paged_kernel<HD, G, HALF>;
   constexpr int smem = (int)smem_bytes<HD, HALF>();
-  static long wave = 0;  // blocks of the latency build resident at once on the whole GPU
-  if (wave == 0) {
-    configure_prefill_kernel(plain, smem);
+  // Once per instantiation: the kernels configured; with an occupancy build, the latency build's
+  // blocks resident at once on the whole GPU (one wave), past which the occupancy build runs.
+  static const long wave = [] {
+    configure_prefill_kernel(attention_paged_kernel<HD, G, HALF>, smem);
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plain, 32 * kWarps, smem));
-    wave = (long)std::max(per_sm, 1) * sm_count();
-    if constexpr (kOccBuild<HD, HALF>) configure_prefill_kernel(occ, smem);
+    if constexpr (kOccBuild<HD, HALF>) {
+      configure_prefill_kernel(attention_paged_occ_kernel<HD, G, HALF>, smem);
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, attention_paged_kernel<HD, G, HALF>, 32 * kWarps, smem));
+    }
+    return (long)std::max(per_sm, 1) * sm_count();
+  }();
+  if constexpr (kOccBuild<HD, HALF>) {
+    if ((long)a.n * a.n_kv_heads * a.splits > wave) kern = attention_paged_occ_kernel<HD, G, HALF>;
   }
-  const long blocks = (long)a.n * a.n_kv_heads * a.splits;
-  launch_kernel_pdl(s != nullptr, kOccBuild<HD, HALF> && blocks > wave ? occ : plain,
-                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem, s, a, a.partials,
-                    a.counters);
+  launch_kernel_pdl(s != nullptr, kern, dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem,
+                    s, a, a.partials, a.counters);
 }
 
 template <int HD, int G>
