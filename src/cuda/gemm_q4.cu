@@ -565,7 +565,13 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
 // in shared memory.
 // fp16 input: the same shapes below kGemmF16MinTokens (copied, not converted); from there on
 // 4 row tiles side by side, 64 tokens per block, so each weight chunk feeds 8 mma per
-// dequantization.
+// dequantization, and kLargeChunksInFlight / kRing warps along K (their tiles summed in shared
+// memory, one block per SM had only 4 warps for long K ranges). Measured on an
+// H100 (z20, pp512 tok/s, one warp along K -> 2 -> 4): synth gemma3-270m q4_k_m 166.5k -> 171.7k
+// -> 186.9k, qwen2.5-0.5b q4_k_m 52.2k -> 62.1k -> 66.0k, SmolLM-135M q4_k_m 178.7k -> 187.0k ->
+// 200.3k, SmolLM-135M Q4_0 (ring 4) 236.6k -> 237.1k -> 228.5k: eight chunks per tile in flight.
+constexpr int kLargeChunksInFlight = 8;
+
 // Residual GEMMs also split K across blocks (at most kMaxKw warps along K, more blocks to fill the
 // SMs) and add atomically: measured on an H200 (30-layer prefill) 0.640 vs 0.697 ms at 32 tokens,
 // 2.05 vs 2.59 ms at 512. With SMOLRT_GEMM_SPLITK=0 (or gemm_q4_set_split_k(0)) every output is
@@ -623,6 +629,14 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
     while (split && !fits()) ++z;
     // A 64-token tile of a long row (k above ~1,700) that may not split K (Store, GatePair,
     // QkvRope): the small-batch shapes, whose token tile shrinks to fit.
+    // Warps along K: kLargeChunksInFlight / the format's ring, so each 16-row tile keeps the same
+    // number of weight chunks in flight whatever its format (fewer where the K range or shared
+    // memory does not allow it).
+    const int cps = (p.nchunks + z - 1) / z;
+    for (int kw = kLargeChunksInFlight / kRing<T, true>; kw > 1; kw /= 2) {
+      if (kw <= cps && Layout(64, cps * kChunk, 4 * kw, 8, true, true).bytes <= kMaxSmem)
+        return launch<T, E, 8, true, TV>(p, mtiles, 4, kw, z, s);
+    }
     if (fits()) return launch<T, E, 8, true, TV>(p, mtiles, 4, 1, z, s);
   }
   if (p.a.xh) return dispatch_small<T, E, true, TV>(p, mtiles, split, s);
