@@ -90,7 +90,7 @@ __host__ __device__ constexpr int gemm_frag_pos(int r) {
 }
 
 // Rows of fp32 activations -> fp16 in the fragment order gemm_q4 reads (xh): out[i][.] = x[i][.] *
-// (norm_w ? norm_w / sqrt(mean(x[i]^2) + eps) : 1), columns [k, ldh) zero. One warp per row.
+// (norm_w ? norm_w / sqrt(mean(x[i]^2) + eps) : 1), columns [k, ldh) zero. One block per row.
 // k a multiple of 4, ldh a multiple of 64 >= k.
 void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
                 uint16_t* out, int ldh, cudaStream_t stream);

@@ -276,38 +276,55 @@ TEST_P(GemmTokens, QkvRopeKvWrite) {
 // the fp16 input path (64-token tiles).
 INSTANTIATE_TEST_SUITE_P(Batch, GemmTokens, ::testing::Values(1, 7, 16, 32, 33, 100, 512));
 
-TEST(GemmQ4, ActToF16NormalizesPermutesAndZeroPads) {
+// Every register width of the kernel (rows covering ldh with 1, 2, 4, 8 float4s per thread) and
+// the rolled loops past them (ldh 9,024), k below ldh (pad columns), ldx above k.
+struct ActCase {
+  int t, k, ld, ldx;
+};
+
+class ActToF16 : public ::testing::TestWithParam<ActCase> {};
+
+TEST_P(ActToF16, NormalizesPermutesAndZeroPads) {
   REQUIRE_GPU();
-  const int T = 5, k = 100, ld = 128;  // k not a multiple of 64: pad columns [100, 128)
-  const auto x = randn((size_t)T * k, 3, 2.0f);
+  const ActCase c = GetParam();
+  const int T = c.t, k = c.k, ld = c.ld;
+  auto x = randn((size_t)T * c.ldx, 3, 2.0f);
+  for (int t = 0; t < T; ++t)  // columns past k are never read: NaN there would show
+    for (int col = k; col < c.ldx; ++col) x[(size_t)t * c.ldx + col] = NAN;
   auto nw = randn(k, 4, 0.3f);
   for (float& v : nw) v += 1.0f;
   DevBuf<float> dx(x), dnw(nw);
   DevBuf<uint16_t> out((size_t)T * ld);
   for (bool norm : {false, true}) {
-    SCOPED_TRACE(cat("norm=", norm));
+    SCOPED_TRACE(cat("t=", T, " k=", k, " ldh=", ld, " norm=", norm));
     out.poison();
-    act_to_f16(dx.p, k, T, k, norm ? dnw.p : nullptr, 1e-5f, out.p, ld, nullptr);
+    act_to_f16(dx.p, c.ldx, T, k, norm ? dnw.p : nullptr, 1e-5f, out.p, ld, nullptr);
     const auto h = out.download();
     const auto got = unpermute(h, T, ld, ld);
     std::vector<double> xn(k);
     for (int t = 0; t < T; ++t) {
       if (norm) {
-        rmsnorm_ref(&x[(size_t)t * k], nw.data(), k, 1e-5, xn.data());
+        rmsnorm_ref(&x[(size_t)t * c.ldx], nw.data(), k, 1e-5, xn.data());
       } else {
-        for (int c = 0; c < k; ++c) xn[c] = x[(size_t)t * k + c];
+        for (int col = 0; col < k; ++col) xn[col] = x[(size_t)t * c.ldx + col];
       }
-      for (int c = 0; c < ld; ++c) {
-        const float g = got[(size_t)t * ld + c];
-        if (c >= k) {
-          EXPECT_EQ(g, 0.0f) << "pad column " << c;
+      for (int col = 0; col < ld; ++col) {
+        const float g = got[(size_t)t * ld + col];
+        if (col >= k) {
+          ASSERT_EQ(g, 0.0f) << "pad column " << col;
         } else {
-          EXPECT_NEAR(g, xn[c], std::fabs(xn[c]) * 1e-3 + 1e-6) << "t=" << t << " c=" << c;
+          ASSERT_NEAR(g, xn[col], std::fabs(xn[col]) * 1e-3 + 1e-6) << "t=" << t << " c=" << col;
         }
       }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ActToF16,
+                         ::testing::Values(ActCase{5, 100, 128, 100}, ActCase{70, 576, 1536, 576},
+                                           ActCase{3, 960, 1024, 964}, ActCase{9, 2048, 2048, 2048},
+                                           ActCase{4, 3072, 4096, 3072},
+                                           ActCase{2, 9000, 9024, 9000}));
 
 TEST(GemmQ4, BadArgumentsThrowError) {
   REQUIRE_GPU();
