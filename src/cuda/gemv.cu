@@ -112,26 +112,57 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
   const bool vec = is_block<T>() || cols % 4 == 0;  // float4 loads (block formats: always)
   const bool upd = ri.res != nullptr, writer = upd && blockIdx.x == 0;
   if (WIDE || !vec) {
+    // Rolled loops over the columns, their global loads issued kB float4s per thread at a time
+    // (one memory round trip per batch, not per trip).
+    constexpr int kB = 4;
+    const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const float4* r4 = reinterpret_cast<const float4*>(ri.res);
+    const float4* rw4 = reinterpret_cast<const float4*>(ri.res_norm);
+    const float4* w4 = reinterpret_cast<const float4*>(norm_w);
+    const int n4 = cols / 4;
     float rs = 0.f;  // the update's RMSNorm scale
     if (upd) {
       float ss = 0.f;
-      for (int c = threadIdx.x; c < cols; c += nt) ss += ri.res[c] * ri.res[c];
+      if (vec) {
+        for (int c0 = threadIdx.x; c0 < n4; c0 += kB * nt) {
+          float4 r[kB];
+#pragma unroll
+          for (int b = 0; b < kB; ++b) r[b] = c0 + b * nt < n4 ? r4[c0 + b * nt] : z;
+#pragma unroll
+          for (int b = 0; b < kB; ++b)
+            ss += r[b].x * r[b].x + r[b].y * r[b].y + r[b].z * r[b].z + r[b].w * r[b].w;
+        }
+      } else {
+        for (int c = threadIdx.x; c < cols; c += nt) ss += ri.res[c] * ri.res[c];
+      }
       rs = block_rms_scale<nt>(ss, red_res, lane, cols, eps);
     }
     float ss = 0.f;
     if (vec) {
-      const int n4 = cols / 4;
-      for (int c4 = threadIdx.x; c4 < n4; c4 += nt) {
-        float4 v = reinterpret_cast<const float4*>(x)[c4];
-        if (upd) {
-          const float4 r = reinterpret_cast<const float4*>(ri.res)[c4];
-          const float4 w = reinterpret_cast<const float4*>(ri.res_norm)[c4];
-          v.x += r.x * rs * w.x, v.y += r.y * rs * w.y, v.z += r.z * rs * w.z;
-          v.w += r.w * rs * w.w;
-          if (writer) reinterpret_cast<float4*>(ri.x_out)[c4] = v;
+      for (int c0 = threadIdx.x; c0 < n4; c0 += kB * nt) {
+        float4 v[kB], r[kB], w[kB];
+#pragma unroll
+        for (int b = 0; b < kB; ++b) {
+          const bool ok = c0 + b * nt < n4;
+          v[b] = ok ? x4[c0 + b * nt] : z;
+          if (upd) {
+            r[b] = ok ? r4[c0 + b * nt] : z;
+            w[b] = ok ? rw4[c0 + b * nt] : z;
+          }
         }
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        *reinterpret_cast<float4*>(xs + xs_index<T>(4 * c4)) = v;
+#pragma unroll
+        for (int b = 0; b < kB; ++b) {
+          const int c4 = c0 + b * nt;
+          if (c4 >= n4) break;
+          if (upd) {
+            v[b].x += r[b].x * rs * w[b].x, v[b].y += r[b].y * rs * w[b].y;
+            v[b].z += r[b].z * rs * w[b].z, v[b].w += r[b].w * rs * w[b].w;
+            if (writer) reinterpret_cast<float4*>(ri.x_out)[c4] = v[b];
+          }
+          ss += v[b].x * v[b].x + v[b].y * v[b].y + v[b].z * v[b].z + v[b].w * v[b].w;
+          *reinterpret_cast<float4*>(xs + xs_index<T>(4 * c4)) = v[b];
+        }
       }
     } else {
       for (int c = threadIdx.x; c < cols; c += nt) {
@@ -146,10 +177,25 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
     }
     if (norm_w != nullptr) {
       const float scale = block_rms_scale<nt>(ss, red, lane, cols, eps);
-      for (int c = threadIdx.x * (vec ? 4 : 1); c < cols; c += nt * (vec ? 4 : 1)) {
-        for (int e = 0; e < (vec ? 4 : 1); ++e) {
-          xs[xs_index<T>(c + e)] = xs[xs_index<T>(c + e)] * scale * norm_w[c + e];
+      if (vec) {
+        for (int c0 = threadIdx.x; c0 < n4; c0 += kB * nt) {
+          float4 w[kB];
+#pragma unroll
+          for (int b = 0; b < kB; ++b) w[b] = c0 + b * nt < n4 ? w4[c0 + b * nt] : z;
+#pragma unroll
+          for (int b = 0; b < kB; ++b) {
+            const int c4 = c0 + b * nt;
+            if (c4 >= n4) break;
+            float4* d = reinterpret_cast<float4*>(xs + xs_index<T>(4 * c4));
+            float4 v = *d;
+            v.x = v.x * scale * w[b].x, v.y = v.y * scale * w[b].y;
+            v.z = v.z * scale * w[b].z, v.w = v.w * scale * w[b].w;
+            *d = v;
+          }
         }
+      } else {
+        for (int c = threadIdx.x; c < cols; c += nt)
+          xs[xs_index<T>(c)] = xs[xs_index<T>(c)] * scale * norm_w[c];
       }
     }
     __syncthreads();
