@@ -97,6 +97,14 @@ __device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane,
   return rsqrtf(total / (float)cols + eps);
 }
 
+// kB float4s p[c0 + b * nt] (zero past n4) into registers, all loads issued before any use.
+template <int kB, int nt>
+__device__ __forceinline__ void load_batch(float4 (&r)[kB], const float4* p, int c0, int n4) {
+#pragma unroll
+  for (int b = 0; b < kB; ++b)
+    r[b] = c0 + b * nt < n4 ? p[c0 + b * nt] : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 // The block stages x (normalized when norm_w is set: one block reduction) in shared memory. All
 // threads must call this. One-pass kernels (WIDE false, cols <= pass_cols<NX>()) unroll the
 // global loads of x and norm_w with a fixed trip count so they are all in flight at once: a rolled
@@ -115,7 +123,6 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
     // Rolled loops over the columns, their global loads issued kB float4s per thread at a time
     // (one memory round trip per batch, not per trip).
     constexpr int kB = 4;
-    const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const float4* r4 = reinterpret_cast<const float4*>(ri.res);
     const float4* rw4 = reinterpret_cast<const float4*>(ri.res_norm);
@@ -127,8 +134,7 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
       if (vec) {
         for (int c0 = threadIdx.x; c0 < n4; c0 += kB * nt) {
           float4 r[kB];
-#pragma unroll
-          for (int b = 0; b < kB; ++b) r[b] = c0 + b * nt < n4 ? r4[c0 + b * nt] : z;
+          load_batch<kB, nt>(r, r4, c0, n4);
 #pragma unroll
           for (int b = 0; b < kB; ++b)
             ss += r[b].x * r[b].x + r[b].y * r[b].y + r[b].z * r[b].z + r[b].w * r[b].w;
@@ -142,14 +148,10 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
     if (vec) {
       for (int c0 = threadIdx.x; c0 < n4; c0 += kB * nt) {
         float4 v[kB], r[kB], w[kB];
-#pragma unroll
-        for (int b = 0; b < kB; ++b) {
-          const bool ok = c0 + b * nt < n4;
-          v[b] = ok ? x4[c0 + b * nt] : z;
-          if (upd) {
-            r[b] = ok ? r4[c0 + b * nt] : z;
-            w[b] = ok ? rw4[c0 + b * nt] : z;
-          }
+        load_batch<kB, nt>(v, x4, c0, n4);
+        if (upd) {
+          load_batch<kB, nt>(r, r4, c0, n4);
+          load_batch<kB, nt>(w, rw4, c0, n4);
         }
 #pragma unroll
         for (int b = 0; b < kB; ++b) {
@@ -180,8 +182,7 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
       if (vec) {
         for (int c0 = threadIdx.x; c0 < n4; c0 += kB * nt) {
           float4 w[kB];
-#pragma unroll
-          for (int b = 0; b < kB; ++b) w[b] = c0 + b * nt < n4 ? w4[c0 + b * nt] : z;
+          load_batch<kB, nt>(w, w4, c0, n4);
 #pragma unroll
           for (int b = 0; b < kB; ++b) {
             const int c4 = c0 + b * nt;
