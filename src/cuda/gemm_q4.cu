@@ -567,7 +567,7 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
 // 4 row tiles side by side, 64 tokens per block, so each weight chunk feeds 8 mma per
 // dequantization, and kLargeChunksInFlight / kRing warps along K (their tiles summed in shared
 // memory, one block per SM had only 4 warps for long K ranges). Measured on an
-// H100 (z20, pp512 tok/s, one warp along K -> 2 -> 4): synth gemma3-270m q4_k_m 166.5k -> 171.7k
+// H100 (z21, pp512 tok/s, one warp along K -> 2 -> 4): synth gemma3-270m q4_k_m 166.5k -> 171.7k
 // -> 186.9k, qwen2.5-0.5b q4_k_m 52.2k -> 62.1k -> 66.0k, SmolLM-135M q4_k_m 178.7k -> 187.0k ->
 // 200.3k, SmolLM-135M Q4_0 (ring 4) 236.6k -> 237.1k -> 228.5k: eight chunks per tile in flight.
 constexpr int kLargeChunksInFlight = 8;
@@ -627,8 +627,6 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
       return Layout(64, (p.nchunks + z - 1) / z * kChunk, 4, 8, true, false).bytes <= kMaxSmem;
     };
     while (split && !fits()) ++z;
-    // A 64-token tile of a long row (k above ~1,700) that may not split K (Store, GatePair,
-    // QkvRope): the small-batch shapes, whose token tile shrinks to fit.
     // Warps along K: kLargeChunksInFlight / the format's ring, so each 16-row tile keeps the same
     // number of weight chunks in flight whatever its format (fewer where the K range or shared
     // memory does not allow it).
@@ -637,6 +635,8 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
       if (kw <= cps && Layout(64, cps * kChunk, 4 * kw, 8, true, true).bytes <= kMaxSmem)
         return launch<T, E, 8, true, TV>(p, mtiles, 4, kw, z, s);
     }
+    // A 64-token tile of a long row (k above ~1,700) that may not split K (Store, GatePair,
+    // QkvRope): the small-batch shapes, whose token tile shrinks to fit.
     if (fits()) return launch<T, E, 8, true, TV>(p, mtiles, 4, 1, z, s);
   }
   if (p.a.xh) return dispatch_small<T, E, true, TV>(p, mtiles, split, s);
