@@ -623,21 +623,20 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
     int z = 1;
     const int blocks = (mtiles + 3) / 4 * ((t + 63) / 64);
     if (split) z = std::min(p.nchunks, std::max(1, (sm_count() + blocks - 1) / blocks));
-    const auto fits = [&] {
-      return Layout(64, (p.nchunks + z - 1) / z * kChunk, 4, 8, true, false).bytes <= kMaxSmem;
+    // kw warps along K fit in shared memory (their partial tiles summed there when kw > 1).
+    const auto fits = [&](int kw) {
+      return Layout(64, (p.nchunks + z - 1) / z * kChunk, 4 * kw, 8, true, kw > 1).bytes <=
+             kMaxSmem;
     };
-    while (split && !fits()) ++z;
+    while (split && !fits(1)) ++z;
     // Warps along K: kLargeChunksInFlight / the format's ring, so each 16-row tile keeps the same
     // number of weight chunks in flight whatever its format (fewer where the K range or shared
-    // memory does not allow it).
+    // memory does not allow it). A 64-token tile of a long row (k above ~1,700) that may not
+    // split K (Store, GatePair, QkvRope) fits with none: the small-batch shapes then, whose token
+    // tile shrinks to fit.
     const int cps = (p.nchunks + z - 1) / z;
-    for (int kw = kLargeChunksInFlight / kRing<T, true>; kw > 1; kw /= 2) {
-      if (kw <= cps && Layout(64, cps * kChunk, 4 * kw, 8, true, true).bytes <= kMaxSmem)
-        return launch<T, E, 8, true, TV>(p, mtiles, 4, kw, z, s);
-    }
-    // A 64-token tile of a long row (k above ~1,700) that may not split K (Store, GatePair,
-    // QkvRope): the small-batch shapes, whose token tile shrinks to fit.
-    if (fits()) return launch<T, E, 8, true, TV>(p, mtiles, 4, 1, z, s);
+    for (int kw = kLargeChunksInFlight / kRing<T, true>; kw >= 1; kw /= 2)
+      if (kw <= cps && fits(kw)) return launch<T, E, 8, true, TV>(p, mtiles, 4, kw, z, s);
   }
   if (p.a.xh) return dispatch_small<T, E, true, TV>(p, mtiles, split, s);
   return dispatch_small<T, E, false, TV>(p, mtiles, split, s);

@@ -97,6 +97,19 @@ __device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane,
   return rsqrtf(total / (float)cols + eps);
 }
 
+// Per-float4 pieces of the staging, each in one fixed order of operations: the sum of squares;
+// v + r * s * w (a pending residual update, s its RMSNorm scale); v * s * w (the fused RMSNorm).
+__device__ __forceinline__ float sum_sq(float4 v) {
+  return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+}
+__device__ __forceinline__ float4 add_scaled(float4 v, float4 r, float s, float4 w) {
+  v.x += r.x * s * w.x, v.y += r.y * s * w.y, v.z += r.z * s * w.z, v.w += r.w * s * w.w;
+  return v;
+}
+__device__ __forceinline__ float4 scaled(float4 v, float s, float4 w) {
+  return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
+}
+
 // kB float4s p[c0 + b * nt] (zero past n4) into registers, all loads issued before any use.
 template <int kB, int nt>
 __device__ __forceinline__ void load_batch(float4 (&r)[kB], const float4* p, int c0, int n4) {
@@ -136,8 +149,7 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
           float4 r[kB];
           load_batch<kB, nt>(r, r4, c0, n4);
 #pragma unroll
-          for (int b = 0; b < kB; ++b)
-            ss += r[b].x * r[b].x + r[b].y * r[b].y + r[b].z * r[b].z + r[b].w * r[b].w;
+          for (int b = 0; b < kB; ++b) ss += sum_sq(r[b]);
         }
       } else {
         for (int c = threadIdx.x; c < cols; c += nt) ss += ri.res[c] * ri.res[c];
@@ -158,11 +170,10 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
           const int c4 = c0 + b * nt;
           if (c4 >= n4) break;
           if (upd) {
-            v[b].x += r[b].x * rs * w[b].x, v[b].y += r[b].y * rs * w[b].y;
-            v[b].z += r[b].z * rs * w[b].z, v[b].w += r[b].w * rs * w[b].w;
+            v[b] = add_scaled(v[b], r[b], rs, w[b]);
             if (writer) reinterpret_cast<float4*>(ri.x_out)[c4] = v[b];
           }
-          ss += v[b].x * v[b].x + v[b].y * v[b].y + v[b].z * v[b].z + v[b].w * v[b].w;
+          ss += sum_sq(v[b]);
           *reinterpret_cast<float4*>(xs + xs_index<T>(4 * c4)) = v[b];
         }
       }
@@ -188,10 +199,7 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
             const int c4 = c0 + b * nt;
             if (c4 >= n4) break;
             float4* d = reinterpret_cast<float4*>(xs + xs_index<T>(4 * c4));
-            float4 v = *d;
-            v.x = v.x * scale * w[b].x, v.y = v.y * scale * w[b].y;
-            v.z = v.z * scale * w[b].z, v.w = v.w * scale * w[b].w;
-            *d = v;
+            *d = scaled(*d, scale, w[b]);
           }
         }
       } else {
@@ -223,13 +231,12 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
       const int c4 = threadIdx.x + i * nt;
       r[i] = c4 < n4 ? reinterpret_cast<const float4*>(ri.res)[c4] : z;
       rw[i] = c4 < n4 ? reinterpret_cast<const float4*>(ri.res_norm)[c4] : z;
-      ss += r[i].x * r[i].x + r[i].y * r[i].y + r[i].z * r[i].z + r[i].w * r[i].w;
+      ss += sum_sq(r[i]);
     }
     const float rs = block_rms_scale<nt>(ss, red_res, lane, cols, eps);
 #pragma unroll
     for (int i = 0; i < MV; ++i) {
-      v[i].x += r[i].x * rs * rw[i].x, v[i].y += r[i].y * rs * rw[i].y;
-      v[i].z += r[i].z * rs * rw[i].z, v[i].w += r[i].w * rs * rw[i].w;
+      v[i] = add_scaled(v[i], r[i], rs, rw[i]);
       const int c4 = threadIdx.x + i * nt;
       if (writer && c4 < n4) reinterpret_cast<float4*>(ri.x_out)[c4] = v[i];
     }
@@ -237,17 +244,10 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, const float* 
   if (norm_w != nullptr) {
     float ss = 0.f;
 #pragma unroll
-    for (int i = 0; i < MV; ++i) {
-      ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
-    }
+    for (int i = 0; i < MV; ++i) ss += sum_sq(v[i]);
     const float scale = block_rms_scale<nt>(ss, red, lane, cols, eps);
 #pragma unroll
-    for (int i = 0; i < MV; ++i) {
-      v[i].x = v[i].x * scale * w[i].x;
-      v[i].y = v[i].y * scale * w[i].y;
-      v[i].z = v[i].z * scale * w[i].z;
-      v[i].w = v[i].w * scale * w[i].w;
-    }
+    for (int i = 0; i < MV; ++i) v[i] = scaled(v[i], scale, w[i]);
   }
 #pragma unroll
   for (int i = 0; i < MV; ++i) {
