@@ -49,9 +49,12 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   E* kt = reinterpret_cast<E*>(smem4) + warp * kTile * LD;
 
-  detail::pdl_wait();  // q and this step's K/V rows come from the QKV GEMM
-  detail::pdl_trigger();
+  // Before the PDL wait: what the host staged for the step (positions, block tables) and the K/V
+  // rows of earlier steps, positions below row_new[row]; q and this step's rows (written by the
+  // QKV GEMM) after it. So the table lookups and most of the first tile's loads overlap the
+  // previous kernel's tail instead of trailing its completion.
   const int n_pos = a.row_pos[row] + 1;
+  const int fresh = a.row_new ? a.row_new[row] : 0;
   // Keys [lo, n_pos): the whole context or the sliding window's last `window` positions; tiles
   // are counted from the one holding lo (its positions before lo are masked like those past
   // the context).
@@ -60,10 +63,60 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   const int tiles = (n_pos + kTile - 1) / kTile - tile0;
   const int per = max(kWarps, (tiles + (int)gridDim.z - 1) / (int)gridDim.z);
   const int n_split = (tiles + per - 1) / per;
-  if (split >= n_split) return;
+  if (split >= n_split) {
+    detail::pdl_wait();  // every block waits, so completion stays transitive along the chain
+    return;
+  }
   const int tile_end = min(tiles, (split + 1) * per);
   const int* table = a.tables + (size_t)a.row_seq[row] * a.table_stride;
   const size_t kv_dim = (size_t)a.n_kv_heads * HD;
+  auto slot_of = [&](int t) {
+    return t < lo || t >= n_pos ? -1 : table[t / a.page_size] * a.page_size + t % a.page_size;
+  };
+  // A tile's K rows into shared memory (cp.async, coalesced 16-byte chunks): which 0 = every row;
+  // 1 = the rows readable before the wait (earlier steps' positions, and rows outside the
+  // context: zeros); 2 = the others.
+  auto load_k = [&](int t0, int slot, int which) {
+#pragma unroll
+    for (int k = 0; k < (kTile * CPR + 31) / 32; ++k) {
+      const int c = lane + 32 * k, r = c / CPR, e = (c % CPR) * EPC;
+      const int s = __shfl_sync(0xffffffffu, slot, r & 31);
+      const bool early = s < 0 || t0 + r < fresh;
+      if (c < kTile * CPR && (which == 0 || (which == 1) == early)) {
+        const E* src =
+            reinterpret_cast<const E*>(a.k_pool) + (size_t)max(s, 0) * kv_dim + kvh * HD + e;
+        cp_async16(kt + r * LD + e, src, s >= 0 ? 16 : 0);
+      }
+    }
+  };
+  // V rows [j0, j0 + VR) straight into registers, lane = dimension (coalesced). Kept in the
+  // pool's type and converted where used, so all of them are in flight before the first
+  // conversion waits on one. (Loading them before the wait too took the fp16 kernel from 96 to
+  // 128 registers.)
+  E vv[VR][DPL];
+  auto load_v = [&](int slot, int j0) {
+#pragma unroll
+    for (int jj = 0; jj < VR; ++jj) {
+      const int sj = __shfl_sync(0xffffffffu, slot, (j0 + jj) & 31);
+      const size_t vo = (size_t)sj * kv_dim + kvh * HD;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const int d = lane + 32 * i;
+        vv[jj][i] = sj >= 0 && d < HD ? reinterpret_cast<const E*>(a.v_pool)[vo + d] : E{};
+      }
+    }
+  };
+  const int first = split * per + warp;  // this warp's first tile (none when >= tile_end)
+  int t0 = (tile0 + first) * kTile;
+  int slot = first < tile_end ? slot_of(t0 + lane) : -1;
+  if (first < tile_end) load_k(t0, slot, 1);  // warp-uniform
+
+  detail::pdl_wait();  // q and this step's K/V rows come from the QKV GEMM
+  detail::pdl_trigger();
+  if (first < tile_end) {  // the first tile's other loads, in flight during q's
+    load_k(t0, slot, 2);
+    load_v(slot, 0);
+  }
   const float scale = a.scale > 0.f ? a.scale : rsqrtf((float)HD);
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
     sq[i / HD][i % HD] = a.q[(size_t)row * a.ldq + (kvh * G + i / HD) * HD + i % HD] * scale;
@@ -76,39 +129,14 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[g][i] = 0.f;
   }
-  for (int tile = split * per + warp; tile < tile_end; tile += kWarps) {
-    const int t0 = (tile0 + tile) * kTile, t = t0 + lane;
-    const int slot =
-        t < lo || t >= n_pos ? -1 : table[t / a.page_size] * a.page_size + t % a.page_size;
-    // K rows into shared memory (cp.async, coalesced 16-byte chunks; zero past the context).
-#pragma unroll
-    for (int k = 0; k < (kTile * CPR + 31) / 32; ++k) {
-      const int c = lane + 32 * k, r = c / CPR, e = (c % CPR) * EPC;
-      const int s = __shfl_sync(0xffffffffu, slot, r & 31);
-      if (c < kTile * CPR) {
-        const E* src =
-            reinterpret_cast<const E*>(a.k_pool) + (size_t)max(s, 0) * kv_dim + kvh * HD + e;
-        cp_async16(kt + r * LD + e, src, s >= 0 ? 16 : 0);
-      }
+  for (int tile = first; tile < tile_end; tile += kWarps) {
+    if (tile != first) {
+      t0 = (tile0 + tile) * kTile;
+      slot = slot_of(t0 + lane);
+      load_k(t0, slot, 0);
+      load_v(slot, 0);
     }
     cp_async_commit();
-    // V rows straight into registers, lane = dimension (coalesced), in the same round trip.
-    // Kept in the pool's type and converted where used, so all of them are in flight before the
-    // first conversion waits on one.
-    E vv[VR][DPL];
-    auto load_v = [&](int j0) {
-#pragma unroll
-      for (int jj = 0; jj < VR; ++jj) {
-        const int sj = __shfl_sync(0xffffffffu, slot, (j0 + jj) & 31);
-        const size_t vo = (size_t)sj * kv_dim + kvh * HD;
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) {
-          const int d = lane + 32 * i;
-          vv[jj][i] = sj >= 0 && d < HD ? reinterpret_cast<const E*>(a.v_pool)[vo + d] : E{};
-        }
-      }
-    };
-    load_v(0);
     cp_async_wait<0>();
     __syncwarp();
     // Scores: lane = position, its K row read once for every head of the group.
@@ -154,7 +182,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
     // P·V: lane = output dimension; rows past the context have p = 0 and v = 0.
     const int nv = min(kTile, n_pos - t0);
     for (int j0 = 0; j0 < nv; j0 += VR) {
-      if (j0 > 0) load_v(j0);
+      if (j0 > 0) load_v(slot, j0);
 #pragma unroll
       for (int jj = 0; jj < VR; ++jj) {
 #pragma unroll

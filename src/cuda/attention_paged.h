@@ -35,7 +35,11 @@ struct PagedAttnArgs {
   int n = 0;                     // rows (>= 1)
   const int* row_pos = nullptr;  // device [n]: the row's position (attends to [0, pos])
   const int* row_seq = nullptr;  // device [n]: the row's block-table row
-  const int* tables = nullptr;   // device [..][table_stride] page ids
+  // device [n] or null (0 for every row): the first position of the row's sequence that this
+  // step writes. Rows, positions and tables are the host's (staged before the step), and K/V rows
+  // below row_new were written by earlier steps: the kernel reads those before its PDL wait.
+  const int* row_new = nullptr;
+  const int* tables = nullptr;  // device [..][table_stride] page ids
   int table_stride = 0, page_size = 0;
   int window = 0;  // > 0: only keys [pos - window + 1, pos] (a sliding-window layer)
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;  // head_dim in {8, 16, 32, 64, 128, 256}

@@ -98,6 +98,7 @@ struct StepRows {
   const int* pos = nullptr;
   const int* slot = nullptr;
   const int* seq = nullptr;
+  const int* first_new = nullptr;  // [n] the first position of the row's sequence in this step
   const int* tables = nullptr;
   int table_stride = 0, page_size = 0;
   float* attn_partials = nullptr;  // attention_paged's scratch for n rows (attention_paged.h)

@@ -100,28 +100,37 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
     cpu::attention(&ref[size_t(r) * q_dim], &q[size_t(r) * q_dim], kc.data(), vc.data(), np,
                    n_heads, n_kv_heads, head_dim, att.data());
   }
+  // Where each row's fresh positions start (row_new: read after the PDL wait, the rest before
+  // it) changes when rows are read, never what: none (null), the whole context, the decode row's
+  // last position, and a chunk starting at a pseudo-random position (tile edges included).
+  std::vector<int> fresh_last(row_pos), fresh_mid(n);
+  for (int r = 0; r < n; ++r) fresh_mid[r] = (row_pos[r] * 7 + r) % (row_pos[r] + 1);
+  Dev<int> dn0(std::vector<int>(n, 0)), dn1(fresh_last), dn2(fresh_mid);
+  const int* fresh[] = {nullptr, dn0.p(), dn1.p(), dn2.p()};
   // Every split count gives the same attention: fewer splits than a row's context would take
   // (1, 3) give each block more tiles; the maximum spreads the longest rows over 8 blocks. With
   // the fp16 pool at head_dim 64, 34 rows x 3 KV heads x 8 splits = 816 blocks pass one resident
   // wave of the latency build on a 132-SM Hopper (5 per SM), so the occupancy build runs too.
-  for (int splits : {1, 3, cuda::kAttnPagedSplits}) {
-    a.splits = splits;
-    out.poison();
-    cuda::attention_paged(a, nullptr);
-    cuda::attention_paged(a, nullptr);  // again: the counters were left at zero
-    const std::vector<float> got = out.get();
-    for (int r = 0; r < n; ++r) {
-      for (int i = 0; i < q_dim; ++i) {
-        const float g = got[size_t(r) * q_dim + i], want = ref[size_t(r) * q_dim + i];
-        ASSERT_TRUE(std::isfinite(g)) << "row " << r << " col " << i << " splits " << splits;
-        // fp32 math in a different order than the CPU twin: outputs are O(1) averages of O(1)
-        // values, so 2e-5 absolute is a few ulps of accumulated rounding.
-        ASSERT_NEAR(g, want, 2e-5 + 2e-5 * std::fabs(want))
-            << "row " << r << " (pos " << row_pos[r] << ") col " << i << " hd " << head_dim
-            << " splits " << splits;
+  for (int fi = 0; fi < 4; ++fi)
+    for (int splits : {1, 3, cuda::kAttnPagedSplits}) {
+      a.splits = splits;
+      a.row_new = fresh[fi];
+      out.poison();
+      cuda::attention_paged(a, nullptr);
+      cuda::attention_paged(a, nullptr);  // again: the counters were left at zero
+      const std::vector<float> got = out.get();
+      for (int r = 0; r < n; ++r) {
+        for (int i = 0; i < q_dim; ++i) {
+          const float g = got[size_t(r) * q_dim + i], want = ref[size_t(r) * q_dim + i];
+          ASSERT_TRUE(std::isfinite(g)) << "row " << r << " col " << i << " splits " << splits;
+          // fp32 math in a different order than the CPU twin: outputs are O(1) averages of O(1)
+          // values, so 2e-5 absolute is a few ulps of accumulated rounding.
+          ASSERT_NEAR(g, want, 2e-5 + 2e-5 * std::fabs(want))
+              << "row " << r << " (pos " << row_pos[r] << ") col " << i << " hd " << head_dim
+              << " splits " << splits << " fresh pattern " << fi;
+        }
       }
     }
-  }
 }
 
 TEST(AttentionPaged, SplitsFollowTheLongestContext) {

@@ -102,8 +102,9 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PrefillWorkspace ws_;
   cuda::DeviceBuffer dev_;   // staging mirror + tables + gathered rows + sampled ids + history
   cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids
-  // Staging layout (ints, both sides): tokens | pos | slot | seq | out rows | ring slot [cap].
-  static constexpr int kStaged = 6;
+  // Staging layout (ints, both sides): tokens | pos | slot | seq | out rows | ring slot | first
+  // position of the row's sequence in the step [cap].
+  static constexpr int kStaged = 7;
   int* st_ = nullptr;
   int* d_st_ = nullptr;
   int* tables_host_ = nullptr;  // [max_seqs + 1][table_stride]
@@ -284,6 +285,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits) {
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_, rows.attn_splits = splits;
   if (ring_pages_) rows.ring_slot = d_st_ + 5 * cap, rows.ring_tables = d_ring_tables_;
+  rows.first_new = d_st_ + 6 * cap;
   cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_, c_.embed_scale);
   cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
   if (nb == 1) {
@@ -351,6 +353,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
       st_[2 * cap + n] = kv_->slot(s.seq, p0 + j);
       st_[3 * cap + n] = s.seq;
       st_[5 * cap + n] = ring_slot(s.seq, p0 + j);
+      st_[6 * cap + n] = p0;
     }
     for (int j = 0; j < count; ++j) st_[4 * cap + m++] = first + j;
   }
@@ -360,6 +363,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   for (int r = n; r < nb; ++r) {
     st_[r] = 0, st_[cap + r] = 0, st_[2 * cap + r] = pad_slot, st_[3 * cap + r] = max_seqs();
     st_[5 * cap + r] = ring_slot(max_seqs(), 0);
+    st_[6 * cap + r] = 0;
   }
   for (int r = m; r < mb; ++r) st_[4 * cap + r] = 0;
   CUDA_CHECK(
