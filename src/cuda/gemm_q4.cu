@@ -27,11 +27,13 @@ namespace {
 
 constexpr int kChunk = 64;  // weight columns per chunk: two 32-column units, 16 weights per thread
 // Chunks of weights per warp held in registers per round: fp16 input (a warp walks every chunk)
-// 4; fp32 input (about one chunk per warp) 2, which keeps the registers low enough for two
-// 288-thread blocks per SM. Formats whose 16 raw weights take more than 4 registers (Q4_0 takes 3)
-// hold half as many, so the ring stays within the same register budget.
-template <GgmlType T, bool H>
-constexpr int kRing = sizeof(typename QFormat<T>::Raw16) <= 16 ? (H ? 4 : 2) : (H ? 2 : 1);
+// 4; fp32 input 4 for 16- and 32-token tiles, 2 for 8-token tiles (the residual GEMM's 8-token
+// kernel is pinned at 64 registers, two blocks per SM). Formats whose 16 raw weights take more
+// than 4 registers (Q4_0 takes 3) hold half as many, or 1 with fp32 input (a ring of 2 spilled
+// 72-416 bytes there).
+template <GgmlType T, bool H, int NT = 8>
+constexpr int kRing = sizeof(typename QFormat<T>::Raw16) <= 16 ? (H || NT > 1 ? 4 : 2)
+                                                               : (H ? 2 : 1);
 constexpr int kMaxSmem = 227 * 1024;
 
 struct Params {
@@ -266,7 +268,7 @@ __device__ __forceinline__ void gemm_body(const Params& p, int mt_first, int bx,
   tile_rows<E>(p, mt, g, A, B);
   if (!mt_ok) A.ok = B.ok = false;
   const int my = c1 - c0 > kw ? (c1 - c0 - kw + KW - 1) / KW : 0;  // chunks c0+kw, +KW, ...
-  constexpr int R = kRing<T, H>;
+  constexpr int R = kRing<T, H, NT>;
   const int rounds = (my + R - 1) / R;
   WFrag<T> cur[R], nxt[R];
 #pragma unroll
