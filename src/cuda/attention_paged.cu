@@ -50,11 +50,11 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   E* kt = reinterpret_cast<E*>(smem4) + warp * kTile * LD;
 
   // Before the PDL wait: what the host staged for the step (positions, block tables) and the K/V
-  // rows of earlier steps, positions below row_new[row]; q and this step's rows (written by the
-  // QKV GEMM) after it. So the table lookups and most of the first tile's loads overlap the
+  // rows of earlier steps, positions below row_first_new[row]; q and this step's rows (written by
+  // the QKV GEMM) after it. So the table lookups and most of the first tile's loads overlap the
   // previous kernel's tail instead of trailing its completion.
   const int n_pos = a.row_pos[row] + 1;
-  const int fresh = a.row_new ? a.row_new[row] : 0;
+  const int fresh = a.row_first_new ? a.row_first_new[row] : 0;
   // Keys [lo, n_pos): the whole context or the sliding window's last `window` positions; tiles
   // are counted from the one holding lo (its positions before lo are masked like those past
   // the context).

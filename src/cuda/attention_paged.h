@@ -37,8 +37,8 @@ struct PagedAttnArgs {
   const int* row_seq = nullptr;  // device [n]: the row's block-table row
   // device [n] or null (0 for every row): the first position of the row's sequence that this
   // step writes. Rows, positions and tables are the host's (staged before the step), and K/V rows
-  // below row_new were written by earlier steps: the kernel reads those before its PDL wait.
-  const int* row_new = nullptr;
+  // below row_first_new were written by earlier steps: the kernel reads those before its PDL wait.
+  const int* row_first_new = nullptr;
   const int* tables = nullptr;  // device [..][table_stride] page ids
   int table_stride = 0, page_size = 0;
   int window = 0;  // > 0: only keys [pos - window + 1, pos] (a sliding-window layer)

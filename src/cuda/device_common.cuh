@@ -23,6 +23,11 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// x.x^2 + x.y^2 + x.z^2 + x.w^2, summed in that order (RMSNorm's sum of squares).
+__device__ __forceinline__ float sum_sq(float4 v) {
+  return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+}
+
 // A KV cache element (fp32 or fp16 pool) as fp32, at the point of use.
 __device__ __forceinline__ float to_f32(float x) {
   return x;

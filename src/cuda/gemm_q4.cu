@@ -27,11 +27,12 @@ namespace {
 
 constexpr int kChunk = 64;  // weight columns per chunk: two 32-column units, 16 weights per thread
 // Chunks of weights per warp held in registers per round: fp16 input (a warp walks every chunk)
-// 4; fp32 input 4 for 16- and 32-token tiles, 2 for 8-token tiles (the residual GEMM's 8-token
-// kernel is pinned at 64 registers, two blocks per SM). Formats whose 16 raw weights take more
-// than 4 registers (Q4_0 takes 3) hold half as many, or 1 with fp32 input (a ring of 2 spilled
-// 72-416 bytes there).
-template <GgmlType T, bool H, int NT = 8>
+// 4; fp32 input 4 for 16- and 32-token tiles (H100, z29: 64 sequences 1.117 -> 1.090 ms per
+// step, pp128 123.5k -> 132.6k tok/s, against 2), 2 for 8-token tiles (4 there took 64 -> 93
+// registers, one block per SM: z30, pp32 47.4k -> 45.0k). Formats whose 16 raw weights take more
+// than 4 registers (Q4_0 takes 3) hold half as many, or 1 with fp32 input (2 spilled 72-416
+// bytes there).
+template <GgmlType T, bool H, int NT>
 constexpr int kRing = sizeof(typename QFormat<T>::Raw16) <= 16 ? (H || NT > 1 ? 4 : 2)
                                                                : (H ? 2 : 1);
 constexpr int kMaxSmem = 227 * 1024;
@@ -112,6 +113,13 @@ __device__ __forceinline__ WFrag<T> fetch(const RowSrc& A, const RowSrc& B, int 
 template <GgmlType T>
 __device__ __forceinline__ void frag_pairs(const typename QFormat<T>::Raw16& r, uint32_t (&h2)[8]) {
   QFormat<T>::pairs16(r, h2);
+}
+
+// v * (s * w): the RMSNorm applied to staged activations (the GEMM's fp32 staging and act_to_f16
+// round alike).
+__device__ __forceinline__ float4 norm_scaled(float4 v, float s, float4 w) {
+  v.x *= s * w.x, v.y *= s * w.y, v.z *= s * w.z, v.w *= s * w.w;
+  return v;
 }
 
 // ---- epilogues ------------------------------------------------------------------------------
@@ -355,7 +363,7 @@ __device__ __forceinline__ void gemm_body(const Params& p, int mt_first, int bx,
 #pragma unroll 4
         for (int m = 0; m < L.kc / kChunk; ++m) {
           const float4 v = *reinterpret_cast<const float4*>(src + m * kChunk);
-          ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+          ss += sum_sq(v);
         }
 #pragma unroll
         for (int o = 1; o < 16; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -366,7 +374,7 @@ __device__ __forceinline__ void gemm_body(const Params& p, int mt_first, int bx,
         float4 v = *reinterpret_cast<const float4*>(src + m * kChunk);
         if (norm) {
           const float4 w = *reinterpret_cast<const float4*>(nws + 4 * sub + m * kChunk);
-          v.x *= sc * w.x, v.y *= sc * w.y, v.z *= sc * w.z, v.w *= sc * w.w;
+          v = norm_scaled(v, sc, w);
         }
         uint2 u;  // elements k, k+2 | k+1, k+3 (the B register order)
         u.x = pack_half2(v.x, v.z);
@@ -637,7 +645,7 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
     // split K (Store, GatePair, QkvRope) fits with none: the small-batch shapes then, whose token
     // tile shrinks to fit.
     const int cps = (p.nchunks + z - 1) / z;
-    for (int kw = kLargeChunksInFlight / kRing<T, true>; kw >= 1; kw /= 2)
+    for (int kw = kLargeChunksInFlight / kRing<T, true, 8>; kw >= 1; kw /= 2)
       if (kw <= cps && fits(kw)) return launch<T, E, 8, true, TV>(p, mtiles, 4, kw, z, s);
   }
   if (p.a.xh) return dispatch_small<T, E, true, TV>(p, mtiles, split, s);
@@ -686,12 +694,12 @@ __global__ void __launch_bounds__(kActThreads)
     for (int i = 0; i < NV; ++i) {
       const int q = tid + i * kActThreads;
       v[i] = q < q4 ? xr[q] : zero;
-      ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+      ss += sum_sq(v[i]);
     }
   } else if (nw) {
     for (int q = tid; q < q4; q += kActThreads) {
       const float4 u = xr[q];
-      ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+      ss += sum_sq(u);
     }
   }
   float scale = 1.f;
@@ -705,7 +713,7 @@ __global__ void __launch_bounds__(kActThreads)
     scale = rsqrtf(total / (float)k + eps);
   }
   auto put = [&](int q, float4 u, float4 wq) {
-    if (nw) u.x *= scale * wq.x, u.y *= scale * wq.y, u.z *= scale * wq.z, u.w *= scale * wq.w;
+    if (nw) u = norm_scaled(u, scale, wq);
     uint2 h;  // fragment order: k, k+2 | k+1, k+3
     h.x = pack_half2(u.x, u.z);
     h.y = pack_half2(u.y, u.w);

@@ -97,11 +97,9 @@ __device__ __forceinline__ float block_rms_scale(float ss, float* red, int lane,
   return rsqrtf(total / (float)cols + eps);
 }
 
-// Per-float4 pieces of the staging, each in one fixed order of operations: the sum of squares;
-// v + r * s * w (a pending residual update, s its RMSNorm scale); v * s * w (the fused RMSNorm).
-__device__ __forceinline__ float sum_sq(float4 v) {
-  return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-}
+// Per-float4 pieces of the staging, each in one fixed order of operations (with sum_sq,
+// device_common.cuh): v + r * s * w (a pending residual update, s its RMSNorm scale); v * s * w
+// (the fused RMSNorm).
 __device__ __forceinline__ float4 add_scaled(float4 v, float4 r, float s, float4 w) {
   v.x += r.x * s * w.x, v.y += r.y * s * w.y, v.z += r.z * s * w.z, v.w += r.w * s * w.w;
   return v;

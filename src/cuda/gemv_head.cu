@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
     float4 v = c4 < n4 ? reinterpret_cast<const float4*>(a.x)[c4] : z;
     if (a.norm_w != nullptr) {
       const float4 nw = c4 < n4 ? reinterpret_cast<const float4*>(a.norm_w)[c4] : z;
-      float ss = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
+      float ss = warp_sum(sum_sq(v));
       if (lane == 0) rs[warp] = ss;
       __syncthreads();
       float tot = 0.f;

@@ -80,7 +80,7 @@ void attention_rows(const PrefillWeights& w, int l, PrefillWorkspace& ws, int n,
   PagedAttnArgs pa;
   pa.q = ws.q, pa.ldq = c.q_dim(), pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
   pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = c.q_dim(), pa.n = n;
-  pa.row_pos = rows.pos, pa.row_seq = rows.seq, pa.row_new = rows.first_new,
+  pa.row_pos = rows.pos, pa.row_seq = rows.seq, pa.row_first_new = rows.first_new,
   pa.tables = rows.tables;
   pa.table_stride = rows.table_stride, pa.page_size = rows.page_size;
   pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;

@@ -100,7 +100,7 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
     cpu::attention(&ref[size_t(r) * q_dim], &q[size_t(r) * q_dim], kc.data(), vc.data(), np,
                    n_heads, n_kv_heads, head_dim, att.data());
   }
-  // Where each row's fresh positions start (row_new: read after the PDL wait, the rest before
+  // Where each row's fresh positions start (row_first_new: read after the PDL wait, the rest before
   // it) changes when rows are read, never what: none (null), the whole context, the decode row's
   // last position, and a chunk starting at a pseudo-random position (tile edges included).
   std::vector<int> fresh_last(row_pos), fresh_mid(n);
@@ -114,7 +114,7 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
   for (int fi = 0; fi < 4; ++fi)
     for (int splits : {1, 3, cuda::kAttnPagedSplits}) {
       a.splits = splits;
-      a.row_new = fresh[fi];
+      a.row_first_new = fresh[fi];
       out.poison();
       cuda::attention_paged(a, nullptr);
       cuda::attention_paged(a, nullptr);  // again: the counters were left at zero
