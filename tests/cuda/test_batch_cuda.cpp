@@ -12,6 +12,8 @@
 #include <iostream>
 #include <numeric>
 #include <random>
+#include <set>
+#include <span>
 #include <vector>
 
 #include "backend/batch.h"
@@ -444,7 +446,14 @@ namespace {
 
 // Greedy continuations of 8 prompts: each sequence alone in its steps (its decode steps are the
 // one-row GEMV path) and all 8 sharing every step (tensor-core GEMMs) give the same text, and the
-// same as the CPU backend's single-sequence greedy decode for the first prompts.
+// same as the CPU backend's single-sequence greedy decode for the first prompts -- or the same up
+// to a near-tie of the CPU's logits, where the texts part and the comparison of that prompt ends
+// (as in the prefill tests: the two tokens' CPU logits within 0.1 RMS of the row; the paths'
+// logits differ by ~1e-3 relative L2). Measured on an H200 (z37, z38): in some runs (the split-K
+// GEMMs' atomic adds vary the last bits from run to run) prompt 0's batched text parts at token
+// 36, " commercial" for " cultural", CPU logits 20.571 vs 20.575 (float64 reference: 20.57104 vs
+// 20.57503, so the CPU's and the one-row path's " cultural" is right); in the others, and for the
+// other 7 prompts always, the texts agree throughout.
 TEST(CudaBatchReal, GreedyTextBatchedEqualsAlone) {
   REQUIRE_GPU();
   REQUIRE_DEFAULT_MODEL(path);
@@ -495,10 +504,33 @@ TEST(CudaBatchReal, GreedyTextBatchedEqualsAlone) {
   };
   const auto alone = run(false), together = run(true);
   auto cpu = make_cpu_backend(m, BackendOptions{"cpu", 256, 0});
+  // a and b equal, or equal up to their first difference, which must be a near-tie of the CPU's
+  // logits after prompt s and that common prefix.
+  std::set<int> parted;  // prompts
+  auto expect_same = [&](int s, const std::vector<int>& a, const std::vector<int>& b,
+                         const char* what) {
+    size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    ASSERT_EQ(a.size(), b.size()) << what;
+    if (i == a.size()) return;
+    parted.insert(s);
+    cpu->reset();
+    std::span<const float> l;
+    for (size_t j = 0; j < prompts[s].size(); ++j) l = cpu->forward_token(prompts[s][j], (int)j);
+    for (size_t j = 0; j < i; ++j) l = cpu->forward_token(a[j], cpu->position());
+    double ss = 0;
+    for (float v : l) ss += (double)v * v;
+    const double gap = std::fabs((double)l[a[i]] - l[b[i]]);
+    const double tol = 0.1 * std::sqrt(ss / (double)l.size());
+    std::cout << "[ parted ] prompt " << s << ", " << what << ", token " << i << ": " << a[i]
+              << " (CPU logit " << l[a[i]] << ") vs " << b[i] << " (" << l[b[i]]
+              << "), near-tie bound " << tol << "\n";
+    EXPECT_LE(gap, tol) << "prompt " << s << " " << what << ": '" << tok.decode(a) << "' vs '"
+                        << tok.decode(b) << "'";
+  };
   for (int s = 0; s < kN; ++s) {
     std::cout << "[ text ] " << s << ": " << tok.decode(together[s]) << "\n";
-    EXPECT_EQ(alone[s], together[s]) << "prompt " << s << ": alone '" << tok.decode(alone[s])
-                                     << "' vs batched '" << tok.decode(together[s]) << "'";
+    expect_same(s, alone[s], together[s], "alone vs batched");
     if (s < 3) {  // the CPU oracle, token by token (slow: 3 prompts)
       cpu->reset();
       std::vector<int> ref;
@@ -508,9 +540,12 @@ TEST(CudaBatchReal, GreedyTextBatchedEqualsAlone) {
       ref.push_back(t);
       while ((int)ref.size() < kGen)
         ref.push_back(cpu->forward_token_greedy(ref.back(), cpu->position()));
-      EXPECT_EQ(together[s], ref) << "prompt " << s << ": CPU '" << tok.decode(ref) << "'";
+      expect_same(s, ref, together[s], "CPU vs batched");
     }
   }
+  // Near-ties are rare (one prompt of the 8 on an H200): most prompts parting would be a fault of
+  // its own, not ties.
+  EXPECT_LE(parted.size(), 2u);
 }
 
 }  // namespace

@@ -175,8 +175,11 @@ TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
 // group), cols from one 32-block chunk pair to its maximum, with and without the fused norm.
 TEST(KernelGemv, WideHeadMatchesCpu) {
   REQUIRE_GPU();
-  const Shape shapes[] = {{8192, 576}, {8193, 1024}, {10001, 96}, {9999, 640}, {8195, 672}};
-  for (int si = 0; si < 5; ++si) {
+  // The last two give each warp 3 to 5 row groups (both parities of the kernel's two register
+  // sets); the others at most one.
+  const Shape shapes[] = {{8192, 576}, {8193, 1024}, {10001, 96},  {9999, 640},
+                          {8195, 672}, {49999, 576}, {40003, 1024}};
+  for (int si = 0; si < (int)std::size(shapes); ++si) {
     const Shape sh = shapes[si];
     RandMat m(GgmlType::Q8_0, sh.rows, sh.cols, 400 + si);
     ASSERT_TRUE(cuda::head_kernel_takes(m.mat)) << sh.rows << "x" << sh.cols;
