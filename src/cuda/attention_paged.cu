@@ -340,10 +340,11 @@ bool attention_paged_supports(int head_dim, int group) {
          group >= 1 && group <= kAttnPagedMaxGroup;
 }
 
-int attn_paged_splits(int max_pos) {
+int attn_paged_splits(int max_pos, int pairs, int sms) {
   const int tiles = max_pos / kTile + 1;  // of positions [0, max_pos]
   int z = 1;
   while (z < kAttnPagedSplits && z * kWarps < tiles) z *= 2;
+  while (z > 1 && (long)pairs * z > (long)kAttnPagedWavePerSm * sms) z /= 2;
   return z;
 }
 

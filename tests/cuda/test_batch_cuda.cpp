@@ -136,15 +136,34 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
 }
 
 TEST(AttentionPaged, SplitsFollowTheLongestContext) {
-  // One split per 4 tiles of 32 positions, in powers of two, at most kAttnPagedSplits.
-  EXPECT_EQ(cuda::attn_paged_splits(0), 1);
-  EXPECT_EQ(cuda::attn_paged_splits(127), 1);
-  EXPECT_EQ(cuda::attn_paged_splits(128), 2);
-  EXPECT_EQ(cuda::attn_paged_splits(255), 2);
-  EXPECT_EQ(cuda::attn_paged_splits(256), 4);
-  EXPECT_EQ(cuda::attn_paged_splits(511), 4);
-  EXPECT_EQ(cuda::attn_paged_splits(512), 8);
-  EXPECT_EQ(cuda::attn_paged_splits(1 << 20), cuda::kAttnPagedSplits);
+  // One split per 4 tiles of 32 positions, in powers of two, at most kAttnPagedSplits (a few
+  // (row, KV head) pairs: the grid stays within a wave).
+  EXPECT_EQ(cuda::attn_paged_splits(0, 3, 132), 1);
+  EXPECT_EQ(cuda::attn_paged_splits(127, 3, 132), 1);
+  EXPECT_EQ(cuda::attn_paged_splits(128, 3, 132), 2);
+  EXPECT_EQ(cuda::attn_paged_splits(255, 3, 132), 2);
+  EXPECT_EQ(cuda::attn_paged_splits(256, 3, 132), 4);
+  EXPECT_EQ(cuda::attn_paged_splits(511, 3, 132), 4);
+  EXPECT_EQ(cuda::attn_paged_splits(512, 3, 132), 8);
+  EXPECT_EQ(cuda::attn_paged_splits(1 << 20, 3, 132), cuda::kAttnPagedSplits);
+}
+
+TEST(AttentionPaged, SplitsStayWithinOneWave) {
+  // Halved while pairs * splits passes kAttnPagedWavePerSm blocks per SM (792 on 132 SMs), never
+  // below 1. 64 sequences x 3 KV heads at 228 positions keep their 2 splits; 256 take 1.
+  EXPECT_EQ(cuda::attn_paged_splits(227, 64 * 3, 132), 2);
+  EXPECT_EQ(cuda::attn_paged_splits(227, 256 * 3, 132), 1);
+  EXPECT_EQ(cuda::attn_paged_splits(527, 64 * 3, 132), 4);  // 8 by the context
+  EXPECT_EQ(cuda::attn_paged_splits(1 << 20, 512 * 3, 132), 1);
+  EXPECT_EQ(cuda::attn_paged_splits(1 << 20, 99, 132), 8);  // 99 * 8 = 792: exactly a wave
+  EXPECT_EQ(cuda::attn_paged_splits(1 << 20, 100, 132), 4);
+  for (int pairs : {1, 7, 100, 300, 5000})
+    for (int pos : {0, 100, 1000, 100000}) {
+      const int z = cuda::attn_paged_splits(pos, pairs, 132);
+      EXPECT_LE(z, cuda::attn_paged_splits(pos, 1, 132));
+      EXPECT_EQ(z & (z - 1), 0) << z;
+      EXPECT_TRUE(z == 1 || (long)pairs * z <= 792L) << pairs << " " << pos;
+    }
 }
 
 TEST(AttentionPaged, MatchesCpuTwin) {

@@ -358,7 +358,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     for (int j = 0; j < count; ++j) st_[4 * cap + m++] = first + j;
   }
   const int nb = bucket(n), mb = bucket(std::max(m, 1));
-  const int splits = cuda::attn_paged_splits(max_pos);
+  const int splits = cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
   const int pad_slot = kv_->pages_total() * kv_->page_size();
   for (int r = n; r < nb; ++r) {
     st_[r] = 0, st_[cap + r] = 0, st_[2 * cap + r] = pad_slot, st_[3 * cap + r] = max_seqs();
