@@ -268,11 +268,10 @@ __global__ void __launch_bounds__(32 * kWarps)
 // latency build. Measured on an H100 (synth SmolLM-135M, fp16 pool, 256 sequences: 768 blocks,
 // 660 resident at 5 per SM): see launch_t. Only where shared memory lets 6 blocks in (head_dim
 // <= 64) and for the fp16 pool (the fp32 pool's 6-per-SM build lost: 3.18 vs 2.82 ms per step).
-constexpr int kOccBlocks = 6;
 template <int HD, bool HALF>
 constexpr bool kOccBuild = (HALF && HD <= 64);
 template <int HD, int G, bool HALF>
-__global__ void __launch_bounds__(32 * kWarps, kOccBlocks)
+__global__ void __launch_bounds__(32 * kWarps, kAttnPagedWavePerSm)
     attention_paged_occ_kernel(const PagedAttnArgs a, float* partials, int* counters) {
   static_assert(kOccBuild<HD, HALF>, "instantiated only where launch_t may take it");
   attention_paged_body<HD, G, HALF>(a, partials, counters);

@@ -61,6 +61,7 @@ void attention_paged(const PagedAttnArgs& a, cudaStream_t stream);
 // bench-batch): always 8 splits gave prefill 173k tok/s and decode 2.91 ms/step at 256
 // sequences; 2 (what these contexts need) 193k and 2.87 ms. On an H200 (run z41), 256 sequences
 // of those contexts in 1 split instead of 2 (768 blocks, not 1,536): 2.17 -> 1.99 ms per step.
+// (The blocks per SM of the kernel's occupancy build: one resident wave of it.)
 constexpr int kAttnPagedWavePerSm = 6;
 int attn_paged_splits(int max_pos, int pairs, int sms);
 
