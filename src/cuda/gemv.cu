@@ -83,6 +83,26 @@ size_t xs_bytes(int cols) {
   return (n * sizeof(float) + 15) & ~size_t{15};
 }
 
+// The int8 path (qformat.h XQ): kernels whose weight types both have an idot (the K-quants) may
+// take x quantized per 32-column unit to two int8 levels and run their dot products on DP4A
+// (I8, chosen per launch from the rows per block: kI8MinRows). The fp32
+// path spent ~7.7 instructions per weight unpacking and multiplying (ncu, SmolLM2-1.7B-shaped
+// q4_k_m on an H200: gate/up issue-bound at 122 registers and 16 warps per SM, 15 us per layer
+// with its weights in L2).
+template <GgmlType T>
+constexpr bool has_idot() {
+  return requires {
+    QFormat<T>::kIdot;
+  };
+}
+template <GgmlType T, GgmlType TV>
+constexpr bool kI8 = has_idot<T>() && has_idot<TV>();
+
+// The quantized x in shared memory, per 32-column unit: hi words 0..7, lo words 8..15, scale, sum,
+// 2 words of padding (80 bytes, so the 16-byte reads of 8 lanes owning consecutive units hit
+// distinct banks). It overwrites the fp32 staging in place (quantize_staged).
+constexpr int kXqWords = 20;
+
 // RMSNorm scale 1/sqrt(mean(x^2) + eps) from each thread's partial sum of squares: warp sums,
 // then one shared-memory pass over the NT/32 warp totals. Every thread of the block must call it.
 template <int NT>
@@ -284,6 +304,62 @@ __device__ __forceinline__ void load_xr(float (&xr)[NX], const float* xs, int ps
   }
 }
 
+// The staged x (stage_x's fp32 in xs) quantized in place to kXqWords per unit by the whole block,
+// 8 consecutive threads per unit. A trip covers 32 units: their fp32 (144 bytes each) is read
+// before the barrier, then their 80-byte records are written, which reach no further than this
+// trip's own fp32, and the next trip's lies beyond them. Columns are whole 256-column
+// super-blocks (int8 path: K-quants), so a warp is all in or all out (the shuffles need all lanes).
+template <GgmlType T>
+__device__ __forceinline__ void quantize_staged(float* xs, int cols) {
+  uint32_t* xq = reinterpret_cast<uint32_t*>(xs);
+  const int n4 = cols / 4;
+  for (int base = 0; base < n4; base += kBlock) {  // block-uniform trips
+    const int c4 = base + threadIdx.x;
+    const bool in = c4 < n4;
+    uint32_t hi = 0, lo = 0;
+    float sc = 0.f, sum = 0.f;
+    if (in)
+      quantize_x4(*reinterpret_cast<const float4*>(xs + xs_index<T>(4 * c4)), hi, lo, sc, sum);
+    __syncthreads();
+    if (in) {
+      uint32_t* q = xq + (c4 >> 3) * kXqWords;
+      q[c4 & 7] = hi;
+      q[8 + (c4 & 7)] = lo;
+      if ((c4 & 7) == 0) *reinterpret_cast<float2*>(q + 16) = make_float2(sc, sum);
+    }
+  }
+  __syncthreads();
+}
+
+// A lane's slice of x for one pass: fp32 registers (xr, and the unit sums xsm for formats with a
+// minimum), or on the int8 path its one unit's two levels (NX = 32: one unit per lane and pass).
+template <GgmlType T, GgmlType TV, int NX, bool I8>
+struct XSlice {
+  static constexpr bool kInt8 = false;
+  float xr[NX], xsm[NX / 32];
+  __device__ __forceinline__ void load(const float* xs, const uint32_t*, int ps, int cols,
+                                       int lane);
+};
+template <GgmlType T, GgmlType TV, int NX>
+struct XSlice<T, TV, NX, true> {
+  static_assert(NX == 32, "the int8 path holds one unit per lane and pass");
+  static constexpr bool kInt8 = true;
+  XQ q;
+  __device__ __forceinline__ void load(const float*, const uint32_t* xq, int ps, int cols,
+                                       int lane) {
+    const int u = ps * 32 + lane;
+    if (u < cols / 32) {
+      const uint4* p = reinterpret_cast<const uint4*>(xq + u * kXqWords);
+      q.hi0 = p[0], q.hi1 = p[1], q.lo0 = p[2], q.lo1 = p[3];
+      const float2 f = *reinterpret_cast<const float2*>(xq + u * kXqWords + 16);
+      q.s = f.x, q.sum = f.y;
+    } else {
+      q.hi0 = q.hi1 = q.lo0 = q.lo1 = make_uint4(0u, 0u, 0u, 0u);
+      q.s = q.sum = 0.f;
+    }
+  }
+};
+
 // The sums of this lane's 32-column units of x (xsum of QFormat::dot), for formats with a minimum:
 // once per slice of x, not once per row of every item.
 template <GgmlType T, GgmlType TV, int NX>
@@ -298,6 +374,13 @@ __device__ __forceinline__ void unit_sums(const float (&xr)[NX], float (&xsm)[NX
       asm volatile("" : "+f"(xsm[k]));
     }
   }
+}
+
+template <GgmlType T, GgmlType TV, int NX, bool I8>
+__device__ __forceinline__ void XSlice<T, TV, NX, I8>::load(const float* xs, const uint32_t*,
+                                                            int ps, int cols, int lane) {
+  load_xr<T, NX>(xr, xs, ps, cols, lane);
+  unit_sums<T, TV, NX>(xr, xsm);
 }
 
 // Two rows' units of one pass held in registers (block formats; empty for float formats, whose
@@ -331,21 +414,25 @@ __device__ __forceinline__ void load_w(WRegs<T, NX>& w, const DevMat& ma, int ra
 }
 
 // Partial dot products of rows ra of ma and rb of mb with this lane's slice of pass ps of x.
-template <GgmlType T, int NX>
+template <GgmlType T, int NX, class XS>
 __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, int ra,
-                                     const DevMat& mb, int rb, const float (&xr)[NX],
-                                     const float (&xsm)[NX / 32], int lane, int ps, float& pa,
-                                     float& pb) {
+                                     const DevMat& mb, int rb, const XS& x, int lane, int ps,
+                                     float& pa, float& pb) {
   using F = QFormat<T>;
   float sa = 0.f, sb = 0.f;
   const int cols = ma.cols;
-  if constexpr (is_block<T>()) {
+  if constexpr (XS::kInt8) {
+    if (ps * NX + lane < cols / 32) {
+      sa = F::idot(w.a[0], x.q);
+      sb = F::idot(w.b[0], x.q);
+    }
+  } else if constexpr (is_block<T>()) {
     const int nu = cols / 32;
 #pragma unroll
     for (int k = 0; k < NX / 32; ++k) {
       if (ps * NX + lane + 32 * k < nu) {
-        sa += F::dot(w.a[k], xr + k * 32, xsm[k]);
-        sb += F::dot(w.b[k], xr + k * 32, xsm[k]);
+        sa += F::dot(w.a[k], x.xr + k * 32, x.xsm[k]);
+        sb += F::dot(w.b[k], x.xr + k * 32, x.xsm[k]);
       }
     }
   } else {
@@ -354,8 +441,8 @@ __device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, in
     for (int j = 0; j < NX; ++j) {
       const int c = ps * pass_cols<NX>() + lane + 32 * j;
       if (c < cols) {
-        sa += F::elem(ma.q, oa + c) * xr[j];
-        sb += F::elem(mb.q, ob + c) * xr[j];
+        sa += F::elem(ma.q, oa + c) * x.xr[j];
+        sb += F::elem(mb.q, ob + c) * x.xr[j];
       }
     }
   }
@@ -408,14 +495,13 @@ struct ItemW {
       load_w<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, ps);
     }
   }
-  template <Epi E>
-  __device__ __forceinline__ void dot(const ItemRows<E>& ir, const float (&xr)[NX],
-                                      const float (&xsm)[NX / 32], int lane, int ps, float& pa,
-                                      float& pb) const {
+  template <Epi E, class XS>
+  __device__ __forceinline__ void dot(const ItemRows<E>& ir, const XS& x, int lane, int ps,
+                                      float& pa, float& pb) const {
     if (T != TV && ir.seg == 2) {
-      dot2<TV, NX>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, xsm, lane, ps, pa, pb);
+      dot2<TV, NX>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, x, lane, ps, pa, pb);
     } else {
-      dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, xr, xsm, lane, ps, pa, pb);
+      dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, x, lane, ps, pa, pb);
     }
   }
 };
@@ -472,7 +558,7 @@ enum class Cols { One, Sliced, SlicedLoop };
 // memory per pass.
 // Serial passes in one warp (the earlier design) left one DRAM round trip per pass on the critical
 // path and, at 2,048 columns, 137-255 registers per thread: one block per SM.
-template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV = T>
+template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV, bool I8>
 __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const GemvParams p) {
   constexpr bool SLICED = C != Cols::One;
   constexpr bool one = C != Cols::SlicedLoop;  // one pass per warp
@@ -511,11 +597,10 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
   extern __shared__ float4 smem_x4[];
   float* xs = reinterpret_cast<float*>(smem_x4);
   stage_x<T, NX, SLICED>(xs, p.x, p.norm_w, p.eps, cols, lane, p.res);
-  float xr[NX], xsm[NX / 32];
-  if constexpr (one) {
-    load_xr<T, NX>(xr, xs, sl, cols, lane);
-    unit_sums<T, TV, NX>(xr, xsm);
-  }
+  if constexpr (I8) quantize_staged<T>(xs, cols);
+  const uint32_t* xq = reinterpret_cast<const uint32_t*>(xs);
+  XSlice<T, TV, NX, I8> x;
+  if constexpr (one) x.load(xs, xq, sl, cols, lane);
   if (kEpiAllLanes && writer && item < p.n_items) pe = pre_epi<E>(p, ItemRows<E>(p, item), pos);
 
   __shared__ float2 part[2][kWarps];  // SLICED: per round (parity) and warp, its two sums
@@ -534,15 +619,14 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
       if constexpr (one) {
         ItemW<T, TV, NX> wn;
         if (more) wn.load(ItemRows<E>(p, item + stride), lane, sl);
-        w.dot(ir, xr, xsm, lane, sl, va, vb);
+        w.dot(ir, x, lane, sl, va, vb);
         w = wn;
       } else {
         for (int ps = sl; ps < passes; ps += S) {
           if (ps > sl) w.load(ir, lane, ps);
-          load_xr<T, NX>(xr, xs, ps, cols, lane);
-          unit_sums<T, TV, NX>(xr, xsm);
+          x.load(xs, xq, ps, cols, lane);
           float a, b;
-          w.dot(ir, xr, xsm, lane, ps, a, b);
+          w.dot(ir, x, lane, ps, a, b);
           va += a;
           vb += b;
         }
@@ -633,19 +717,30 @@ int grid_blocks(int n_items, int slices, int max_blocks) {
   return blocks < cap ? blocks : cap;
 }
 
+// The int8 path pays for quantizing the block's x once (~45 instructions per 4 columns, a barrier
+// per 1,024 columns) and saves ~5 instructions per weight on every row the block computes, so it
+// is taken from kI8MinRows weight rows per block. Measured on an H200 (bench-decode, q4_k_m synth
+// models, z47, every launch on the int8 path), us per layer: 64 rows per block (SmolLM2-1.7B's
+// gate/up) 13.3 -> 12.0, 23 (its QKV) 8.45 -> 7.86, 11.6 (Llama-3.2-1B's QKV) 8.37 -> 7.94; 8
+// (the 1.7B's Wo and down) 3.07 -> 3.25 and 9.06 -> 10.05, 4 (SmolLM2-360M's down) 2.98 -> 3.45.
+constexpr int kI8MinRows = 10;
+
 template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV = T>
 void launch_nx(GemvParams p, int cols, cudaStream_t s, int max_blocks) {
   const size_t smem = xs_bytes<T>(cols);
-  auto* kernel = gemv_kernel<T, NX, E, C, TV>;
+  p.slices = C == Cols::One ? 1 : slices_for(T, TV, cols);
+  const int grid = grid_blocks(p.n_items, p.slices, max_blocks);
+  auto* kernel = gemv_kernel<T, NX, E, C, TV, false>;
+  if constexpr (kI8<T, TV>) {
+    if (2 * p.n_items >= kI8MinRows * grid) kernel = gemv_kernel<T, NX, E, C, TV, true>;
+  }
   if (smem > 48 * 1024) {
     // Wide inputs: raise this instantiation's dynamic shared-memory limit (once is enough, but
     // the call is cheap and not a stream operation, so graph capture is unaffected).
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   }
-  p.slices = C == Cols::One ? 1 : slices_for(T, TV, cols);
-  launch_kernel(kernel, dim3(grid_blocks(p.n_items, p.slices, max_blocks)), dim3(kBlock), smem, s,
-                p);
+  launch_kernel(kernel, dim3(grid), dim3(kBlock), smem, s, p);
 }
 
 template <GgmlType T, int NX, Epi E, GgmlType TV = T>
@@ -721,6 +816,12 @@ GemvParams base_params(const float* x, const float* norm_w, float eps) {
 bool& pdl_enabled() {
   static bool on = false;
   return on;
+}
+
+bool gemv_int8_x(GgmlType t) {
+  bool r = false;
+  dispatch_format(t, [&](auto tag) { r = has_idot<decltype(tag)::value>(); });
+  return r;
 }
 
 int sm_count() {

@@ -1,6 +1,7 @@
 // Decode matrix-vector products (batch 1): out = W·x for every weight format of cuda/qformat.h,
-// fp32 activations and fp32 accumulation. One kernel family, templated over the format
-// description (QFormat) and the epilogue; any shape the format's block size allows.
+// fp32 activations (two int8 levels for the K-quants, gemv_int8_x) and fp32 accumulation. One
+// kernel family, templated over the format description (QFormat) and the epilogue; any shape the
+// format's block size allows.
 //
 // Work split: one warp computes two output rows; each lane owns whole 32-column units (block
 // formats: QFormat::load, 16-byte loads) or strided columns (float formats), and keeps its slice
@@ -22,6 +23,12 @@ namespace smolrt::cuda {
 
 // The widest input a decode matvec stages in shared memory (227 KiB of fp32 x, padded).
 constexpr int kGemvMaxCols = 49152;
+
+// Whether the matvec of type t may take x quantized per 32-column unit to two int8 levels (the
+// K-quants, where enough rows per block amortize the quantization: DP4A dot products, qformat.h
+// XQ): each element of x is then within max|x| / 64516 of its unit, which bounds the difference
+// from the fp32 product (the kernel tests use that bound).
+bool gemv_int8_x(GgmlType t);
 
 // out[r] = (accumulate ? out[r] : 0) + W[r,:]·n(x), r < w.rows. x: [w.cols]; out: [w.rows].
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,

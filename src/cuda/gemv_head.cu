@@ -21,11 +21,9 @@ constexpr int min_blocks(int u) {
   return u <= 5 ? 3 : 2;
 }
 
-// x quantized for the int8 path (I8): per 32-column block, x = s * (hi + lo / kLoDiv) with int8
-// hi = rint(x / s), s = max|x| / 127, and int8 lo = rint((x - s * hi) * kLoDiv / s), so each
-// element is off by at most s / (2 * kLoDiv) = max|x| / 64516 of its block (the CPU twin in the
-// kernel test bounds the logits with exactly that).
-constexpr float kLoDiv = 254.f;
+// x quantized for the int8 path (qformat.h quantize_x4: x = s * (hi + lo / kLoDiv), each element
+// within max|x| / 64516 of its 32-column block; the CPU twin in the kernel test bounds the logits
+// with exactly that).
 
 // Shared memory ahead of the per-vector partial dots: [hi bytes: cols][lo bytes: cols][block
 // scales: cols / 32 floats], a multiple of 4 bytes.
@@ -103,24 +101,10 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
       v.w = v.w * sc * nw.w;
     }
     {
-      // The 8 threads of a 32-column block (consecutive c4, one warp) share its max |x|.
-      float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
-      // Non-finite x: a NaN scale, so the rows come out NaN as in the fp32 path.
-      const bool fin = am <= 3.0e38f;
-      const float sc = fin ? am * (1.f / 127.f) : __int_as_float(0x7fc00000);
-      const float inv = fin && am > 0.f ? 127.f / am : 0.f;
-      const float e[4] = {v.x, v.y, v.z, v.w};
-      uint32_t hi = 0, lo = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float h = rintf(e[i] * inv);  // |h| <= 127
-        const float l = fminf(fmaxf(rintf((e[i] * inv - h) * kLoDiv), -127.f), 127.f);
-        hi |= ((uint32_t)(int)h & 0xffu) << (8 * i);
-        lo |= ((uint32_t)(int)l & 0xffu) << (8 * i);
-      }
+      // The 8 threads of a 32-column block (consecutive c4, one warp) quantize it together.
+      uint32_t hi, lo;
+      float sc, sum;
+      quantize_x4(v, hi, lo, sc, sum);
       if (c4 < n4) {
         xhi[c4] = hi;
         xlo[c4] = lo;
@@ -174,15 +158,9 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
         const int c = chunk_of(j, u);
         const uint4 h = reinterpret_cast<const uint4*>(xhi)[c];
         const uint4 l = reinterpret_cast<const uint4*>(xlo)[c];
-        const int ih =
-            __dp4a((int)w0[j].w, (int)h.w,
-                   __dp4a((int)w0[j].z, (int)h.z,
-                          __dp4a((int)w0[j].y, (int)h.y, __dp4a((int)w0[j].x, (int)h.x, 0))));
-        const int il =
-            __dp4a((int)w0[j].w, (int)l.w,
-                   __dp4a((int)w0[j].z, (int)l.z,
-                          __dp4a((int)w0[j].y, (int)l.y, __dp4a((int)w0[j].x, (int)l.x, 0))));
-        myred[u] = d0[j] * scale_of(j, c) * ((float)ih + (float)il * (1.f / kLoDiv));
+        int ih = 0, il = 0;
+        idot16(w0[j], h, l, ih, il);
+        myred[u] = d0[j] * scale_of(j, c) * two_level(ih, il);
       }
     }
     __syncwarp();

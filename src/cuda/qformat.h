@@ -137,6 +137,78 @@ SMOLRT_DEV float nib_dot32(const uint4& q, uint32_t qh, bool has_qh, const float
   }
   return bytes_dot16(lo, x, bias) + bytes_dot16(hi, x + 16, bias);
 }
+
+// --- the int8 path: x quantized per 32-column unit, dot products on DP4A ------------------------
+// x = s * (hi + lo / kLoDiv) with int8 hi = rint(x / s), s = max|x| / 127, and int8
+// lo = rint((x - s * hi) * kLoDiv / s): each element within s / (2 * kLoDiv) = max|x| / 64516 of
+// its unit, about fp16's precision, at 4 multiply-adds per instruction and no dequantization.
+constexpr float kLoDiv = 254.f;
+constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
+
+// The two levels of one 32-column unit of x as a lane holds them (gemv.cu), with the unit's scale
+// s and the sum of its fp32 values (formats with a minimum).
+struct XQ {
+  uint4 hi0, hi1, lo0, lo1;  // bytes of columns 0..15 and 16..31
+  float s, sum;
+};
+
+// Quantizes the float4 v of columns 4(lane&7)..+3 of a unit held by 8 consecutive lanes (all 32
+// lanes of the warp call it): its hi and lo words, and the unit's scale and fp32 sum (the same on
+// the 8 lanes; a fixed xor tree, so deterministic). Non-finite x: a NaN scale, so the rows come
+// out NaN as in the fp32 path.
+SMOLRT_DEV void quantize_x4(float4 v, uint32_t& hi, uint32_t& lo, float& s, float& sum) {
+  float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  sum = (v.x + v.y) + (v.z + v.w);
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) {
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  }
+  const bool fin = am <= 3.0e38f;
+  s = fin ? am * (1.f / 127.f) : __int_as_float(0x7fc00000);
+  const float inv = fin && am > 0.f ? 127.f / am : 0.f;
+  // Rounding by kMagic: t = y + 1.5 * 2^23 holds rint(y) (ties to even) in its low mantissa bits,
+  // so byte 0 of t's bits is rint(y) as an int8 (|y| <= 127) with no float-to-int conversion (a
+  // quarter-rate instruction); lo's |y - h| * kLoDiv is at most 127 by construction.
+  const float e[4] = {v.x, v.y, v.z, v.w};
+  uint32_t hb[4], lb[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float y = e[i] * inv;
+    const float th = y + kMagic;
+    const float h = th - kMagic;
+    hb[i] = __float_as_uint(th);
+    lb[i] = __float_as_uint((y - h) * kLoDiv + kMagic);
+  }
+  hi = __byte_perm(__byte_perm(hb[0], hb[1], 0x0040u), __byte_perm(hb[2], hb[3], 0x0040u), 0x5410u);
+  lo = __byte_perm(__byte_perm(lb[0], lb[1], 0x0040u), __byte_perm(lb[2], lb[3], 0x0040u), 0x5410u);
+}
+
+// Adds the DP4A dot products of 16 int8 weights w (signed bytes) with 16 columns of x's two
+// levels to ih and il.
+SMOLRT_DEV void idot16(const uint4& w, const uint4& h, const uint4& l, int& ih, int& il) {
+  ih = __dp4a(
+      (int)w.w, (int)h.w,
+      __dp4a((int)w.z, (int)h.z, __dp4a((int)w.y, (int)h.y, __dp4a((int)w.x, (int)h.x, ih))));
+  il = __dp4a(
+      (int)w.w, (int)l.w,
+      __dp4a((int)w.z, (int)l.z, __dp4a((int)w.y, (int)l.y, __dp4a((int)w.x, (int)l.x, il))));
+}
+
+// Bytes 0..63 of v less 32 each, as signed bytes: with 0x80 set no byte borrows from the next,
+// and the xor turns 0x80 + (q - 32) into q - 32's two's complement.
+SMOLRT_DEV uint32_t bytes_less_32(uint32_t v) {
+  return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+}
+
+// The two levels' integer sums as the dot product in units of x's scale: ih + il / kLoDiv.
+// (|ih|, |il| < 2^22, so 1.5 * 2^23 + i is exact: no int-to-float conversion.)
+SMOLRT_DEV float i2f_small(int i) {
+  return __int_as_float(0x4B400000 + i) - kMagic;
+}
+SMOLRT_DEV float two_level(int ih, int il) {
+  return i2f_small(ih) + i2f_small(il) * (1.f / kLoDiv);
+}
 #endif
 
 // --- float formats
@@ -473,9 +545,10 @@ struct QFormatQK {
     r.j = j;
     return r;
   }
-  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
+  // The unit's 32 quants as bytes: weights 0..15 in a, 16..31 in b.
+  static SMOLRT_DEV void quants(const Raw& r, uint32_t (&a)[4], uint32_t (&b)[4]) {
     const int sh = 4 * (r.j & 1);
-    uint32_t a[4], b[4], qa[4], qb[4];
+    uint32_t qa[4], qb[4];
     words(r.q0, qa);
     words(r.q1, qb);
     uint32_t ha[4] = {0, 0, 0, 0}, hb[4] = {0, 0, 0, 0};
@@ -489,11 +562,29 @@ struct QFormatQK {
         b[i] |= ((hb[i] >> r.j) & 0x01010101u) << 4;
       }
     }
+  }
+  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
+    uint32_t a[4], b[4];
+    quants(r, a, b);
     float sc, m;
     k_scale_min_regs(r.h, r.j, sc, m);
     const float d = h2f((uint16_t)r.h.x), dmin = h2f((uint16_t)(r.h.x >> 16));
     const float qx = bytes_dot16(a, x, k2p23) + bytes_dot16(b, x + 16, k2p23);
     return d * sc * qx - dmin * m * xsum;
+  }
+  // dot() against x's two int8 levels (XQ): the quants are non-negative bytes, so DP4A takes them
+  // as they are; the minimum term uses the unit's fp32 sum.
+  static constexpr bool kIdot = true;
+  static SMOLRT_DEV float idot(const Raw& r, const XQ& x) {
+    uint32_t a[4], b[4];
+    quants(r, a, b);
+    int ih = 0, il = 0;
+    idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih, il);
+    idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih, il);
+    float sc, m;
+    k_scale_min_regs(r.h, r.j, sc, m);
+    const float d = h2f((uint16_t)r.h.x), dmin = h2f((uint16_t)(r.h.x >> 16));
+    return d * sc * x.s * two_level(ih, il) - dmin * m * x.sum;
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t*, size_t sblk, int c) {
     const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * kBytes;
@@ -588,9 +679,10 @@ struct QFormat<GgmlType::Q6_K> {
     r.j = j;
     return r;
   }
-  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
+  // The unit's 32 quants (0..63, not yet less 32) as bytes: weights 0..15 in a, 16..31 in b.
+  static SMOLRT_DEV void quants(const Raw& r, uint32_t (&a)[4], uint32_t (&b)[4]) {
     const int t = r.j & 3, ls = 4 * (t >> 1), hs = 2 * t;
-    uint32_t la[4], lb[4], ha[4], hb[4], a[4], b[4];
+    uint32_t la[4], lb[4], ha[4], hb[4];
     words(r.l0, la);
     words(r.l1, lb);
     words(r.h0, ha);
@@ -600,9 +692,27 @@ struct QFormat<GgmlType::Q6_K> {
       a[i] = ((la[i] >> ls) & 0x0F0F0F0Fu) | (((ha[i] >> hs) & 0x03030303u) << 4);
       b[i] = ((lb[i] >> ls) & 0x0F0F0F0Fu) | (((hb[i] >> hs) & 0x03030303u) << 4);
     }
+  }
+  static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
+    uint32_t a[4], b[4];
+    quants(r, a, b);
     // Weights 0..15 are words 0..3 of a; 16..31 words 0..3 of b.
     const float s0 = (float)(int8_t)(r.sc & 0xFFu), s1 = (float)(int8_t)(r.sc >> 8);
     return r.d * (s0 * bytes_dot16(a, x, k2p23 + 32.f) + s1 * bytes_dot16(b, x + 16, k2p23 + 32.f));
+  }
+  // dot() against x's two int8 levels (XQ): the 6-bit quants less 32 as signed bytes, one integer
+  // sum per 16-column scale.
+  static constexpr bool kIdot = true;
+  static SMOLRT_DEV float idot(const Raw& r, const XQ& x) {
+    uint32_t a[4], b[4];
+    quants(r, a, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = bytes_less_32(a[i]), b[i] = bytes_less_32(b[i]);
+    int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
+    idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih0, il0);
+    idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih1, il1);
+    const float s0 = (float)(int8_t)(r.sc & 0xFFu), s1 = (float)(int8_t)(r.sc >> 8);
+    return r.d * x.s * (s0 * two_level(ih0, il0) + s1 * two_level(ih1, il1));
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t sblk, int c) {
     const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * 208;

@@ -48,21 +48,40 @@ float affine_factor(GgmlType t) {
   return affine ? 8.f : 1.f;
 }
 
+// The most x quantized to two int8 levels (qformat.h XQ: each element within max|x| / 64516 of
+// its 32-column unit) can move row r of W·x: sum over units of sum|w| * that, +1% for the float
+// rounding of the quantization itself.
+double int8_x_bound(const float* row, const std::vector<float>& x, int64_t cols) {
+  double qb = 0;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    double am = 0, aw = 0;
+    for (int64_t c = 32 * b; c < 32 * b + 32; ++c) {
+      am = std::max(am, (double)std::fabs(x[c]));
+      aw += std::fabs((double)row[c]);
+    }
+    qb += 1.01 * aw * am / 64516.0;
+  }
+  return qb;
+}
+
 // Reference W·x plus a per-row error bound. The GPU sums in a different order than the CPU;
 // fp32 reordering error is bounded by ~n·eps·Σ|w_j·x_j| and is ~sqrt(n)·eps·Σ|w_j·x_j| in
 // practice, so 2e-5·Σ|w_j·x_j| (eps=6e-8, n<=8192: sqrt(n)·eps = 5.4e-6) is tight but never
-// flaky; times affine_factor for formats with a minimum.
+// flaky; times affine_factor for formats with a minimum; plus int8_x_bound for the formats whose
+// matvec quantizes x (cuda::gemv_int8_x).
 void ref_matvec(const TensorView& w, const std::vector<float>& x, std::vector<float>& out,
                 std::vector<float>& tol) {
   out.assign(w.rows, 0.f);
   tol.assign(w.rows, 0.f);
   cpu::matvec_rows(out.data(), w, x.data(), 0, w.rows);
   std::vector<float> row(w.cols);
+  const bool i8 = cuda::gemv_int8_x(w.type);
   for (int64_t r = 0; r < w.rows; ++r) {
     cpu::dequant_row(w, r, row.data());
     double a = 0;
     for (int64_t c = 0; c < w.cols; ++c) a += std::fabs((double)row[c] * x[c]);
-    tol[r] = (float)(2e-5 * affine_factor(w.type) * a + 1e-7);
+    tol[r] = (float)(2e-5 * affine_factor(w.type) * a + 1e-7 +
+                     (i8 ? int8_x_bound(row.data(), x, w.cols) : 0.0));
   }
 }
 
@@ -116,13 +135,14 @@ TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
   // both ways round: one pass of x registers, and several passes (cols > 2048, or > 1024 for the
   // K-quants) split over 2 to 8 warps of a block (2,560: 3 slices, two warps idle; 12,288 K-quant
   // columns: 12 passes, the 8 warps walk them; {700, 9216}: 9 passes over several rounds of a
-  // block).
+  // block). K-quants take both of the matvec's paths: fp32 x where a block computes few rows, int8
+  // x from 10 rows per block ({8192, 2048}, {9001, 256}, {9001, 2048}; {2900, 9216}: 9 passes).
   const std::vector<Shape> quant_shapes = {
       {576, 576},  {193, 1536}, {64, 2048},  {4097, 576},  {3, 32},      {9001, 576}, {1536, 576},
       {576, 1536}, {2560, 960}, {960, 2560}, {8192, 2048}, {2048, 8192}, {17, 12288}, {9001, 4096}};
   const std::vector<Shape> k_shapes = {{576, 1536}, {960, 2560},  {2048, 8192}, {8192, 2048},
                                        {3, 256},    {9001, 256},  {33, 1024},   {65, 1280},
-                                       {7, 12288},  {9001, 2048}, {700, 9216}};
+                                       {7, 12288},  {9001, 2048}, {700, 9216},  {2900, 9216}};
   const std::vector<Shape> float_shapes = {{172, 64}, {64, 172},  {33, 70},   {577, 576},
                                            {5, 1},    {9, 2048},  {5001, 64}, {31, 2080},
                                            {6, 4099}, {960, 2560}};
@@ -191,22 +211,13 @@ TEST(KernelGemv, WideHeadMatchesCpu) {
         std::vector<float> xin = x, ref, tol;
         if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), sh.cols, 1e-5f);
         ref_matvec(m.view, xin, ref, tol);
-        // int8 x: each element is within max|x| / 64516 of its 32-column block, so row r may
-        // differ from the fp32 product by sum_c |w_rc| * that (+1% for the float rounding of the
-        // quantization itself).
+        // int8 x (this kernel quantizes x whatever its format)
         std::vector<double> qb(sh.rows, 0.0);
         {
           std::vector<float> row(sh.cols);
           for (int r = 0; r < sh.rows; ++r) {
             cpu::dequant_row(m.view, r, row.data());
-            for (int b = 0; b < sh.cols / 32; ++b) {
-              double am = 0, aw = 0;
-              for (int c = 32 * b; c < 32 * b + 32; ++c) {
-                am = std::max(am, (double)std::fabs(xin[c]));
-                aw += std::fabs((double)row[c]);
-              }
-              qb[r] += 1.01 * aw * am / 64516.0;
-            }
+            qb[r] = int8_x_bound(row.data(), xin, sh.cols);
           }
         }
         Dev<float> out((size_t)sh.rows);
