@@ -50,6 +50,7 @@ struct GemvParams {
 // QKV kernels back to back: 76.5 vs 72.4 us), but the chain of mixed kernels is 20 us faster.
 constexpr int kBlock = 256;
 constexpr int kMaxBlocks = 132 * 4;
+constexpr size_t kGemvMaxSmem = 227 * 1024;  // dynamic shared memory per block (Hopper)
 
 template <GgmlType T>
 constexpr bool is_block() {
@@ -78,7 +79,7 @@ __device__ __forceinline__ int xs_index(int c) {
 }
 
 template <GgmlType T>
-size_t xs_bytes(int cols) {
+__host__ __device__ size_t xs_bytes(int cols) {
   const size_t n = is_block<T>() ? (size_t)(cols / 32) * 36 : (size_t)cols;
   return (n * sizeof(float) + 15) & ~size_t{15};
 }
@@ -100,8 +101,11 @@ constexpr bool kI8 = has_idot<T>() && has_idot<TV>();
 
 // The quantized x in shared memory, per 32-column unit: hi words 0..7, lo words 8..15, scale, sum,
 // 2 words of padding (80 bytes, so the 16-byte reads of 8 lanes owning consecutive units hit
-// distinct banks). It overwrites the fp32 staging in place (quantize_staged).
+// distinct banks).
 constexpr int kXqWords = 20;
+size_t xq_bytes(int cols) {
+  return (size_t)(cols / 32) * kXqWords * sizeof(uint32_t);
+}
 
 // RMSNorm scale 1/sqrt(mean(x^2) + eps) from each thread's partial sum of squares: warp sums,
 // then one shared-memory pass over the NT/32 warp totals. Every thread of the block must call it.
@@ -304,29 +308,21 @@ __device__ __forceinline__ void load_xr(float (&xr)[NX], const float* xs, int ps
   }
 }
 
-// The staged x (stage_x's fp32 in xs) quantized in place to kXqWords per unit by the whole block,
-// 8 consecutive threads per unit. A trip covers 32 units: their fp32 (144 bytes each) is read
-// before the barrier, then their 80-byte records are written, which reach no further than this
-// trip's own fp32, and the next trip's lies beyond them. Columns are whole 256-column
-// super-blocks (int8 path: K-quants), so a warp is all in or all out (the shuffles need all lanes).
+// The staged x (stage_x's fp32 in xs) quantized to xq (kXqWords per unit, after xs in shared
+// memory) by the whole block, 8 consecutive threads per unit, one barrier at the end. Columns are
+// whole 256-column super-blocks (int8 path: K-quants), so a warp is all in or all out of a trip
+// (the shuffles need all lanes).
 template <GgmlType T>
-__device__ __forceinline__ void quantize_staged(float* xs, int cols) {
-  uint32_t* xq = reinterpret_cast<uint32_t*>(xs);
+__device__ __forceinline__ void quantize_staged(const float* xs, uint32_t* xq, int cols) {
   const int n4 = cols / 4;
-  for (int base = 0; base < n4; base += kBlock) {  // block-uniform trips
-    const int c4 = base + threadIdx.x;
-    const bool in = c4 < n4;
-    uint32_t hi = 0, lo = 0;
-    float sc = 0.f, sum = 0.f;
-    if (in)
-      quantize_x4(*reinterpret_cast<const float4*>(xs + xs_index<T>(4 * c4)), hi, lo, sc, sum);
-    __syncthreads();
-    if (in) {
-      uint32_t* q = xq + (c4 >> 3) * kXqWords;
-      q[c4 & 7] = hi;
-      q[8 + (c4 & 7)] = lo;
-      if ((c4 & 7) == 0) *reinterpret_cast<float2*>(q + 16) = make_float2(sc, sum);
-    }
+  for (int c4 = threadIdx.x; c4 < n4; c4 += kBlock) {
+    uint32_t hi, lo;
+    float sc, sum;
+    quantize_x4(*reinterpret_cast<const float4*>(xs + xs_index<T>(4 * c4)), hi, lo, sc, sum);
+    uint32_t* q = xq + (c4 >> 3) * kXqWords;
+    q[c4 & 7] = hi;
+    q[8 + (c4 & 7)] = lo;
+    if ((c4 & 7) == 0) *reinterpret_cast<float2*>(q + 16) = make_float2(sc, sum);
   }
   __syncthreads();
 }
@@ -597,8 +593,8 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
   extern __shared__ float4 smem_x4[];
   float* xs = reinterpret_cast<float*>(smem_x4);
   stage_x<T, NX, SLICED>(xs, p.x, p.norm_w, p.eps, cols, lane, p.res);
-  if constexpr (I8) quantize_staged<T>(xs, cols);
-  const uint32_t* xq = reinterpret_cast<const uint32_t*>(xs);
+  uint32_t* xq = reinterpret_cast<uint32_t*>(xs + xs_bytes<T>(cols) / sizeof(float));
+  if constexpr (I8) quantize_staged<T>(xs, xq, cols);
   XSlice<T, TV, NX, I8> x;
   if constexpr (one) x.load(xs, xq, sl, cols, lane);
   if (kEpiAllLanes && writer && item < p.n_items) pe = pre_epi<E>(p, ItemRows<E>(p, item), pos);
@@ -717,22 +713,30 @@ int grid_blocks(int n_items, int slices, int max_blocks) {
   return blocks < cap ? blocks : cap;
 }
 
-// The int8 path pays for quantizing the block's x once (~45 instructions per 4 columns, a barrier
-// per 1,024 columns) and saves ~5 instructions per weight on every row the block computes, so it
-// is taken from kI8MinRows weight rows per block. Measured on an H200 (bench-decode, q4_k_m synth
-// models, z47, every launch on the int8 path), us per layer: 64 rows per block (SmolLM2-1.7B's
-// gate/up) 13.3 -> 12.0, 23 (its QKV) 8.45 -> 7.86, 11.6 (Llama-3.2-1B's QKV) 8.37 -> 7.94; 8
-// (the 1.7B's Wo and down) 3.07 -> 3.25 and 9.06 -> 10.05, 4 (SmolLM2-360M's down) 2.98 -> 3.45.
+// The int8 path pays for quantizing the block's x once (~45 instructions per 4 columns and a
+// barrier) and saves ~5 instructions per weight on every row the block computes, so it is taken
+// from kI8MinRows weight rows per block. Measured on an H200 (bench-decode, q4_k_m synth models,
+// z47, every launch on the int8 path), us per layer: 64 rows per block (SmolLM2-1.7B's gate/up)
+// 13.3 -> 12.0, 23 (its QKV) 8.45 -> 7.86, 11.6 (Llama-3.2-1B's QKV) 8.37 -> 7.94; 8 (the 1.7B's
+// Wo and down) 3.07 -> 3.25 and 9.06 -> 10.05, 4 (SmolLM2-360M's down) 2.98 -> 3.45. With x
+// quantized into its own region (one barrier instead of one per 1,024 columns, z51) 8 rows per
+// block still lose (1.7B down 9.06 -> 9.48) and the rule's launches gain a little more (1.7B
+// 1,104 -> 1,112 tok/s).
 constexpr int kI8MinRows = 10;
 
 template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV = T>
 void launch_nx(GemvParams p, int cols, cudaStream_t s, int max_blocks) {
-  const size_t smem = xs_bytes<T>(cols);
+  size_t smem = xs_bytes<T>(cols);
   p.slices = C == Cols::One ? 1 : slices_for(T, TV, cols);
   const int grid = grid_blocks(p.n_items, p.slices, max_blocks);
   auto* kernel = gemv_kernel<T, NX, E, C, TV, false>;
   if constexpr (kI8<T, TV>) {
-    if (2 * p.n_items >= kI8MinRows * grid) kernel = gemv_kernel<T, NX, E, C, TV, true>;
+    // (Inputs so wide that x's two copies pass the shared-memory limit, above ~33k columns,
+    // keep the fp32 path.)
+    if (2 * p.n_items >= kI8MinRows * grid && smem + xq_bytes(cols) <= kGemvMaxSmem) {
+      kernel = gemv_kernel<T, NX, E, C, TV, true>;
+      smem += xq_bytes(cols);
+    }
   }
   if (smem > 48 * 1024) {
     // Wide inputs: raise this instantiation's dynamic shared-memory limit (once is enough, but
