@@ -86,10 +86,10 @@ __host__ __device__ size_t xs_bytes(int cols) {
 
 // The int8 path (qformat.h XQ): kernels whose weight types both have an idot (the K-quants) may
 // take x quantized per 32-column unit to two int8 levels and run their dot products on DP4A
-// (I8, chosen per launch from the rows per block: kI8MinRows). The fp32
-// path spent ~7.7 instructions per weight unpacking and multiplying (ncu, SmolLM2-1.7B-shaped
-// q4_k_m on an H200: gate/up issue-bound at 122 registers and 16 warps per SM, 15 us per layer
-// with its weights in L2).
+// (I8, chosen per launch from the rows per block: kI8MinRows). The fp32 path spent ~7.7
+// instructions per weight unpacking and multiplying (ncu, SmolLM2-1.7B-shaped q4_k_m on an H200:
+// gate/up issue-bound at 122 registers and 16 warps per SM, 15 us per layer with its weights in
+// L2).
 template <GgmlType T>
 constexpr bool has_idot() {
   return requires {
