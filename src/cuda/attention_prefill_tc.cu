@@ -417,7 +417,7 @@ __global__ void attention_merge_kernel(AttentionPrefillArgs a, int n_split) {
 template <int HD, class KV, int KS, int KT = kKT>
 void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s, int n_split = 1) {
   constexpr size_t bytes = TcSmem<HD, KV, KS, KT>::bytes;
-  static_assert(bytes <= 227 * 1024 && KS <= 2, "tile set exceeds shared memory");
+  static_assert(bytes <= kMaxBlockSmem && KS <= 2, "tile set exceeds shared memory");
   static bool configured = false;
   if (!configured) {
     configure_prefill_kernel(attention_prefill_tc_kernel<HD, KV, KS, KT>, (int)bytes);

@@ -35,7 +35,6 @@ constexpr int kChunk = 64;  // weight columns per chunk: two 32-column units, 16
 template <GgmlType T, bool H, int NT>
 constexpr int kRing = sizeof(typename QFormat<T>::Raw16) <= 16 ? (H || NT > 1 ? 4 : 2)
                                                                : (H ? 2 : 1);
-constexpr int kMaxSmem = 227 * 1024;
 
 struct Params {
   GemmQ4Args a;
@@ -554,13 +553,13 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
   p.cps = (p.nchunks + z - 1) / z;
   z = (p.nchunks + p.cps - 1) / p.cps;
   const int smem = Layout(BN, p.cps * kChunk, nw, NT, H, kw > 1).bytes;
-  if (smem > kMaxSmem)
+  if (smem > kMaxBlockSmem)
     fail("gemm_q4: k=", p.k, " needs ", smem, " bytes of shared memory for ", BN,
-         " tokens per block (limit ", kMaxSmem, ")");
+         " tokens per block (limit ", kMaxBlockSmem, ")");
   auto kern = gemm_q4_kernel<T, E, NT, H, TV>;
   static bool configured = false;  // per instantiation, once
   if (!configured) {
-    configure_prefill_kernel(kern, kMaxSmem);
+    configure_prefill_kernel(kern, kMaxBlockSmem);
     configured = true;
   }
   launch_kernel_pdl(s != nullptr, kern, dim3(gx, gy, z), dim3(32 * nw), (size_t)smem, s, p);
@@ -618,7 +617,7 @@ void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
   const int cps = (p.nchunks + z - 1) / z;
   const int kw = std::max(1, std::min({cps, split ? kMaxKw : kMaxWarps, kMaxWarps / mw}));
   auto fits = [&](int n) {
-    return Layout(8 * n, cps * kChunk, mw * kw, n, H, kw > 1).bytes <= kMaxSmem;
+    return Layout(8 * n, cps * kChunk, mw * kw, n, H, kw > 1).bytes <= kMaxBlockSmem;
   };
   if (nt == 1 || !fits(2)) return launch<T, E, 1, H, TV>(p, mtiles, mw, kw, z, s);
   if (nt == 2 || !fits(4)) return launch<T, E, 2, H, TV>(p, mtiles, mw, kw, z, s);
@@ -636,7 +635,7 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
     // kw warps along K fit in shared memory (their partial tiles summed there when kw > 1).
     const auto fits = [&](int kw) {
       return Layout(64, (p.nchunks + z - 1) / z * kChunk, 4 * kw, 8, true, kw > 1).bytes <=
-             kMaxSmem;
+             kMaxBlockSmem;
     };
     while (split && !fits(1)) ++z;
     // Warps along K: kLargeChunksInFlight / the format's ring, so each 16-row tile keeps the same

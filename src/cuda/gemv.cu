@@ -50,7 +50,6 @@ struct GemvParams {
 // QKV kernels back to back: 76.5 vs 72.4 us), but the chain of mixed kernels is 20 us faster.
 constexpr int kBlock = 256;
 constexpr int kMaxBlocks = 132 * 4;
-constexpr size_t kGemvMaxSmem = 227 * 1024;  // dynamic shared memory per block (Hopper)
 
 template <GgmlType T>
 constexpr bool is_block() {
@@ -79,10 +78,12 @@ __device__ __forceinline__ int xs_index(int c) {
 }
 
 template <GgmlType T>
-__host__ __device__ size_t xs_bytes(int cols) {
+__host__ __device__ constexpr size_t xs_bytes(int cols) {
   const size_t n = is_block<T>() ? (size_t)(cols / 32) * 36 : (size_t)cols;
   return (n * sizeof(float) + 15) & ~size_t{15};
 }
+static_assert(xs_bytes<GgmlType::Q4_0>(kGemvMaxCols) <= kMaxBlockSmem,
+              "kGemvMaxCols: the padded fp32 x must fit one block's shared memory");
 
 // The int8 path (qformat.h XQ): kernels whose weight types both have an idot (the K-quants) may
 // take x quantized per 32-column unit to two int8 levels and run their dot products on DP4A
@@ -733,7 +734,7 @@ void launch_nx(GemvParams p, int cols, cudaStream_t s, int max_blocks) {
   if constexpr (kI8<T, TV>) {
     // (Inputs so wide that x's two copies pass the shared-memory limit, above ~33k columns,
     // keep the fp32 path.)
-    if (2 * p.n_items >= kI8MinRows * grid && smem + xq_bytes(cols) <= kGemvMaxSmem) {
+    if (2 * p.n_items >= kI8MinRows * grid && smem + xq_bytes(cols) <= (size_t)kMaxBlockSmem) {
       kernel = gemv_kernel<T, NX, E, C, TV, true>;
       smem += xq_bytes(cols);
     }

@@ -21,12 +21,10 @@ constexpr int min_blocks(int u) {
   return u <= 5 ? 3 : 2;
 }
 
-// x quantized for the int8 path (qformat.h quantize_x4: x = s * (hi + lo / kLoDiv), each element
-// within max|x| / 64516 of its 32-column block; the CPU twin in the kernel test bounds the logits
-// with exactly that).
-
-// Shared memory ahead of the per-vector partial dots: [hi bytes: cols][lo bytes: cols][block
-// scales: cols / 32 floats], a multiple of 4 bytes.
+// Shared memory ahead of the per-vector partial dots: x quantized to two int8 levels
+// (qformat.h quantize_x4: each element within max|x| / 64516 of its 32-column block; the CPU twin
+// in the kernel test bounds the logits with exactly that) as [hi bytes: cols][lo bytes: cols]
+// [block scales: cols / 32 floats], a multiple of 4 bytes.
 __host__ __device__ constexpr size_t head_x_bytes(int cols) {
   return 2 * (size_t)cols + sizeof(float) * (cols / 32);
 }

@@ -16,6 +16,10 @@ bool& pdl_enabled();
 // Streaming multiprocessors of the current device (queried once): grid sizing.
 int sm_count();
 
+// The dynamic shared memory one block may have on Hopper (227 KiB); kernels above 48 KiB raise
+// their limit (cudaFuncAttributeMaxDynamicSharedMemorySize) first.
+constexpr int kMaxBlockSmem = 227 * 1024;
+
 // Launch with an explicit choice of the PDL attribute (works inside stream capture).
 template <class... KArgs, class... Args>
 void launch_kernel_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,

@@ -15,9 +15,11 @@
 // of a 256-weight K-quant super-block): load(m, row, u) fetches unit u of a row into registers
 // (its Raw), dot(raw, x, xsum) multiplies it with x[0..31] including every scale (xsum: the sum
 // of x[0..31], which formats with a minimum need; kLayout.xsum says so, and the kernels compute it
-// once per slice of x they hold rather than per row), at(m, r, c) decodes
-// one weight (embedding rows). Dequantized values equal the reference dequantizer's (formats.h)
-// up to the order of fp32 operations (the kernels factor the scale out of the sum).
+// once per slice of x they hold rather than per row), optionally idot(raw, xq) with kIdot: the
+// same product against x quantized to two int8 levels (XQ, DP4A; the matvec's int8 path where a
+// block computes enough rows), at(m, r, c) decodes one weight (embedding rows). Dequantized values
+// equal the reference dequantizer's (formats.h) up to the order of fp32 operations (the kernels
+// factor the scale out of the sum).
 //
 // The prefill GEMM (gemm_q4.cu) reads 16 weights per thread and 64-column chunk: of unit u, the
 // columns 8h + k and 16 + 8h + k (k < 8, h = 0 or 1: which half of the unit's lane pair).

@@ -150,7 +150,6 @@ struct RandMat {
   }
 };
 
-// Max |a-b| / max(|b|, floor) over a vector, for reporting.
 // The near-tie bound of a reference logits row: two tokens whose reference logits are within 0.1
 // RMS of the row may come out in either order from paths that differ by rounding (random weights
 // over 49k tokens give top-2 gaps of ~0.2 RMS on average; the paths' per-element errors are
@@ -161,6 +160,7 @@ inline double near_tie_bound(const float* logits, size_t n) {
   return 0.1 * std::sqrt(ss / (double)n);
 }
 
+// Max |a-b| / max(|b|, floor) over a vector, for reporting.
 inline double max_rel(const std::vector<float>& a, const std::vector<float>& b, double floor) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) {
