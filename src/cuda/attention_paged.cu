@@ -70,8 +70,9 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   const int tile_end = min(tiles, (split + 1) * per);
   const int* table = a.tables + (size_t)a.row_seq[row] * a.table_stride;
   const size_t kv_dim = (size_t)a.n_kv_heads * HD;
+  const int ps = __ffs(a.page_size) - 1;  // a power of two (checked by the host)
   auto slot_of = [&](int t) {
-    return t < lo || t >= n_pos ? -1 : table[t / a.page_size] * a.page_size + t % a.page_size;
+    return t < lo || t >= n_pos ? -1 : (table[t >> ps] << ps) + (t & (a.page_size - 1));
   };
   // A tile's K rows into shared memory (cp.async, coalesced 16-byte chunks): which 0 = every row;
   // 1 = the rows readable before the wait (earlier steps' positions, and rows outside the
@@ -352,10 +353,10 @@ void attention_paged(const PagedAttnArgs& a, cudaStream_t s) {
       !a.partials || !a.counters)
     fail("attention_paged: null pointer");
   if (a.n <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
-      a.page_size <= 0 || a.table_stride <= 0 || a.window < 0 || a.splits < 1 ||
+      !is_pow2(a.page_size) || a.table_stride <= 0 || a.window < 0 || a.splits < 1 ||
       a.splits > kAttnPagedSplits)
     fail("attention_paged: bad shape (rows ", a.n, ", heads ", a.n_heads, "/", a.n_kv_heads,
-         ", page size ", a.page_size, ", splits ", a.splits, ")");
+         ", page size ", a.page_size, " (a power of two), splits ", a.splits, ")");
   if (!attention_paged_supports(a.head_dim, a.n_heads / a.n_kv_heads))
     fail("attention_paged: head_dim ", a.head_dim, " with ", a.n_heads / a.n_kv_heads,
          " query heads per KV head is not supported (head_dim 8..256, powers of two; at most ",

@@ -1,7 +1,8 @@
 // Attention for a multi-sequence step over a paged KV pool: every row of the step is one query
 // token of some sequence at some position; it attends to positions [0, pos] of its own sequence,
 // found through that sequence's block table (position p -> pool slot
-// tables[seq * table_stride + p / page_size] * page_size + p % page_size). Rows of one sequence's
+// tables[seq * table_stride + p / page_size] * page_size + p % page_size; page_size a power of
+// two). Rows of one sequence's
 // prompt chunk are causal by their own positions, since the step's QKV GEMM wrote all their K/V
 // rows before this kernel runs.
 //
@@ -20,6 +21,17 @@
 #include <cuda_runtime.h>
 
 namespace smolrt::cuda {
+
+// A page of the paged pools holds a power of two of rows, so the kernels find a position's row
+// with shifts (attention_paged, and attention_decode over a block table check it).
+inline bool is_pow2(int n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+inline int page_shift(int page) {  // log2 of a power of two
+  int s = 0;
+  while ((1 << s) < page) ++s;
+  return s;
+}
 
 constexpr int kAttnPagedSplits = 8;    // blocks per (row, KV head) at most
 constexpr int kAttnPagedMaxGroup = 8;  // query heads per KV head at most

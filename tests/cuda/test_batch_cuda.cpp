@@ -21,6 +21,7 @@
 #include "backend/cpu/sample.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
 #include "cuda/gemm_q4.h"
 #include "cuda_test_util.h"
@@ -453,6 +454,34 @@ TEST(CudaBatch, BadStepsAreRefusedWithoutChange) {
   const auto r = b->step(std::vector<SeqStep>{greedy(s, ok)});
   EXPECT_GE(r[0].token, 0);
   EXPECT_EQ(b->position(s), 3);
+}
+
+// The paged kernels find a row with shifts: a page size that is not a power of two is refused
+// with an error naming it (the CPU backend takes any page size).
+TEST(CudaBatch, PageSizeMustBeAPowerOfTwo) {
+  REQUIRE_SYNTH(model);
+  BatchOptions o;
+  o.kind = "cuda", o.max_seqs = 2, o.seq_ctx = 64, o.page_size = 12;
+  try {
+    make_cuda_batch_backend(model, o);
+    ADD_FAILURE() << "page size 12 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("power of two"), std::string::npos) << e.what();
+  }
+  o.page_size = 32;
+  EXPECT_NO_THROW(make_cuda_batch_backend(model, o));
+  cuda::PagedAttnArgs a;
+  Dev<float> buf(std::vector<float>(64, 0.f));
+  Dev<int> ints(std::vector<int>(4, 0));
+  a.q = a.out = buf.p(), a.k_pool = a.v_pool = buf.p(), a.ldq = a.ldo = 8, a.n = 1;
+  a.row_pos = a.row_seq = a.tables = ints.p(), a.table_stride = 1, a.page_size = 6;
+  a.n_heads = a.n_kv_heads = 1, a.head_dim = 8, a.splits = 1;
+  a.partials = buf.p(), a.counters = ints.p();
+  EXPECT_THROW(cuda::attention_paged(a, nullptr), Error);
+  cuda::AttnScratch sc{buf.p(), ints.p()};
+  EXPECT_THROW(cuda::attention_decode(buf.p(), buf.p(), buf.p(), buf.p(), ints.p(), 16, 1, 1, 8, sc,
+                                      nullptr, cuda::AttnPages{ints.p(), ints.p(), 1, 6, false}),
+               Error);
 }
 
 }  // namespace

@@ -9,9 +9,11 @@
 //
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
 // bucket (and attention split count, from the step's longest context) is captured once as a CUDA
-// graph and replayed (the per-step data travel in one H2D
-// copy of a pinned staging block before the launch). Padding rows are token 0 at position 0 of
-// a scratch "sequence" whose one page is outside the pool, so they touch nothing real.
+// graph and replayed (the per-step data travel in one H2D copy of a pinned staging block before
+// the launch, laid out for the step's bucket so the copy is as small as the step; the chosen ids
+// come back written by the kernels straight into pinned host memory, no D2H copy). Padding rows
+// are token 0 at position 0 of a scratch "sequence" whose one page is outside the pool, so they
+// touch nothing real.
 //
 // Weights: the decode backend's device image (upload_weights), read by the prefill GEMMs as is.
 #include <algorithm>
@@ -103,7 +105,7 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::DeviceBuffer dev_;   // staging mirror + tables + gathered rows + sampled ids + history
   cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids
   // Staging layout (ints, both sides): tokens | pos | slot | seq | out rows | ring slot | first
-  // position of the row's sequence in the step [cap].
+  // position of the row's sequence in the step, each [nb] for a step of bucket nb (<= cap).
   static constexpr int kStaged = 7;
   int* st_ = nullptr;
   int* d_st_ = nullptr;
@@ -111,8 +113,7 @@ class CudaBatchBackend final : public BatchBackend {
   int* d_tables_ = nullptr;
   int* d_ring_tables_ = nullptr;  // [max_seqs + 1][table_stride]: ring pages, repeated
   float* d_xo_ = nullptr;         // [cap][dim] gathered output rows
-  int* d_out_ = nullptr;          // [cap] chosen ids
-  int* out_host_ = nullptr;       // [cap]
+  int* out_host_ = nullptr;       // [cap] chosen ids (pinned, written by the kernels)
   int* d_hist_ = nullptr;         // penalty windows of the sampled rows
   float* d_partials_ = nullptr;   // attention_paged scratch
   int* d_counters_ = nullptr;
@@ -133,6 +134,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   if (opt.max_step_tokens <= 0 || opt.max_step_tokens > kBuckets[std::size(kBuckets) - 1])
     fail("max step tokens ", opt.max_step_tokens, " is invalid: use 1..",
          kBuckets[std::size(kBuckets) - 1]);
+  if (!cuda::is_pow2(opt.page_size))
+    fail("KV page size ", opt.page_size, " is invalid for the CUDA backend: use a power of two");
   if (!cuda::attention_paged_supports(c_.head_dim, c_.n_heads / std::max(c_.n_kv_heads, 1)))
     fail("head_dim ", c_.head_dim,
          " has no CUDA multi-sequence attention kernel; use --backend cpu");
@@ -198,7 +201,6 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     d_tables_ = cv.take<int>(tables);
     if (ring_pages_) d_ring_tables_ = cv.take<int>(tables);
     d_xo_ = cv.take<float>(size_t(cap) * c_.dim);
-    d_out_ = cv.take<int>(cap);
     // penalty windows: one per sampled row, at most one row per sequence
     d_hist_ = cv.take<int>(size_t(std::min(cap, opt.max_seqs)) * seq_ctx);
     d_partials_ =
@@ -279,13 +281,12 @@ void CudaBatchBackend::upload_tables(int seq) {
 }
 
 void CudaBatchBackend::forward(int nb, int mb, int splits) {
-  const int cap = bucket(max_step_);
   cuda::StepRows rows;
-  rows.pos = d_st_ + cap, rows.slot = d_st_ + 2 * cap, rows.seq = d_st_ + 3 * cap;
+  rows.pos = d_st_ + nb, rows.slot = d_st_ + 2 * nb, rows.seq = d_st_ + 3 * nb;
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_, rows.attn_splits = splits;
-  if (ring_pages_) rows.ring_slot = d_st_ + 5 * cap, rows.ring_tables = d_ring_tables_;
-  rows.first_new = d_st_ + 6 * cap;
+  if (ring_pages_) rows.ring_slot = d_st_ + 5 * nb, rows.ring_tables = d_ring_tables_;
+  rows.first_new = d_st_ + 6 * nb;
   cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_, c_.embed_scale);
   cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
   if (nb == 1) {
@@ -318,24 +319,26 @@ void CudaBatchBackend::forward(int nb, int mb, int splits) {
     // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
     const int parts = cuda::gemv_argmax(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits,
                                         d_part_v_, d_part_i_, stream_);
-    cuda::argmax_final(d_part_v_, d_part_i_, parts, d_out_, stream_);
+    cuda::argmax_final(d_part_v_, d_part_i_, parts, out_host_, stream_);
     return;
   }
   cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, stream_, &rows);
-  cuda::gather_rows(ws_.x, c_.dim, d_st_ + 4 * cap, mb, c_.dim, d_xo_, stream_);
+  cuda::gather_rows(ws_.x, c_.dim, d_st_ + 4 * nb, mb, c_.dim, d_xo_, stream_);
   cuda::GemmQ4Args h;
   h.t = mb, h.w0 = dw_.output, h.x = d_xo_, h.ldx = c_.dim, h.norm_w = dw_.output_norm;
   h.eps = c_.norm_eps;
   cuda::GemmOut o;
   o.y = ws_.logits, o.ldy = c_.vocab_size;
   cuda::gemm_q4(h, cuda::GemmEpilogue::Store, o, stream_);
-  cuda::argmax_rows(ws_.logits, c_.vocab_size, c_.vocab_size, mb, d_out_, stream_);
+  cuda::argmax_rows(ws_.logits, c_.vocab_size, c_.vocab_size, mb, out_host_, stream_);
 }
 
 std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   check_step(batch);
-  const int cap = bucket(max_step_);
   int n = 0, m = 0, max_pos = 0;
+  for (const SeqStep& s : batch) n += (int)s.tokens.size();
+  const int nb = bucket(n);
+  n = 0;
   // out rows of each entry: [first, first + count) of the gathered rows
   std::vector<std::pair<int, int>> outs(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -349,25 +352,25 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     outs[i] = {m, count};
     for (int j = 0; j < len; ++j, ++n) {
       st_[n] = s.tokens[j];
-      st_[cap + n] = p0 + j;
-      st_[2 * cap + n] = kv_->slot(s.seq, p0 + j);
-      st_[3 * cap + n] = s.seq;
-      st_[5 * cap + n] = ring_slot(s.seq, p0 + j);
-      st_[6 * cap + n] = p0;
+      st_[nb + n] = p0 + j;
+      st_[2 * nb + n] = kv_->slot(s.seq, p0 + j);
+      st_[3 * nb + n] = s.seq;
+      st_[5 * nb + n] = ring_slot(s.seq, p0 + j);
+      st_[6 * nb + n] = p0;
     }
-    for (int j = 0; j < count; ++j) st_[4 * cap + m++] = first + j;
+    for (int j = 0; j < count; ++j) st_[4 * nb + m++] = first + j;
   }
-  const int nb = bucket(n), mb = bucket(std::max(m, 1));
+  const int mb = bucket(std::max(m, 1));
   const int splits = cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
   const int pad_slot = kv_->pages_total() * kv_->page_size();
   for (int r = n; r < nb; ++r) {
-    st_[r] = 0, st_[cap + r] = 0, st_[2 * cap + r] = pad_slot, st_[3 * cap + r] = max_seqs();
-    st_[5 * cap + r] = ring_slot(max_seqs(), 0);
-    st_[6 * cap + r] = 0;
+    st_[r] = 0, st_[nb + r] = 0, st_[2 * nb + r] = pad_slot, st_[3 * nb + r] = max_seqs();
+    st_[5 * nb + r] = ring_slot(max_seqs(), 0);
+    st_[6 * nb + r] = 0;
   }
-  for (int r = m; r < mb; ++r) st_[4 * cap + r] = 0;
+  for (int r = m; r < mb; ++r) st_[4 * nb + r] = 0;
   CUDA_CHECK(
-      cudaMemcpyAsync(d_st_, st_, sizeof(int) * kStaged * cap, cudaMemcpyHostToDevice, stream_));
+      cudaMemcpyAsync(d_st_, st_, sizeof(int) * kStaged * nb, cudaMemcpyHostToDevice, stream_));
 
   if (use_graph_) {
     cudaGraphExec_t& g = graphs_[{nb, mb, splits}];
@@ -414,10 +417,9 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     const int r = outs[i].first + outs[i].second - 1;
     const int nh = (int)cpu::penalty_window(s.history, s.params).size();
     cuda::sample(ws_.logits + size_t(r) * V, V, s.params, s.u, d_hist_ + hist_off[i], nh,
-                 d_out_ + r, stream_);
+                 out_host_ + r, stream_);
   }
-  CUDA_CHECK(cudaMemcpyAsync(out_host_, d_out_, sizeof(int) * mb, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the ids are in out_host_
 
   std::vector<SeqResult> res(batch.size());
   std::vector<float> row;
