@@ -490,7 +490,7 @@ TEST(CpuBatch, OptionsDefaultsAndErrors) {
   EXPECT_EQ(be->max_seqs(), 3);
   EXPECT_EQ(be->kv_tokens(), 64 * 3);
   EXPECT_EQ(be->kv_pages_free(), 12);
-  EXPECT_EQ(be->max_step_tokens(), 512);
+  EXPECT_EQ(be->max_step_tokens(), kCpuStepTokens);  // 0 asks for the backend's default
 
   BatchOptions o = cpu_opts(2, 16, 40);  // rounded up to whole pages
   o.seq_ctx = 20;
@@ -512,7 +512,7 @@ TEST(CpuBatch, OptionsDefaultsAndErrors) {
   };
   bad([](BatchOptions& b) { b.max_seqs = 0; }, "max_seqs 0");
   bad([](BatchOptions& b) { b.page_size = -1; }, "page_size -1");
-  bad([](BatchOptions& b) { b.max_step_tokens = 0; }, "max_step_tokens 0");
+  bad([](BatchOptions& b) { b.max_step_tokens = -1; }, "max_step_tokens -1");
   bad([](BatchOptions& b) { b.seq_ctx = 65; }, "training context");
   bad([](BatchOptions& b) { b.seq_ctx = -2; }, "seq_ctx -2");
   bad([](BatchOptions& b) { b.kv_tokens = -1; }, "kv_tokens -1");

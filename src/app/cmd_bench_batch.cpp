@@ -146,8 +146,11 @@ REGISTER_COMMAND(Command{
              "--kv-type", [o](const std::string& v) { o->kv_half = v == "f16"; },
              "KV pool element type: f16 | f32")
           ->check(CLI::IsMember({"f16", "f32"}));
-      sub.add_option("--max-step-tokens", o->max_step_tokens, "tokens one step carries at most")
-          ->check(CLI::PositiveNumber);
+      sub.add_option("--max-step-tokens", o->max_step_tokens,
+                     "tokens one step carries at most; 0 = the backend's default (CPU " +
+                         std::to_string(kCpuStepTokens) + ", CUDA " +
+                         std::to_string(kCudaStepTokens) + ")")
+          ->check(CLI::NonNegativeNumber);
       sub.add_option("--json", o->json, "append JSON lines here");
       return [o] { return run(*o); };
     }});

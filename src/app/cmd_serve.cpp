@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "app/command.h"
@@ -176,8 +177,11 @@ REGISTER_COMMAND(Command{
           ->check(CLI::IsMember({"f16", "f32"}))
           ->default_str("f16");
       sub.add_option("--max-step-tokens", a->batch.max_step_tokens,
-                     "tokens one batched step carries at most (decodes + prompt chunks)")
-          ->check(CLI::PositiveNumber)
+                     "tokens one batched step carries at most (decodes + prompt chunks); 0 = the "
+                     "backend's default (CPU " +
+                         std::to_string(kCpuStepTokens) + ", CUDA " +
+                         std::to_string(kCudaStepTokens) + ")")
+          ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
       sub.add_option("--threads", a->batch.n_threads, "CPU threads (0 = all cores)")
           ->check(CLI::NonNegativeNumber)

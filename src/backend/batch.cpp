@@ -86,8 +86,9 @@ BatchGeometry batch_geometry(const ModelConfig& c, const BatchOptions& opt,
     fail("max_seqs ", opt.max_seqs, " is invalid: allow at least 1 sequence (--parallel)");
   if (opt.page_size <= 0)
     fail("page_size ", opt.page_size, " is invalid: a KV page holds at least 1 token");
-  if (opt.max_step_tokens <= 0)
-    fail("max_step_tokens ", opt.max_step_tokens, " is invalid: a step carries at least 1 token");
+  if (opt.max_step_tokens < 0)
+    fail("max_step_tokens ", opt.max_step_tokens,
+         " is invalid: a step carries at least 1 token (0: the backend's default)");
   if (opt.seq_ctx < 0)
     fail("seq_ctx ", opt.seq_ctx, " is invalid: use 0 (the model's ", c.n_ctx_train,
          ") or a positive count");

@@ -22,18 +22,25 @@
 
 namespace smolrt {
 
+// Default step budgets. CPU: a step's time grows with its tokens, and every running stream waits
+// for it. CUDA: a step's fixed cost (~0.8 ms of kernel chain for SmolLM-135M) is shared by more
+// prompt tokens in bigger steps (bench-batch prefill on an H200: 222k tok/s in 512-token steps,
+// 300k in 2,048). Served (H200, synth SmolLM-135M Q4_0, runs z58/z59, medians of 5, generated
+// tok/s at 64 / 256 clients): 512 47.1k / 84.1k, 768 48.1k / 89.8k, 1,024 47.6k / 89.0k, 1,536
+// 48.1k / 91.4k, 2,048 47.8k / 90.8k; time to first token p50 at 64 clients 5.2, 6.2, 7.8, 10.2,
+// 12.6 ms. 768 takes most of the gain for the least first-token latency.
+constexpr int kCpuStepTokens = 512;
+constexpr int kCudaStepTokens = 768;
+
 struct BatchOptions {
   std::string kind = "auto";  // "cpu" | "cuda" | "auto"
   int max_seqs = 64;          // sequences that may exist at once (the server's --parallel)
   int seq_ctx = 0;            // positions per sequence at most; 0 = the model's training context
   int kv_tokens = 0;          // KV pool size in tokens; 0 = seq_ctx * max_seqs capped by memory
   int page_size = 16;         // tokens per KV page
-  // Tokens one step() may carry in all (prompt chunks + decodes); CUDA takes up to 2,048. Larger
-  // steps prefill a burst of prompts faster (H100, synth SmolLM-135M, 100-token prompts: 202k
-  // tok/s in 512-token steps, 258k in 2,048), but served throughput did not follow (64 clients:
-  // 45.2k generated tok/s at 512, 43.2k at 2,048; 256: 74.3k and 74.6k) while time to first
-  // token grew (p50 5.7 vs 15.6 ms at 64 clients), so the default stays 512.
-  int max_step_tokens = 512;
+  // Tokens one step() may carry in all (prompt chunks + decodes); 0: the backend's default,
+  // kCpuStepTokens or kCudaStepTokens (CUDA takes up to 2,048).
+  int max_step_tokens = 0;
   int n_threads = 0;  // CPU: 0 = hardware concurrency
   // CUDA: fp16 KV pool (halves attention bytes; llama.cpp's and vLLM's default too), else fp32.
   // CPU ignores it.

@@ -447,7 +447,7 @@ TEST(CudaBatch, BadStepsAreRefusedWithoutChange) {
   const std::vector<int> bad = {1, V};
   EXPECT_THROW(b->step(std::vector<SeqStep>{greedy(s, bad)}), Error);
   EXPECT_THROW(b->step(std::vector<SeqStep>{greedy(s + 1, bad)}), Error);
-  const std::vector<int> big(600, 1);  // past seq_ctx 512 and the 512-token step
+  const std::vector<int> big(600, 1);  // past seq_ctx 512
   EXPECT_THROW(b->step(std::vector<SeqStep>{greedy(s, big)}), Error);
   EXPECT_EQ(b->position(s), 0);
   const std::vector<int> ok = {1, 2, 3};

@@ -18,8 +18,8 @@ class CpuBatchBackend final : public BatchBackend {
  public:
   CpuBatchBackend(const Model& m, const BatchOptions& opt, const BatchGeometry& g)
       : kv_(g.n_pages, opt.page_size, opt.max_seqs, g.seq_ctx),
-        max_step_tokens_(opt.max_step_tokens),
-        f_(m, g.n_pages * opt.page_size, g.seq_ctx, opt.max_step_tokens, opt.n_threads) {}
+        max_step_tokens_(opt.max_step_tokens != 0 ? opt.max_step_tokens : kCpuStepTokens),
+        f_(m, g.n_pages * opt.page_size, g.seq_ctx, max_step_tokens_, opt.n_threads) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return f_.device_name(); }

@@ -131,9 +131,9 @@ class CudaBatchBackend final : public BatchBackend {
 };
 
 CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_(m.config) {
-  if (opt.max_step_tokens <= 0 || opt.max_step_tokens > kBuckets[std::size(kBuckets) - 1])
-    fail("max step tokens ", opt.max_step_tokens, " is invalid: use 1..",
-         kBuckets[std::size(kBuckets) - 1]);
+  max_step_ = opt.max_step_tokens != 0 ? opt.max_step_tokens : kCudaStepTokens;
+  if (max_step_ <= 0 || max_step_ > kBuckets[std::size(kBuckets) - 1])
+    fail("max step tokens ", max_step_, " is invalid: use 1..", kBuckets[std::size(kBuckets) - 1]);
   if (!cuda::is_pow2(opt.page_size))
     fail("KV page size ", opt.page_size, " is invalid for the CUDA backend: use a power of two");
   if (!cuda::attention_paged_supports(c_.head_dim, c_.n_heads / std::max(c_.n_kv_heads, 1)))
@@ -144,7 +144,6 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     fail(
         "the CUDA multi-sequence backend needs every layer matrix and the output matrix in a "
         "format its GEMM takes (all but F32) and dim a multiple of 4; use --backend cpu");
-  max_step_ = opt.max_step_tokens;
   const int cap = bucket(max_step_);
   dw_ = cuda::upload_weights(m.weights, c_);
 
