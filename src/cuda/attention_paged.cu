@@ -15,8 +15,9 @@
 namespace smolrt::cuda {
 namespace {
 
-constexpr int kTile = 32;  // positions per warp tile (one per lane when scoring)
-constexpr int kWarps = 4;  // warps per block, one tile each at a time
+constexpr int kTile = 32;      // positions per warp tile (one per lane when scoring)
+constexpr int kWarps = 4;      // warps per block, one tile each at a time
+constexpr int kWideWarps = 8;  // the wide build's (see launch_t)
 
 // K tile rows in shared memory: the pool's element type, padded by 16 bytes per row so the
 // lanes' row reads (lane = position) hit distinct banks.
@@ -24,13 +25,14 @@ template <int HD, bool HALF>
 constexpr int k_ld() {
   return HALF ? HD + 8 : HD + 4;
 }
-template <int HD, bool HALF>
+template <int HD, bool HALF, int W = kWarps>
 constexpr size_t smem_bytes() {
-  return (HALF ? 2 : 4) * size_t(kWarps) * kTile * k_ld<HD, HALF>();
+  return (HALF ? 2 : 4) * size_t(W) * kTile * k_ld<HD, HALF>();
 }
 
-// One block per (row, KV head, split); see attention_paged.h. The body of both builds below.
-template <int HD, int G, bool HALF>
+// One block per (row, KV head, split); see attention_paged.h. The body of the builds below, with
+// W warps per block.
+template <int HD, int G, bool HALF, int W = kWarps>
 __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, float* partials,
                                                      int* counters) {
   using E = typename std::conditional<HALF, __half, float>::type;
@@ -41,9 +43,9 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   constexpr int VR = 64 / DPL < kTile ? 64 / DPL : kTile;  // V rows loaded together
   extern __shared__ float4 smem4[];
   __shared__ float sq[G][HD];
-  __shared__ float sp[kWarps][G][kTile];
-  __shared__ float sm[kWarps][G], sl[kWarps][G];
-  __shared__ float sacc[kWarps][G][HD];
+  __shared__ float sp[W][G][kTile];
+  __shared__ float sm[W][G], sl[W][G];
+  __shared__ float sacc[W][G][HD];
   __shared__ int last;
   const int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -61,7 +63,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   const int lo = a.window > 0 && n_pos > a.window ? n_pos - a.window : 0;
   const int tile0 = lo / kTile;
   const int tiles = (n_pos + kTile - 1) / kTile - tile0;
-  const int per = max(kWarps, (tiles + (int)gridDim.z - 1) / (int)gridDim.z);
+  const int per = max(W, (tiles + (int)gridDim.z - 1) / (int)gridDim.z);
   const int n_split = (tiles + per - 1) / per;
   if (split >= n_split) {
     detail::pdl_wait();  // every block waits, so completion stays transitive along the chain
@@ -130,7 +132,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[g][i] = 0.f;
   }
-  for (int tile = first; tile < tile_end; tile += kWarps) {
+  for (int tile = first; tile < tile_end; tile += W) {
     if (tile != first) {
       t0 = (tile0 + tile) * kTile;
       slot = slot_of(t0 + lane);
@@ -213,10 +215,10 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
     const int g = i / HD, d = i % HD;
     float mm = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm[w][g]);
+    for (int w = 0; w < W; ++w) mm = fmaxf(mm, sm[w][g]);
     float num = 0.f, den = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
       const float wt = sm[w][g] == -INFINITY ? 0.f : expf(sm[w][g] - mm);
       den += wt * sl[w][g];
       num += wt * sacc[w][g][d];
@@ -278,24 +280,64 @@ __global__ void __launch_bounds__(32 * kWarps, kAttnPagedWavePerSm)
   attention_paged_body<HD, G, HALF>(a, partials, counters);
 }
 
+// The wide build: 8 warps per block with half the splits, for steps whose grid then fits one
+// resident wave of it (2 blocks per SM at 128 registers for SmolLM's heads): a split's tiles
+// (up to 8) are then one per warp of one block, and a context of up to 8 tiles needs no split
+// combine (the partials' fence, counter and second pass). Measured on an H200 (run z60, synth
+// SmolLM-135M, 100-token prompts + 128 decode steps, bench-batch, ms per step; every launch on
+// the wide build): 8 sequences 0.787 -> 0.716, 64 sequences 1.088 -> 1.025; past one wave of it
+// it lost (128 sequences 1.372 -> 1.456, 256 1.979 -> 2.238, 64 sequences of 400-token prompts
+// 1.255 -> 1.42, prefill 250k -> 200k tok/s), so it runs only within one wave. Only where its
+// static shared memory (W x G x head_dim partial accumulators) stays small.
+template <int HD, int G>
+constexpr bool kWideBuild = G* HD <= 512;
+template <int HD, int G, bool HALF>
+__global__ void __launch_bounds__(32 * kWideWarps)
+    attention_paged_wide_kernel(const PagedAttnArgs a, float* partials, int* counters) {
+  static_assert(kWideBuild<HD, G>, "instantiated only where launch_t may take it");
+  attention_paged_body<HD, G, HALF, kWideWarps>(a, partials, counters);
+}
+
+// Blocks of a build resident at once on the whole GPU (one wave).
+template <typename K>
+long wave_of(K kern, int threads, int smem) {
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem));
+  return (long)std::max(per_sm, 1) * sm_count();
+}
+
 template <int HD, int G, bool HALF>
 void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
   auto* kern = attention_paged_kernel<HD, G, HALF>;
   constexpr int smem = (int)smem_bytes<HD, HALF>();
-  // Once per instantiation: the kernels configured; with an occupancy build, the latency build's
-  // blocks resident at once on the whole GPU (one wave), past which the occupancy build runs.
-  static const long wave = [] {
+  constexpr int smem_wide = (int)smem_bytes<HD, HALF, kWideWarps>();
+  // Once per instantiation: the kernels configured, and one resident wave of the latency build
+  // (past it the occupancy build runs, where there is one) and of the wide build.
+  struct Waves {
+    long latency = 0, wide = 0;
+  };
+  static const Waves waves = [] {
+    Waves w;
     configure_prefill_kernel(attention_paged_kernel<HD, G, HALF>, smem);
-    int per_sm = 0;
-    if constexpr (kOccBuild<HD, HALF>) {
+    w.latency = wave_of(attention_paged_kernel<HD, G, HALF>, 32 * kWarps, smem);
+    if constexpr (kOccBuild<HD, HALF>)
       configure_prefill_kernel(attention_paged_occ_kernel<HD, G, HALF>, smem);
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, attention_paged_kernel<HD, G, HALF>, 32 * kWarps, smem));
+    if constexpr (kWideBuild<HD, G>) {
+      configure_prefill_kernel(attention_paged_wide_kernel<HD, G, HALF>, smem_wide);
+      w.wide = wave_of(attention_paged_wide_kernel<HD, G, HALF>, 32 * kWideWarps, smem_wide);
     }
-    return (long)std::max(per_sm, 1) * sm_count();
+    return w;
   }();
+  const long pairs = (long)a.n * a.n_kv_heads;
+  if constexpr (kWideBuild<HD, G>) {
+    const int z = a.splits / 2;
+    if (z >= 1 && pairs * z <= waves.wide)
+      return launch_kernel_pdl(s != nullptr, attention_paged_wide_kernel<HD, G, HALF>,
+                               dim3(a.n, a.n_kv_heads, z), dim3(32 * kWideWarps), smem_wide, s, a,
+                               a.partials, a.counters);
+  }
   if constexpr (kOccBuild<HD, HALF>) {
-    if ((long)a.n * a.n_kv_heads * a.splits > wave) kern = attention_paged_occ_kernel<HD, G, HALF>;
+    if (pairs * a.splits > waves.latency) kern = attention_paged_occ_kernel<HD, G, HALF>;
   }
   launch_kernel_pdl(s != nullptr, kern, dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem,
                     s, a, a.partials, a.counters);

@@ -12,10 +12,11 @@
 // splits' partials), so a short served batch still spreads over the GPU. Any `splits` gives the
 // same result up to rounding; the caller sizes it to the step's longest context
 // (attn_paged_splits), since blocks past a row's last split have nothing to do. Each of the block's
-// 4 warps takes one tile at a time: its K rows are copied into shared memory (cp.async, coalesced)
-// and scored one position per lane; its V rows are read coalesced (lane = dimension) in the same
-// memory round trip; an online softmax per head; the warps' states are combined at the end of the
-// block.
+// 4 warps takes one tile at a time (8 warps and half the splits where that grid fits one resident
+// wave: attention_paged.cu's wide build): its K rows are copied into shared memory (cp.async,
+// coalesced) and scored one position per lane; its V rows are read coalesced (lane = dimension) in
+// the same memory round trip; an online softmax per head; the warps' states are combined at the end
+// of the block.
 #pragma once
 
 #include <cuda_runtime.h>
