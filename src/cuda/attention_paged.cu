@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(32 * kWarps, kAttnPagedWavePerSm)
 // 1.255 -> 1.42, prefill 250k -> 200k tok/s), so it runs only within one wave. Only where its
 // static shared memory (W x G x head_dim partial accumulators) stays small.
 template <int HD, int G>
-constexpr bool kWideBuild = G* HD <= 512;
+constexpr bool kWideBuild = (G * HD <= 512);
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kWideWarps)
     attention_paged_wide_kernel(const PagedAttnArgs a, float* partials, int* counters) {

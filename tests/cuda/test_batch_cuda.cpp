@@ -113,7 +113,9 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
   // Every split count gives the same attention: fewer splits than a row's context would take
   // (1, 3) give each block more tiles; the maximum spreads the longest rows over 8 blocks. With
   // the fp16 pool at head_dim 64, 34 rows x 3 KV heads x 8 splits = 816 blocks pass one resident
-  // wave of the latency build on a 132-SM Hopper (5 per SM), so the occupancy build runs too.
+  // wave of the latency build on a 132-SM Hopper (5 per SM), so the occupancy build runs too; at 3
+  // splits the wide build (8 warps, 1 split: 102 blocks, within its wave of 264) runs where the
+  // head group allows it (G x head_dim <= 512: all but the 256-wide heads).
   for (int fi = 0; fi < 4; ++fi)
     for (int splits : {1, 3, cuda::kAttnPagedSplits}) {
       a.splits = splits;
