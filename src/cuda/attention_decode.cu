@@ -25,16 +25,16 @@ constexpr int sub_of() {
   return HD > 128 ? kAttnSub / 4 : kAttnSub;
 }
 
-// PAGED: position t's K/V row is table[t >> page_shift] << page_shift | t & (page - 1) (a paged
-// pool's block table, pages of 2^page_shift rows: shifts, not the ~20-instruction divisions by a
-// runtime page size that every row address of a sub-chunk paid), else t. E: the caches' element
-// type (float, or __half for an fp16 pool).
+// PAGED: position t's K/V row is table[t / page] * page + t % page (a paged pool's block table;
+// page a power of two, so shifts, not the ~20-instruction divisions by a runtime page size that
+// every row address of a sub-chunk paid), else t. E: the caches' element type (float, or __half
+// for an fp16 pool).
 template <int HD, bool PAGED, typename E>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(float* out, const float* q, const E* k_cache, const E* v_cache,
                             const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
                             float* partials, int* counters, const int* tables, const int* seq,
-                            int stride, int page_shift, int window, float scale_arg, int ring) {
+                            int stride, int page, int window, float scale_arg, int ring) {
   constexpr int SUB = sub_of<HD>();
   constexpr int kTpp = kThreads / SUB;                // threads per scored position
   constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
@@ -80,6 +80,7 @@ __global__ void __launch_bounds__(kThreads)
   int p0 = 0;
   const int* table = nullptr;
   bool in_smem = false;
+  const int page_shift = __ffs(page) - 1;  // PAGED: a power of two (checked by the host)
   if constexpr (PAGED) {
     table = tables + (size_t)*seq * stride;
     p0 = start >> page_shift;
@@ -92,8 +93,7 @@ __global__ void __launch_bounds__(kThreads)
   auto row = [&](int t) -> size_t {
     if constexpr (PAGED) {
       const int pg = t >> page_shift;
-      return ((size_t)(in_smem ? stab[pg - p0] : table[pg]) << page_shift) +
-             (t & ((1 << page_shift) - 1));
+      return ((size_t)(in_smem ? stab[pg - p0] : table[pg]) << page_shift) + (t & (page - 1));
     } else {
       return (size_t)cache_row(t, ring);
     }
@@ -256,7 +256,7 @@ void launch_hd(float* out, const float* q, const void* k, const void* v, const i
   auto go = [&](auto kern, auto* kc, auto* vc) {
     launch_kernel(kern, dim3(n_heads, splits), dim3(kThreads), 0, s, out, q, kc, vc, pos, n_heads,
                   n_kv_heads, splits, sc.partials, sc.counters, pg.tables, pg.seq, pg.stride,
-                  pg.tables ? page_shift(pg.page) : 0, window, scale, ring);
+                  pg.page, window, scale, ring);
   };
   if (pg.tables && pg.half) {
     go(attention_decode_kernel<HD, true, __half>, static_cast<const __half*>(k),

@@ -28,11 +28,6 @@ namespace smolrt::cuda {
 inline bool is_pow2(int n) {
   return n > 0 && (n & (n - 1)) == 0;
 }
-inline int page_shift(int page) {  // log2 of a power of two
-  int s = 0;
-  while ((1 << s) < page) ++s;
-  return s;
-}
 
 constexpr int kAttnPagedSplits = 8;    // blocks per (row, KV head) at most
 constexpr int kAttnPagedMaxGroup = 8;  // query heads per KV head at most

@@ -148,24 +148,28 @@ constexpr float kLoDiv = 254.f;
 constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
 
 // The two levels of one 32-column unit of x as a lane holds them (gemv.cu), with the unit's scale
-// s and the sum of its fp32 values (formats with a minimum).
+// s and the sum of its fp32 values (formats with a minimum: unit_sum8).
 struct XQ {
   uint4 hi0, hi1, lo0, lo1;  // bytes of columns 0..15 and 16..31
   float s, sum;
 };
 
-// Quantizes the float4 v of columns 4(lane&7)..+3 of a unit held by 8 consecutive lanes (all 32
-// lanes of the warp call it): its hi and lo words, and the unit's scale and fp32 sum (the same on
-// the 8 lanes; a fixed xor tree, so deterministic). Non-finite x: a NaN scale, so the rows come
-// out NaN as in the fp32 path.
-SMOLRT_DEV void quantize_x4(float4 v, uint32_t& hi, uint32_t& lo, float& s, float& sum) {
-  float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-  sum = (v.x + v.y) + (v.z + v.w);
+// The fp32 sum of a unit held as float4s by 8 consecutive lanes (all 32 lanes of the warp call
+// it), the same on the 8 lanes: a fixed xor tree, so deterministic.
+SMOLRT_DEV float unit_sum8(float4 v) {
+  float sum = (v.x + v.y) + (v.z + v.w);
 #pragma unroll
-  for (int o = 1; o < 8; o <<= 1) {
-    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-    sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  }
+  for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  return sum;
+}
+
+// Quantizes the float4 v of columns 4(lane&7)..+3 of a unit held by 8 consecutive lanes (all 32
+// lanes of the warp call it): its hi and lo words, and the unit's scale (the same on the 8
+// lanes). Non-finite x: a NaN scale, so the rows come out NaN as in the fp32 path.
+SMOLRT_DEV void quantize_x4(float4 v, uint32_t& hi, uint32_t& lo, float& s) {
+  float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
   const bool fin = am <= 3.0e38f;
   s = fin ? am * (1.f / 127.f) : __int_as_float(0x7fc00000);
   const float inv = fin && am > 0.f ? 127.f / am : 0.f;
@@ -565,14 +569,20 @@ struct QFormatQK {
       }
     }
   }
+  // The unit's scale d * sc and minimum dmin * m.
+  static SMOLRT_DEV void scale_min(const Raw& r, float& ds, float& dm) {
+    float sc, m;
+    k_scale_min_regs(r.h, r.j, sc, m);
+    ds = h2f((uint16_t)r.h.x) * sc;
+    dm = h2f((uint16_t)(r.h.x >> 16)) * m;
+  }
   static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     uint32_t a[4], b[4];
     quants(r, a, b);
-    float sc, m;
-    k_scale_min_regs(r.h, r.j, sc, m);
-    const float d = h2f((uint16_t)r.h.x), dmin = h2f((uint16_t)(r.h.x >> 16));
+    float ds, dm;
+    scale_min(r, ds, dm);
     const float qx = bytes_dot16(a, x, k2p23) + bytes_dot16(b, x + 16, k2p23);
-    return d * sc * qx - dmin * m * xsum;
+    return ds * qx - dm * xsum;
   }
   // dot() against x's two int8 levels (XQ): the quants are non-negative bytes, so DP4A takes them
   // as they are; the minimum term uses the unit's fp32 sum.
@@ -583,10 +593,9 @@ struct QFormatQK {
     int ih = 0, il = 0;
     idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih, il);
     idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih, il);
-    float sc, m;
-    k_scale_min_regs(r.h, r.j, sc, m);
-    const float d = h2f((uint16_t)r.h.x), dmin = h2f((uint16_t)(r.h.x >> 16));
-    return d * sc * x.s * two_level(ih, il) - dmin * m * x.sum;
+    float ds, dm;
+    scale_min(r, ds, dm);
+    return ds * x.s * two_level(ih, il) - dm * x.sum;
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t*, size_t sblk, int c) {
     const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * kBytes;
@@ -681,6 +690,10 @@ struct QFormat<GgmlType::Q6_K> {
     r.j = j;
     return r;
   }
+  // The unit's two 16-column scales (int8).
+  static SMOLRT_DEV void scales(const Raw& r, float& s0, float& s1) {
+    s0 = (float)(int8_t)(r.sc & 0xFFu), s1 = (float)(int8_t)(r.sc >> 8);
+  }
   // The unit's 32 quants (0..63, not yet less 32) as bytes: weights 0..15 in a, 16..31 in b.
   static SMOLRT_DEV void quants(const Raw& r, uint32_t (&a)[4], uint32_t (&b)[4]) {
     const int t = r.j & 3, ls = 4 * (t >> 1), hs = 2 * t;
@@ -699,7 +712,8 @@ struct QFormat<GgmlType::Q6_K> {
     uint32_t a[4], b[4];
     quants(r, a, b);
     // Weights 0..15 are words 0..3 of a; 16..31 words 0..3 of b.
-    const float s0 = (float)(int8_t)(r.sc & 0xFFu), s1 = (float)(int8_t)(r.sc >> 8);
+    float s0, s1;
+    scales(r, s0, s1);
     return r.d * (s0 * bytes_dot16(a, x, k2p23 + 32.f) + s1 * bytes_dot16(b, x + 16, k2p23 + 32.f));
   }
   // dot() against x's two int8 levels (XQ): the 6-bit quants less 32 as signed bytes, one integer
@@ -713,7 +727,8 @@ struct QFormat<GgmlType::Q6_K> {
     int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
     idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih0, il0);
     idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih1, il1);
-    const float s0 = (float)(int8_t)(r.sc & 0xFFu), s1 = (float)(int8_t)(r.sc >> 8);
+    float s0, s1;
+    scales(r, s0, s1);
     return r.d * x.s * (s0 * two_level(ih0, il0) + s1 * two_level(ih1, il1));
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t sblk, int c) {

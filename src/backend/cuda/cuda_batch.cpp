@@ -334,10 +334,10 @@ void CudaBatchBackend::forward(int nb, int mb, int splits) {
 
 std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   check_step(batch);
+  int rows = 0;
+  for (const SeqStep& s : batch) rows += (int)s.tokens.size();
+  const int nb = bucket(rows);
   int n = 0, m = 0, max_pos = 0;
-  for (const SeqStep& s : batch) n += (int)s.tokens.size();
-  const int nb = bucket(n);
-  n = 0;
   // out rows of each entry: [first, first + count) of the gathered rows
   std::vector<std::pair<int, int>> outs(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
