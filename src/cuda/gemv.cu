@@ -317,11 +317,9 @@ template <GgmlType T>
 __device__ __forceinline__ void quantize_staged(const float* xs, uint32_t* xq, int cols) {
   const int n4 = cols / 4;
   for (int c4 = threadIdx.x; c4 < n4; c4 += kBlock) {
-    const float4 v = *reinterpret_cast<const float4*>(xs + xs_index<T>(4 * c4));
     uint32_t hi, lo;
-    float sc;
-    quantize_x4(v, hi, lo, sc);
-    const float sum = unit_sum8(v);
+    float sc, sum;
+    quantize_x4<true>(*reinterpret_cast<const float4*>(xs + xs_index<T>(4 * c4)), hi, lo, sc, sum);
     uint32_t* q = xq + (c4 >> 3) * kXqWords;
     q[c4 & 7] = hi;
     q[8 + (c4 & 7)] = lo;

@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadA
     {
       // The 8 threads of a 32-column block (consecutive c4, one warp) quantize it together.
       uint32_t hi, lo;
-      float sc;
-      quantize_x4(v, hi, lo, sc);
+      float sc, unused = 0.f;
+      quantize_x4<false>(v, hi, lo, sc, unused);
       if (c4 < n4) {
         xhi[c4] = hi;
         xlo[c4] = lo;

@@ -148,28 +148,26 @@ constexpr float kLoDiv = 254.f;
 constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
 
 // The two levels of one 32-column unit of x as a lane holds them (gemv.cu), with the unit's scale
-// s and the sum of its fp32 values (formats with a minimum: unit_sum8).
+// s and the sum of its fp32 values (formats with a minimum).
 struct XQ {
   uint4 hi0, hi1, lo0, lo1;  // bytes of columns 0..15 and 16..31
   float s, sum;
 };
 
-// The fp32 sum of a unit held as float4s by 8 consecutive lanes (all 32 lanes of the warp call
-// it), the same on the 8 lanes: a fixed xor tree, so deterministic.
-SMOLRT_DEV float unit_sum8(float4 v) {
-  float sum = (v.x + v.y) + (v.z + v.w);
-#pragma unroll
-  for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  return sum;
-}
-
 // Quantizes the float4 v of columns 4(lane&7)..+3 of a unit held by 8 consecutive lanes (all 32
-// lanes of the warp call it): its hi and lo words, and the unit's scale (the same on the 8
-// lanes). Non-finite x: a NaN scale, so the rows come out NaN as in the fp32 path.
-SMOLRT_DEV void quantize_x4(float4 v, uint32_t& hi, uint32_t& lo, float& s) {
+// lanes of the warp call it): its hi and lo words, the unit's scale and, with kSum, its fp32 sum
+// (the same on the 8 lanes; a fixed xor tree, so deterministic; the lm_head's Q8_0 needs none, and
+// its shuffles would not be dropped as dead code). Non-finite x: a NaN scale, so the rows come out
+// NaN as in the fp32 path.
+template <bool kSum>
+SMOLRT_DEV void quantize_x4(float4 v, uint32_t& hi, uint32_t& lo, float& s, float& sum) {
   float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  if constexpr (kSum) sum = (v.x + v.y) + (v.z + v.w);
 #pragma unroll
-  for (int o = 1; o < 8; o <<= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+  for (int o = 1; o < 8; o <<= 1) {
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    if constexpr (kSum) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  }
   const bool fin = am <= 3.0e38f;
   s = fin ? am * (1.f / 127.f) : __int_as_float(0x7fc00000);
   const float inv = fin && am > 0.f ? 127.f / am : 0.f;
