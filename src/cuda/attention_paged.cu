@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -15,41 +14,45 @@
 namespace smolrt::cuda {
 namespace {
 
-constexpr int kTile = 32;      // positions per warp tile (one per lane when scoring)
+constexpr int kTile = 32;      // positions per warp tile
 constexpr int kWarps = 4;      // warps per block, one tile each at a time
 constexpr int kWideWarps = 8;  // the wide build's (see launch_t)
 
-// K tile rows in shared memory: the pool's element type, padded by 16 bytes per row so the
-// lanes' row reads (lane = position) hit distinct banks.
-template <int HD, bool HALF>
-constexpr int k_ld() {
-  return HALF ? HD + 8 : HD + 4;
-}
-template <int HD, bool HALF, int W = kWarps>
+// K and V tile rows in shared memory, fp16 whatever the pool's type, pitch head_dim + 8 halves:
+// the 8 rows an mma fragment reads (32-bit K loads, ldmatrix on V) fall in distinct banks.
+template <int HD>
+constexpr int kPitch = HD + 8;
+template <int HD, int W = kWarps>
 constexpr size_t smem_bytes() {
-  return (HALF ? 2 : 4) * size_t(W) * kTile * k_ld<HD, HALF>();
+  return size_t(W) * 2 * kTile * kPitch<HD> * 2;
 }
 
 // One block per (row, KV head, split); see attention_paged.h. The body of the builds below, with
-// W warps per block.
+// W warps per block. Tensor cores (mma.sync m16n8k16, fp16 operands, fp32 accumulators): the G
+// query heads of the KV head are rows 0..G-1 of the A operand (the other rows zero), so a 32-
+// position tile is 4 x head_dim/16 mma for the scores and head_dim/8 x 2 for P V, where the SIMT
+// form took ~900 instructions per warp (ncu, H200: 42% issue slots busy and 26% of DRAM bandwidth
+// at 256 sequences). The score fragments (C layout) are re-packed in registers as P's A operand.
+// Scores run in base 2 (the query is pre-scaled by log2(e)); q, K, V and P are rounded to fp16.
 template <int HD, int G, bool HALF, int W = kWarps>
 __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, float* partials,
                                                      int* counters) {
-  using E = typename std::conditional<HALF, __half, float>::type;
-  constexpr int DPL = HD >= 32 ? HD / 32 : 1;              // output dims per lane
-  constexpr int LD = k_ld<HD, HALF>();                     // K tile row pitch (elements)
-  constexpr int EPC = 16 / sizeof(E);                      // elements per 16-byte chunk
-  constexpr int CPR = HD / EPC;                            // chunks per K row
-  constexpr int VR = 64 / DPL < kTile ? 64 / DPL : kTile;  // V rows loaded together
+  constexpr int P = kPitch<HD>;
+  constexpr int KC = HD >= 16 ? HD / 16 : 1;    // 16-wide k chunks of q K^T (head_dim 8: one,
+                                                // its upper half zero)
+  constexpr int DT = HD / 8;                    // 8-wide output column tiles of P V
+  constexpr int NT = kTile / 8;                 // 8-position score tiles per tile
+  constexpr int SPR = HD / 8;                   // 8-element slices per K/V row
+  constexpr int SPL = (kTile * SPR + 31) / 32;  // slices per lane per tile
+  static_assert(G <= 8, "the query heads of a KV head are rows 0..7 of the mma's 16");
   extern __shared__ float4 smem4[];
-  __shared__ float sq[G][HD];
-  __shared__ float sp[W][G][kTile];
+  __shared__ __align__(16) __half sq[G][HD];  // the group's queries, scaled by scale * log2(e)
   __shared__ float sm[W][G], sl[W][G];
-  __shared__ float sacc[W][G][HD];
   __shared__ int last;
   const int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  E* kt = reinterpret_cast<E*>(smem4) + warp * kTile * LD;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+  __half* kt = reinterpret_cast<__half*>(smem4) + (size_t)warp * 2 * kTile * P;
+  __half* vt = kt + kTile * P;
 
   // Before the PDL wait: what the host staged for the step (positions, block tables) and the K/V
   // rows of earlier steps, positions below row_first_new[row]; q and this step's rows (written by
@@ -76,138 +79,151 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   auto slot_of = [&](int t) {
     return t < lo || t >= n_pos ? -1 : (table[t >> ps] << ps) + (t & (a.page_size - 1));
   };
-  // A tile's K rows into shared memory (cp.async, coalesced 16-byte chunks): which 0 = every row;
-  // 1 = the rows readable before the wait (earlier steps' positions, and rows outside the
-  // context: zeros); 2 = the others.
-  auto load_k = [&](int t0, int slot, int which) {
+  // A tile's K and V rows into shared memory as fp16, 8 elements per copy (rows outside the
+  // context: zeros). which: 0 = every row; 1 = the rows readable before the wait (earlier steps'
+  // positions, and rows outside the context); 2 = the others. fp16 pool: cp.async; fp32 pool:
+  // through registers, rounded on the store.
+  auto load_kv = [&](int t0, int slot, int which) {
 #pragma unroll
-    for (int k = 0; k < (kTile * CPR + 31) / 32; ++k) {
-      const int c = lane + 32 * k, r = c / CPR, e = (c % CPR) * EPC;
+    for (int k = 0; k < SPL; ++k) {
+      const int c = lane + 32 * k, r = c / SPR, e = (c % SPR) * 8;
       const int s = __shfl_sync(0xffffffffu, slot, r & 31);
       const bool early = s < 0 || t0 + r < fresh;
-      if (c < kTile * CPR && (which == 0 || (which == 1) == early)) {
-        const E* src =
-            reinterpret_cast<const E*>(a.k_pool) + (size_t)max(s, 0) * kv_dim + kvh * HD + e;
-        cp_async16(kt + r * LD + e, src, s >= 0 ? 16 : 0);
-      }
-    }
-  };
-  // V rows [j0, j0 + VR) straight into registers, lane = dimension (coalesced). Kept in the
-  // pool's type and converted where used, so all of them are in flight before the first
-  // conversion waits on one. (Loading them before the wait too took the fp16 kernel from 96 to
-  // 128 registers.)
-  E vv[VR][DPL];
-  auto load_v = [&](int slot, int j0) {
-#pragma unroll
-    for (int jj = 0; jj < VR; ++jj) {
-      const int sj = __shfl_sync(0xffffffffu, slot, (j0 + jj) & 31);
-      const size_t vo = (size_t)sj * kv_dim + kvh * HD;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) {
-        const int d = lane + 32 * i;
-        vv[jj][i] = sj >= 0 && d < HD ? reinterpret_cast<const E*>(a.v_pool)[vo + d] : E{};
+      if (c < kTile * SPR && (which == 0 || (which == 1) == early)) {
+        const size_t off = (size_t)max(s, 0) * kv_dim + kvh * HD + e;
+        if constexpr (HALF) {
+          cp_async16(kt + r * P + e, static_cast<const __half*>(a.k_pool) + off, s >= 0 ? 16 : 0);
+          cp_async16(vt + r * P + e, static_cast<const __half*>(a.v_pool) + off, s >= 0 ? 16 : 0);
+        } else {
+          uint4 hk = make_uint4(0u, 0u, 0u, 0u), hv = hk;
+          if (s >= 0) {
+            const float4* kp =
+                reinterpret_cast<const float4*>(static_cast<const float*>(a.k_pool) + off);
+            const float4* vp =
+                reinterpret_cast<const float4*>(static_cast<const float*>(a.v_pool) + off);
+            const float4 k0 = kp[0], k1 = kp[1], v0 = vp[0], v1 = vp[1];
+            hk = make_uint4(pack_half2(k0.x, k0.y), pack_half2(k0.z, k0.w), pack_half2(k1.x, k1.y),
+                            pack_half2(k1.z, k1.w));
+            hv = make_uint4(pack_half2(v0.x, v0.y), pack_half2(v0.z, v0.w), pack_half2(v1.x, v1.y),
+                            pack_half2(v1.z, v1.w));
+          }
+          *reinterpret_cast<uint4*>(kt + r * P + e) = hk;
+          *reinterpret_cast<uint4*>(vt + r * P + e) = hv;
+        }
       }
     }
   };
   const int first = split * per + warp;  // this warp's first tile (none when >= tile_end)
   int t0 = (tile0 + first) * kTile;
   int slot = first < tile_end ? slot_of(t0 + lane) : -1;
-  if (first < tile_end) load_k(t0, slot, 1);  // warp-uniform
+  if (first < tile_end) load_kv(t0, slot, 1);  // warp-uniform
 
   detail::pdl_wait();  // q and this step's K/V rows come from the QKV GEMM
   detail::pdl_trigger();
-  if (first < tile_end) {  // the first tile's other loads, in flight during q's
-    load_k(t0, slot, 2);
-    load_v(slot, 0);
-  }
-  const float scale = a.scale > 0.f ? a.scale : rsqrtf((float)HD);
+  if (first < tile_end) load_kv(t0, slot, 2);  // in flight during q's loads
+  const float qscale = (a.scale > 0.f ? a.scale : rsqrtf((float)HD)) * 1.4426950408889634f;
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
-    sq[i / HD][i % HD] = a.q[(size_t)row * a.ldq + (kvh * G + i / HD) * HD + i % HD] * scale;
+    sq[i / HD][i % HD] =
+        __float2half_rn(a.q[(size_t)row * a.ldq + (kvh * G + i / HD) * HD + i % HD] * qscale);
   __syncthreads();
-
-  float m_run[G], l_run[G], acc[G][DPL];
+  // This lane's A fragments of the queries: row g (head kvh*G + g), columns 2t4.. and 2t4+8..
+  // of each 16-wide chunk; rows g+8 and g >= G are zero.
+  uint32_t qf[KC][2];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m_run[g] = -INFINITY, l_run[g] = 0.f;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[g][i] = 0.f;
+  for (int c = 0; c < KC; ++c) {
+    qf[c][0] = g < G ? *reinterpret_cast<const uint32_t*>(&sq[g < G ? g : 0][16 * c + 2 * t4]) : 0u;
+    qf[c][1] = 0u;
+    if constexpr (HD >= 16)
+      qf[c][1] =
+          g < G ? *reinterpret_cast<const uint32_t*>(&sq[g < G ? g : 0][16 * c + 2 * t4 + 8]) : 0u;
   }
+
+  float m_run = -INFINITY, l_run = 0.f;  // row g: running max (a quad's lanes agree), this
+                                         // lane's part of the running sum
+  float o[DT][4];
+#pragma unroll
+  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   for (int tile = first; tile < tile_end; tile += W) {
     if (tile != first) {
       t0 = (tile0 + tile) * kTile;
       slot = slot_of(t0 + lane);
-      load_k(t0, slot, 0);
-      load_v(slot, 0);
+      load_kv(t0, slot, 0);
     }
     cp_async_commit();
     cp_async_wait<0>();
     __syncwarp();
-    // Scores: lane = position, its K row read once for every head of the group.
-    float s[G];
+    // Scores: s[j] holds row g at positions t0 + 8j + 2t4 (+1).
+    float s[NT][4];
 #pragma unroll
-    for (int g = 0; g < G; ++g) s[g] = 0.f;
+    for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-    for (int i = 0; i < HD; i += EPC) {
-      float k[EPC];
-      const uint4 u = *reinterpret_cast<const uint4*>(kt + lane * LD + i);
-      if constexpr (HALF) {
-        const __half2* h = reinterpret_cast<const __half2*>(&u);
+    for (int c = 0; c < KC; ++c) {
+      const uint32_t af[4] = {qf[c][0], 0u, qf[c][1], 0u};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 f = __half22float2(h[e]);
-          k[2 * e] = f.x, k[2 * e + 1] = f.y;
+      for (int j = 0; j < NT; ++j) {
+        const __half* kr = kt + (8 * j + g) * P + 16 * c + 2 * t4;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr);
+        const uint32_t b1 = HD >= 16 ? *reinterpret_cast<const uint32_t*>(kr + 8) : 0u;
+        mma16816(s[j], af, b0, b1);
+      }
+    }
+    float mt = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int p = t0 + 8 * j + 2 * t4 + e;
+        if (p < lo || p >= n_pos) s[j][e] = -INFINITY;
+        mt = fmaxf(mt, s[j][e]);
+      }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float m_new = fmaxf(m_run, mt);  // finite: every tile holds a position of [lo, n_pos)
+    const float al = exp2f(m_run - m_new);
+    m_run = m_new;
+    l_run *= al;
+#pragma unroll
+    for (int i = 0; i < DT; ++i) o[i][0] *= al, o[i][1] *= al;
+    uint32_t pf[NT / 2][4];  // P as the A operand of P V: 16-position chunks, rows g+8 zero
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float p0 = exp2f(s[j][0] - m_new), p1 = exp2f(s[j][1] - m_new);
+      l_run += p0 + p1;
+      pf[j >> 1][(j & 1) * 2] = pack_half2(p0, p1);
+      pf[j >> 1][(j & 1) * 2 + 1] = 0u;
+    }
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) {
+      const __half* vr = vt + (16 * kk + (lane & 15)) * P;
+      if constexpr (DT >= 2) {
+#pragma unroll
+        for (int dt = 0; dt < DT; dt += 2) {
+          // lanes 0-15: positions 16kk + (lane & 15) at columns 8dt; lanes 16-31: 8(dt+1)
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vr + (dt + (lane >> 4)) * 8);
+          mma16816(o[dt], pf[kk], b[0], b[1]);
+          mma16816(o[dt + 1], pf[kk], b[2], b[3]);
         }
       } else {
-        const float* f = reinterpret_cast<const float*>(&u);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) k[e] = f[e];
-      }
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) s[g] += sq[g][i + e] * k[e];
+        uint32_t b[2];
+        ldmatrix_x2_trans(b, vr);
+        mma16816(o[0], pf[kk], b[0], b[1]);
       }
     }
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const float sg = slot >= 0 ? s[g] : -INFINITY;
-      // finite: every tile holds a position of [lo, n_pos)
-      const float m_new = fmaxf(m_run[g], warp_max(sg));
-      const float corr = expf(m_run[g] - m_new);
-      const float p = slot >= 0 ? expf(sg - m_new) : 0.f;
-      l_run[g] = l_run[g] * corr + warp_sum(p);
-      m_run[g] = m_new;
-      sp[warp][g][lane] = p;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[g][i] *= corr;
-    }
-    __syncwarp();
-    // P·V: lane = output dimension; rows past the context have p = 0 and v = 0.
-    const int nv = min(kTile, n_pos - t0);
-    for (int j0 = 0; j0 < nv; j0 += VR) {
-      if (j0 > 0) load_v(slot, j0);
-#pragma unroll
-      for (int jj = 0; jj < VR; ++jj) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float p = sp[warp][g][(j0 + jj) & 31];
-#pragma unroll
-          for (int i = 0; i < DPL; ++i) acc[g][i] += p * to_f32(vv[jj][i]);
-        }
-      }
-    }
-    __syncwarp();  // the K tile and sp are rewritten by the next tile
+    __syncwarp();  // the tiles are rewritten by the next one
   }
-  // This block's state: the warps' states combined (a warp without a tile has m = -inf: weight 0).
-  if (lane == 0) {
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+  // This block's state: the warps' states combined (a warp without a tile has m = -inf: weight
+  // 0). The tiles are dead after the barrier: their shared memory holds the warps' outputs.
+  __syncthreads();
+  float* sacc = reinterpret_cast<float*>(smem4);  // [W][G][HD]
+  if (g < G) {
+    if (t4 == 0) sm[warp][g] = m_run, sl[warp][g] = l_run;
 #pragma unroll
-    for (int g = 0; g < G; ++g) sm[warp][g] = m_run[g], sl[warp][g] = l_run[g];
-  }
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-#pragma unroll
-    for (int i = 0; i < DPL; ++i)
-      if (lane + 32 * i < HD) sacc[warp][g][lane + 32 * i] = acc[g][i];
+    for (int i = 0; i < DT; ++i)
+      *reinterpret_cast<float2*>(&sacc[(warp * G + g) * HD + 8 * i + 2 * t4]) =
+          make_float2(o[i][0], o[i][1]);
   }
   __syncthreads();
   const int h0 = kvh * G;
@@ -219,9 +235,9 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
     float num = 0.f, den = 0.f;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
-      const float wt = sm[w][g] == -INFINITY ? 0.f : expf(sm[w][g] - mm);
+      const float wt = sm[w][g] == -INFINITY ? 0.f : exp2f(sm[w][g] - mm);
       den += wt * sl[w][g];
-      num += wt * sacc[w][g][d];
+      num += wt * sacc[(w * G + g) * HD + d];
     }
     if (n_split == 1) {
       a.out[(size_t)row * a.ldo + (h0 + g) * HD + d] = num / den;
@@ -251,7 +267,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
     for (int sp_ = 0; sp_ < n_split; ++sp_) mm = fmaxf(mm, __ldcg(ph + sp_ * (HD + 2)));
     float num = 0.f, den = 0.f;
     for (int sp_ = 0; sp_ < n_split; ++sp_) {
-      const float w = expf(__ldcg(ph + sp_ * (HD + 2)) - mm);
+      const float w = exp2f(__ldcg(ph + sp_ * (HD + 2)) - mm);
       den += w * __ldcg(ph + sp_ * (HD + 2) + 1);
       num += w * __ldcg(ph + sp_ * (HD + 2) + 2 + d);
     }
@@ -259,25 +275,27 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   }
 }
 
-// The latency build: no minimum of blocks per SM (ptxas takes 96 registers for the fp16 kernel at
-// head_dim 64; declaring a minimum of 1 made it take 160).
+// The latency build: 4 warps, no minimum of blocks per SM (96 registers at head_dim 64: 5 blocks
+// per SM, as its 37 KB of shared memory allow).
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_paged_kernel(const PagedAttnArgs a, float* partials, int* counters) {
   attention_paged_body<HD, G, HALF>(a, partials, counters);
 }
 
-// The occupancy build: 6 blocks per SM (80 registers), for grids past one resident wave of the
-// latency build. Measured on an H100 (synth SmolLM-135M, fp16 pool, 256 sequences: 768 blocks,
-// 660 resident at 5 per SM): see launch_t. Only where shared memory lets 6 blocks in (head_dim
-// <= 64) and for the fp16 pool (the fp32 pool's 6-per-SM build lost: 3.18 vs 2.82 ms per step).
-template <int HD, bool HALF>
-constexpr bool kOccBuild = (HALF && HD <= 64);
+// The narrow build: 2 warps per block, for grids past one resident wave of the latency build
+// (256 sequences x 3 KV heads = 768 blocks; 660 resident at 5 per SM on a 132-SM H200, shared
+// memory and registers alike). Measured on an H200 (run z75, bench-batch, 100-token prompts + 64
+// decode steps, ms per step, latency build -> narrow build past its wave): synth SmolLM-135M Q4_0
+// 256 sequences 1.796 / 1.771 -> 1.762 / 1.747, prefill 265k -> 272k tok/s; synth gemma3-270m
+// q4_k_m (head_dim 256: one block of the latency build per SM) 256 sequences 2.650 / 2.633 ->
+// 2.478 / 2.489, prefill 197k -> 228k; the fp32 pool 2.06 / 2.03 -> 2.07 / 2.06 (prefill 245k
+// -> 260k).
+constexpr int kNarrowWarps = 2;
 template <int HD, int G, bool HALF>
-__global__ void __launch_bounds__(32 * kWarps, kAttnPagedWavePerSm)
-    attention_paged_occ_kernel(const PagedAttnArgs a, float* partials, int* counters) {
-  static_assert(kOccBuild<HD, HALF>, "instantiated only where launch_t may take it");
-  attention_paged_body<HD, G, HALF>(a, partials, counters);
+__global__ void __launch_bounds__(32 * kNarrowWarps)
+    attention_paged_narrow_kernel(const PagedAttnArgs a, float* partials, int* counters) {
+  attention_paged_body<HD, G, HALF, kNarrowWarps>(a, partials, counters);
 }
 
 // The wide build: 8 warps per block with half the splits, for steps whose grid then fits one
@@ -285,10 +303,11 @@ __global__ void __launch_bounds__(32 * kWarps, kAttnPagedWavePerSm)
 // (up to 8) are then one per warp of one block, and a context of up to 8 tiles needs no split
 // combine (the partials' fence, counter and second pass). Measured on an H200 (run z60, synth
 // SmolLM-135M, 100-token prompts + 128 decode steps, bench-batch, ms per step; every launch on
-// the wide build): 8 sequences 0.787 -> 0.716, 64 sequences 1.088 -> 1.025; past one wave of it
-// it lost (128 sequences 1.372 -> 1.456, 256 1.979 -> 2.238, 64 sequences of 400-token prompts
-// 1.255 -> 1.42, prefill 250k -> 200k tok/s), so it runs only within one wave. Only where its
-// static shared memory (W x G x head_dim partial accumulators) stays small.
+// the wide build, then the SIMT kernel): 8 sequences 0.787 -> 0.716, 64 sequences 1.088 -> 1.025;
+// past one wave of it it lost (128 sequences 1.372 -> 1.456, 256 1.979 -> 2.238, 64 sequences of
+// 400-token prompts 1.255 -> 1.42, prefill 250k -> 200k tok/s), so it runs only within one wave.
+// Only for the head shapes it was measured on (G x head_dim <= 512; its 8 warps' K/V tiles also
+// pass the shared memory of an SM from head_dim 256 on).
 template <int HD, int G>
 constexpr bool kWideBuild = (G * HD <= 512);
 template <int HD, int G, bool HALF>
@@ -309,10 +328,11 @@ long wave_of(K kern, int threads, int smem) {
 template <int HD, int G, bool HALF>
 void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
   auto* kern = attention_paged_kernel<HD, G, HALF>;
-  constexpr int smem = (int)smem_bytes<HD, HALF>();
-  constexpr int smem_wide = (int)smem_bytes<HD, HALF, kWideWarps>();
+  constexpr int smem = (int)smem_bytes<HD>();
+  constexpr int smem_wide = (int)smem_bytes<HD, kWideWarps>();
+  constexpr int smem_narrow = (int)smem_bytes<HD, kNarrowWarps>();
   // Once per instantiation: the kernels configured, and one resident wave of the latency build
-  // (past it the occupancy build runs, where there is one) and of the wide build.
+  // (past it the narrow build runs) and of the wide build.
   struct Waves {
     long latency = 0, wide = 0;
   };
@@ -320,8 +340,7 @@ void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
     Waves w;
     configure_prefill_kernel(attention_paged_kernel<HD, G, HALF>, smem);
     w.latency = wave_of(attention_paged_kernel<HD, G, HALF>, 32 * kWarps, smem);
-    if constexpr (kOccBuild<HD, HALF>)
-      configure_prefill_kernel(attention_paged_occ_kernel<HD, G, HALF>, smem);
+    configure_prefill_kernel(attention_paged_narrow_kernel<HD, G, HALF>, smem_narrow);
     if constexpr (kWideBuild<HD, G>) {
       configure_prefill_kernel(attention_paged_wide_kernel<HD, G, HALF>, smem_wide);
       w.wide = wave_of(attention_paged_wide_kernel<HD, G, HALF>, 32 * kWideWarps, smem_wide);
@@ -336,9 +355,10 @@ void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
                                dim3(a.n, a.n_kv_heads, z), dim3(32 * kWideWarps), smem_wide, s, a,
                                a.partials, a.counters);
   }
-  if constexpr (kOccBuild<HD, HALF>) {
-    if (pairs * a.splits > waves.latency) kern = attention_paged_occ_kernel<HD, G, HALF>;
-  }
+  if (pairs * a.splits > waves.latency)
+    return launch_kernel_pdl(s != nullptr, attention_paged_narrow_kernel<HD, G, HALF>,
+                             dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kNarrowWarps),
+                             smem_narrow, s, a, a.partials, a.counters);
   launch_kernel_pdl(s != nullptr, kern, dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem,
                     s, a, a.partials, a.counters);
 }

@@ -13,10 +13,11 @@
 // same result up to rounding; the caller sizes it to the step's longest context
 // (attn_paged_splits), since blocks past a row's last split have nothing to do. Each of the block's
 // 4 warps takes one tile at a time (8 warps and half the splits where that grid fits one resident
-// wave: attention_paged.cu's wide build): its K rows are copied into shared memory (cp.async,
-// coalesced) and scored one position per lane; its V rows are read coalesced (lane = dimension) in
-// the same memory round trip; an online softmax per head; the warps' states are combined at the end
-// of the block.
+// wave, 2 warps where the 4-warp grid passes one: attention_paged.cu's wide and narrow builds):
+// its K and V rows are copied into shared memory as fp16 (cp.async, coalesced), the scores and
+// P V run on tensor cores with the group's query heads as the rows of the mma (q, K, V and P
+// rounded to fp16, fp32 accumulation), an online softmax per head; the warps' states are combined
+// at the end of the block.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -69,7 +70,7 @@ void attention_paged(const PagedAttnArgs& a, cudaStream_t stream);
 // bench-batch): always 8 splits gave prefill 173k tok/s and decode 2.91 ms/step at 256
 // sequences; 2 (what these contexts need) 193k and 2.87 ms. On an H200 (run z41), 256 sequences
 // of those contexts in 1 split instead of 2 (768 blocks, not 1,536): 2.17 -> 1.99 ms per step.
-// (The blocks per SM of the kernel's occupancy build: one resident wave of it.)
+// (6: the blocks per SM of the SIMT kernel's occupancy build these were measured with.)
 constexpr int kAttnPagedWavePerSm = 6;
 int attn_paged_splits(int max_pos, int pairs, int sms);
 

@@ -30,22 +30,6 @@ namespace {
 
 constexpr int kWarps = 4, kBQ = 16 * kWarps, kKT = 64;
 
-// Two 8x8 fp16 matrices transposed out of shared memory per call pair: the B operand (k = key,
-// n = head dim) of two adjacent 8-wide output column tiles.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
 // Shared memory of one block: [fp16 query tile (wide heads)] [KS key groups x stages x (K, V)
 // fp16 tiles of KT x P] [fp32 staging K, V tiles (wide heads, fp32 cache)].
 template <int HD, class KV, int KS, int KT>

@@ -303,8 +303,17 @@ TEST(ArchKernels, PagedAttentionWindowInOrderAndShuffledPages) {
       const int pos = pos0 + i;
       const std::vector<double> ref = ref_attention(&q[(size_t)i * q_dim], kc, vc, slot_of,
                                                     pos + 1 - window, pos, nh, nkv, hd, 0.0625);
-      for (int e = 0; e < q_dim; ++e)
-        ASSERT_NEAR(got[(size_t)i * q_dim + e], ref[e], 2e-5) << "row " << i << " out " << e;
+      // Keys outside the window are NaN in the pool: one read would make the row non-finite.
+      // The paged kernel runs on tensor cores: q, P, K and V (an fp32 pool) rounded to fp16
+      // (2^-11 relative each, ~1e-3 relative L2 per row in total); 3e-3 bounds that with room,
+      // far below a masking or indexing error (~1).
+      double num = 0, den = 0;
+      for (int e = 0; e < q_dim; ++e) {
+        const double g = got[(size_t)i * q_dim + e];
+        ASSERT_TRUE(std::isfinite(g)) << "row " << i << " out " << e;
+        num += (g - ref[e]) * (g - ref[e]), den += ref[e] * ref[e];
+      }
+      EXPECT_LT(std::sqrt(num / den), 3e-3) << "row " << i;
     }
   }
 }

@@ -112,8 +112,8 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
   const int* fresh[] = {nullptr, dn0.p(), dn1.p(), dn2.p()};
   // Every split count gives the same attention: fewer splits than a row's context would take
   // (1, 3) give each block more tiles; the maximum spreads the longest rows over 8 blocks. With
-  // the fp16 pool at head_dim 64, 34 rows x 3 KV heads x 8 splits = 816 blocks pass one resident
-  // wave of the latency build on a 132-SM Hopper (5 per SM), so the occupancy build runs too; at 3
+  // head_dim 64, 34 rows x 3 KV heads x 8 splits = 816 blocks pass one resident wave of the
+  // latency build on a 132-SM Hopper (5 per SM), so the narrow build (2 warps) runs too; at 3
   // splits the wide build (8 warps, 1 split: 102 blocks, within its wave of 264) runs where the
   // head group allows it (G x head_dim <= 512: all but the 256-wide heads).
   for (int fi = 0; fi < 4; ++fi)
@@ -125,15 +125,15 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
       cuda::attention_paged(a, nullptr);  // again: the counters were left at zero
       const std::vector<float> got = out.get();
       for (int r = 0; r < n; ++r) {
-        for (int i = 0; i < q_dim; ++i) {
-          const float g = got[size_t(r) * q_dim + i], want = ref[size_t(r) * q_dim + i];
-          ASSERT_TRUE(std::isfinite(g)) << "row " << r << " col " << i << " splits " << splits;
-          // fp32 math in a different order than the CPU twin: outputs are O(1) averages of O(1)
-          // values, so 2e-5 absolute is a few ulps of accumulated rounding.
-          ASSERT_NEAR(g, want, 2e-5 + 2e-5 * std::fabs(want))
-              << "row " << r << " (pos " << row_pos[r] << ") col " << i << " hd " << head_dim
-              << " splits " << splits << " fresh pattern " << fi;
-        }
+        for (int i = 0; i < q_dim; ++i)
+          ASSERT_TRUE(std::isfinite(got[size_t(r) * q_dim + i]))
+              << "row " << r << " col " << i << " splits " << splits;
+        // Tensor cores: q, P and (fp32 pool) K and V are rounded to fp16 (2^-11 relative each,
+        // ~5e-4..1e-3 relative L2 per row in total, as the prefill's tensor-core attention);
+        // 3e-3 bounds that with room, far below an indexing, masking or combine error (~1).
+        EXPECT_LT(rel_l2(&got[size_t(r) * q_dim], &ref[size_t(r) * q_dim], q_dim), 3e-3)
+            << "row " << r << " (pos " << row_pos[r] << ") hd " << head_dim << " splits " << splits
+            << " fresh pattern " << fi;
       }
     }
 }
