@@ -306,10 +306,11 @@ __global__ void __launch_bounds__(32 * kNarrowWarps)
 // the wide build, then the SIMT kernel): 8 sequences 0.787 -> 0.716, 64 sequences 1.088 -> 1.025;
 // past one wave of it it lost (128 sequences 1.372 -> 1.456, 256 1.979 -> 2.238, 64 sequences of
 // 400-token prompts 1.255 -> 1.42, prefill 250k -> 200k tok/s), so it runs only within one wave.
-// Only for the head shapes it was measured on (G x head_dim <= 512; its 8 warps' K/V tiles also
-// pass the shared memory of an SM from head_dim 256 on).
+// Only for the head shapes it was measured on (G x head_dim <= 512) and where its 8 warps' K/V
+// tiles fit a block's shared memory (not from head_dim 256 on: gemma3-4b's 2 heads per KV head).
 template <int HD, int G>
-constexpr bool kWideBuild = (G * HD <= 512);
+constexpr bool kWideBuild = (G * HD <= 512) &&
+                            (smem_bytes<HD, kWideWarps>() <= (size_t)kMaxBlockSmem);
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kWideWarps)
     attention_paged_wide_kernel(const PagedAttnArgs a, float* partials, int* counters) {

@@ -177,6 +177,7 @@ TEST(AttentionPaged, MatchesCpuTwin) {
     check_paged(8, 8, 4, half);    // stories260K
     check_paged(128, 8, 2, half);  // Llama 3.2 1B-like
     check_paged(256, 4, 1, half);  // Gemma 3 270M
+    check_paged(256, 8, 4, half);  // Gemma 3 4B-like: too wide for the 8-warp build
   }
 }
 
