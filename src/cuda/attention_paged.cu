@@ -328,7 +328,6 @@ long wave_of(K kern, int threads, int smem) {
 
 template <int HD, int G, bool HALF>
 void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
-  auto* kern = attention_paged_kernel<HD, G, HALF>;
   constexpr int smem = (int)smem_bytes<HD>();
   constexpr int smem_wide = (int)smem_bytes<HD, kWideWarps>();
   constexpr int smem_narrow = (int)smem_bytes<HD, kNarrowWarps>();
@@ -360,8 +359,9 @@ void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
     return launch_kernel_pdl(s != nullptr, attention_paged_narrow_kernel<HD, G, HALF>,
                              dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kNarrowWarps),
                              smem_narrow, s, a, a.partials, a.counters);
-  launch_kernel_pdl(s != nullptr, kern, dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem,
-                    s, a, a.partials, a.counters);
+  launch_kernel_pdl(s != nullptr, attention_paged_kernel<HD, G, HALF>,
+                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem, s, a, a.partials,
+                    a.counters);
 }
 
 template <int HD, int G>
@@ -398,9 +398,8 @@ void launch_hd(const PagedAttnArgs& a, cudaStream_t s) {
 }  // namespace
 
 bool attention_paged_supports(int head_dim, int group) {
-  return (head_dim == 8 || head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 ||
-          head_dim == 256) &&
-         group >= 1 && group <= kAttnPagedMaxGroup;
+  return head_dim >= 8 && head_dim <= 256 && is_pow2(head_dim) && group >= 1 &&
+         group <= kAttnPagedMaxGroup;
 }
 
 int attn_paged_splits(int max_pos, int pairs, int sms) {

@@ -22,12 +22,14 @@
 
 #include <cuda_runtime.h>
 
+#include <bit>
+
 namespace smolrt::cuda {
 
 // A page of the paged pools holds a power of two of rows, so the kernels find a position's row
 // with shifts (attention_paged, and attention_decode over a block table check it).
 inline bool is_pow2(int n) {
-  return n > 0 && (n & (n - 1)) == 0;
+  return n > 0 && std::has_single_bit(static_cast<unsigned>(n));
 }
 
 constexpr int kAttnPagedSplits = 8;    // blocks per (row, KV head) at most
