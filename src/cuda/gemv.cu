@@ -85,20 +85,23 @@ __host__ __device__ constexpr size_t xs_bytes(int cols) {
 static_assert(xs_bytes<GgmlType::Q4_0>(kGemvMaxCols) <= kMaxBlockSmem,
               "kGemvMaxCols: the padded fp32 x must fit one block's shared memory");
 
-// The int8 path (qformat.h XQ): kernels whose weight types both have an idot (the K-quants) may
-// take x quantized per 32-column unit to two int8 levels and run their dot products on DP4A
-// (I8, chosen per launch from the rows per block: kI8MinRows). The fp32 path spent ~7.7
+// The int8 path (qformat.h XQ): kernels whose weight types both describe unit pairs (the
+// K-quants: load_pair / idot_pair) may take x quantized per 32-column unit to two int8 levels and
+// run their dot products on DP4A (I8, chosen per launch from the rows per block: kI8MinRows).
+// A lane takes a pair of units per row, the two that share their quant bytes, so a pass covers
+// 2,048 columns (NX = 64) and x stays in shared memory, read per item. The fp32 path spent ~7.7
 // instructions per weight unpacking and multiplying (ncu, SmolLM2-1.7B-shaped q4_k_m on an H200:
 // gate/up issue-bound at 122 registers and 16 warps per SM, 15 us per layer with its weights in
 // L2).
 template <GgmlType T>
-constexpr bool has_idot() {
+constexpr bool has_pairs() {
   return requires {
-    QFormat<T>::kIdot;
+    QFormat<T>::kPairStep;
   };
 }
 template <GgmlType T, GgmlType TV>
-constexpr bool kI8 = has_idot<T>() && has_idot<TV>();
+constexpr bool kI8 = has_pairs<T>() && has_pairs<TV>();
+constexpr int kI8Nx = 64;  // the int8 path's pass: 32 lanes x 2 units
 
 // The quantized x in shared memory, per 32-column unit: hi words 0..7, lo words 8..15, scale, sum,
 // 2 words of padding (80 bytes, so the 16-byte reads of 8 lanes owning consecutive units hit
@@ -329,31 +332,23 @@ __device__ __forceinline__ void quantize_staged(const float* xs, uint32_t* xq, i
 }
 
 // A lane's slice of x for one pass: fp32 registers (xr, and the unit sums xsm for formats with a
-// minimum), or on the int8 path its one unit's two levels (NX = 32: one unit per lane and pass).
+// minimum), or on the int8 path the quantized x in shared memory, whose units the dot products
+// read per item (which units a lane takes depends on the weight format: qformat.h pair_first).
 template <GgmlType T, GgmlType TV, int NX, bool I8>
 struct XSlice {
-  static constexpr bool kInt8 = false;
   float xr[NX], xsm[NX / 32];
   __device__ __forceinline__ void load(const float* xs, const uint32_t*, int ps, int cols,
                                        int lane);
 };
 template <GgmlType T, GgmlType TV, int NX>
 struct XSlice<T, TV, NX, true> {
-  static_assert(NX == 32, "the int8 path holds one unit per lane and pass");
-  static constexpr bool kInt8 = true;
-  XQ q;
-  __device__ __forceinline__ void load(const float*, const uint32_t* xq, int ps, int cols,
-                                       int lane) {
-    const int u = ps * 32 + lane;
-    if (u < cols / 32) {
-      const uint4* p = reinterpret_cast<const uint4*>(xq + u * kXqWords);
-      q.hi0 = p[0], q.hi1 = p[1], q.lo0 = p[2], q.lo1 = p[3];
-      const float2 f = *reinterpret_cast<const float2*>(xq + u * kXqWords + 16);
-      q.s = f.x, q.sum = f.y;
-    } else {
-      q.hi0 = q.hi1 = q.lo0 = q.lo1 = make_uint4(0u, 0u, 0u, 0u);
-      q.s = q.sum = 0.f;
-    }
+  static_assert(NX == kI8Nx, "the int8 path takes a unit pair per lane and pass");
+  const uint32_t* xq;
+  __device__ __forceinline__ void load(const float*, const uint32_t* q, int, int, int) { xq = q; }
+  __device__ __forceinline__ XQ unit(int u) const {
+    const uint4* p = reinterpret_cast<const uint4*>(xq + u * kXqWords);
+    const float2 f = *reinterpret_cast<const float2*>(xq + u * kXqWords + 16);
+    return XQ{p[0], p[1], p[2], p[3], f.x, f.y};
   }
 };
 
@@ -381,20 +376,29 @@ __device__ __forceinline__ void XSlice<T, TV, NX, I8>::load(const float* xs, con
 }
 
 // Two rows' units of one pass held in registers (block formats; empty for float formats, whose
-// loads are issued in dot2, coalesced across the warp). Loaded BEFORE pdl_wait where possible
-// (weights never depend on the previous kernel), so their DRAM latency overlaps the previous
-// kernel's tail.
-template <GgmlType T, int NX, bool B = is_block<T>()>
+// loads are issued in dot2, coalesced across the warp): NX / 32 units per lane and row, or on the
+// int8 path one unit pair. Loaded BEFORE pdl_wait where possible (weights never depend on the
+// previous kernel), so their DRAM latency overlaps the previous kernel's tail.
+template <GgmlType T, int NX, bool I8, bool B = is_block<T>()>
 struct WRegs {};
-template <GgmlType T, int NX>
-struct WRegs<T, NX, true> {
-  typename QFormat<T>::Raw a[NX / 32], b[NX / 32];
+template <GgmlType T, int NX, bool I8>
+struct WRegs<T, NX, I8, true> {
+  static constexpr int kN = I8 ? 1 : NX / 32;
+  typename QFormat<T>::Raw a[kN], b[kN];
 };
 
-template <GgmlType T, int NX>
-__device__ __forceinline__ void load_w(WRegs<T, NX>& w, const DevMat& ma, int ra, const DevMat& mb,
-                                       int rb, int lane, int ps) {
-  if constexpr (is_block<T>()) {
+template <GgmlType T, int NX, bool I8>
+__device__ __forceinline__ void load_w(WRegs<T, NX, I8>& w, const DevMat& ma, int ra,
+                                       const DevMat& mb, int rb, int lane, int ps) {
+  if constexpr (I8) {
+    using F = QFormat<T>;
+    const int g = ps * 32 + lane;  // the lane's unit pair: super-block g / 4, group g % 4
+    if (g < ma.cols / 64) {
+      const int nb = ma.cols / 256;
+      w.a[0] = F::load_pair(ma.q, ma.d, (size_t)ra * nb + g / 4, g % 4);
+      w.b[0] = F::load_pair(mb.q, mb.d, (size_t)rb * nb + g / 4, g % 4);
+    }
+  } else if constexpr (is_block<T>()) {
     using F = QFormat<T>;
     constexpr int upb = units_per_block<T>();
     const int nu = ma.cols / 32, nb = ma.cols / F::kLayout.qk;
@@ -411,17 +415,20 @@ __device__ __forceinline__ void load_w(WRegs<T, NX>& w, const DevMat& ma, int ra
 }
 
 // Partial dot products of rows ra of ma and rb of mb with this lane's slice of pass ps of x.
-template <GgmlType T, int NX, class XS>
-__device__ __forceinline__ void dot2(const WRegs<T, NX>& w, const DevMat& ma, int ra,
+template <GgmlType T, int NX, bool I8, class XS>
+__device__ __forceinline__ void dot2(const WRegs<T, NX, I8>& w, const DevMat& ma, int ra,
                                      const DevMat& mb, int rb, const XS& x, int lane, int ps,
                                      float& pa, float& pb) {
   using F = QFormat<T>;
   float sa = 0.f, sb = 0.f;
   const int cols = ma.cols;
-  if constexpr (XS::kInt8) {
-    if (ps * NX + lane < cols / 32) {
-      sa = F::idot(w.a[0], x.q);
-      sb = F::idot(w.b[0], x.q);
+  if constexpr (I8) {
+    const int g = ps * 32 + lane;
+    if (g < cols / 64) {
+      const int u = 8 * (g / 4) + F::pair_first(g % 4);
+      const XQ x0 = x.unit(u), x1 = x.unit(u + F::kPairStep);
+      sa = F::idot_pair(w.a[0], x0, x1);
+      sb = F::idot_pair(w.b[0], x0, x1);
     }
   } else if constexpr (is_block<T>()) {
     const int nu = cols / 32;
@@ -476,29 +483,29 @@ struct ItemRows {
 // a second type TV (K-quant mixtures give attn_v more bits: Q6_K, or Q8_0 where rows are not
 // whole super-blocks), so the three projections stay one launch: the item's segment (warp-uniform)
 // picks the registers and the code.
-template <GgmlType T, GgmlType TV, int NX>
+template <GgmlType T, GgmlType TV, int NX, bool I8>
 struct ItemW {
   // One item is of one segment, so a mixture's two register sets share storage: the union halves
   // the registers of the weights in flight (this one and the prefetched next).
   union {
-    WRegs<T, NX> w;
-    WRegs<TV, NX> v;
+    WRegs<T, NX, I8> w;
+    WRegs<TV, NX, I8> v;
   };
   template <Epi E>
   __device__ __forceinline__ void load(const ItemRows<E>& ir, int lane, int ps) {
     if (T != TV && ir.seg == 2) {
-      load_w<TV, NX>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, ps);
+      load_w<TV, NX, I8>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, ps);
     } else {
-      load_w<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, ps);
+      load_w<T, NX, I8>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, lane, ps);
     }
   }
   template <Epi E, class XS>
   __device__ __forceinline__ void dot(const ItemRows<E>& ir, const XS& x, int lane, int ps,
                                       float& pa, float& pb) const {
     if (T != TV && ir.seg == 2) {
-      dot2<TV, NX>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, x, lane, ps, pa, pb);
+      dot2<TV, NX, I8>(v, *ir.ma, ir.ra, *ir.mb, ir.rb, x, lane, ps, pa, pb);
     } else {
-      dot2<T, NX>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, x, lane, ps, pa, pb);
+      dot2<T, NX, I8>(w, *ir.ma, ir.ra, *ir.mb, ir.rb, x, lane, ps, pa, pb);
     }
   }
 };
@@ -535,7 +542,7 @@ __device__ __forceinline__ PreEpi pre_epi(const GemvParams& p, const ItemRows<E>
 // Q5_K and the Q4_K+Q6_K projections): at one block per SM (150-250 registers unbounded) eight
 // warps per SM keep too few weight bytes in flight.
 // K-quant kernels (either matrix type with 256-weight super-blocks) take x in 32 registers per
-// lane, passes of 1,024 columns; host-side mirror: pass_width.
+// lane, passes of 1,024 columns, on the fp32 path; host-side mirror: plan_launch.
 template <GgmlType T, GgmlType TV>
 constexpr bool kHeavy = QFormat<T>::kLayout.qk > 32 || QFormat<TV>::kLayout.qk > 32;
 template <GgmlType T, GgmlType TV>
@@ -572,7 +579,7 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
   int item = first + r;
   const bool in_block = r < R;  // warps past R * S idle (e.g. 3 slices: warps 6 and 7)
 
-  ItemW<T, TV, NX> w;
+  ItemW<T, TV, NX, I8> w;
   if (in_block && item < p.n_items) w.load(ItemRows<E>(p, item), lane, sl);
   pdl_wait();
   pdl_trigger();
@@ -614,7 +621,7 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
     float va = 0.f, vb = 0.f;
     if (valid) {
       if constexpr (one) {
-        ItemW<T, TV, NX> wn;
+        ItemW<T, TV, NX, I8> wn;
         if (more) wn.load(ItemRows<E>(p, item + stride), lane, sl);
         w.dot(ir, x, lane, sl, va, vb);
         w = wn;
@@ -690,86 +697,102 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const
   }
 }
 
-// Columns per pass (x registers per lane x 32): 1,024 for the K-quants, whose units take more
-// registers, and for narrow inputs; else 2,048. Wider inputs take the SLICED kernel with one warp
-// per pass, up to 8 (beyond that a warp walks several passes).
-int pass_width(GgmlType t, GgmlType tv, int cols) {
-  const bool heavy = dev_layout(t).qk > 32 || dev_layout(tv).qk > 32;
-  return heavy || cols <= pass_cols<32>() ? pass_cols<32>() : pass_cols<64>();
-}
-int slices_for(GgmlType t, GgmlType tv, int cols) {
-  const int pass = pass_width(t, tv, cols), passes = (cols + pass - 1) / pass;
-  return passes < kBlock / 32 ? passes : kBlock / 32;
-}
-
 // Grid size: one block per round of items (kBlock/32 / slices of them), at most max_blocks
 // (default kMaxBlocks, 4 per SM of a 132-SM Hopper); beyond that blocks loop.
-int grid_blocks(int n_items, int slices, int max_blocks) {
+int grid_blocks(int n_items, int slices, int max_blocks, bool heavy) {
   const int per_block = (kBlock / 32) / slices;
   int cap = max_blocks > 0 ? max_blocks : kMaxBlocks;
   // Sliced kernels stage all of a wide x per block: one resident wave (2 blocks per SM) that
-  // loops over the items stages it once per block.
-  if (slices > 1 && cap > 2 * sm_count()) cap = 2 * sm_count();
+  // loops over the items stages it once per block. The K-quants' kernels (2 blocks per SM, see
+  // kMinBlocks) take one resident wave too: a second wave's blocks start late, stage x again and
+  // have their first weights in flight only after the first wave's leave (H200, SmolLM2-1.7B-shaped
+  // q4_k_m, bench-decode z81: gate/up 257 -> 200 us per token, QKV 199 -> 157).
+  if ((slices > 1 || heavy) && cap > 2 * sm_count()) cap = 2 * sm_count();
   const int blocks = (n_items + per_block - 1) / per_block;
   return blocks < cap ? blocks : cap;
 }
 
 // The int8 path pays for quantizing the block's x once (~45 instructions per 4 columns and a
-// barrier) and saves ~5 instructions per weight on every row the block computes, so it is taken
-// from kI8MinRows weight rows per block. Measured on an H200 (bench-decode, q4_k_m synth models,
-// z47, every launch on the int8 path), us per layer: 64 rows per block (SmolLM2-1.7B's gate/up)
-// 13.3 -> 12.0, 23 (its QKV) 8.45 -> 7.86, 11.6 (Llama-3.2-1B's QKV) 8.37 -> 7.94; 8 (the 1.7B's
-// Wo and down) 3.07 -> 3.25 and 9.06 -> 10.05, 4 (SmolLM2-360M's down) 2.98 -> 3.45. With x
-// quantized into its own region (one barrier instead of one per 1,024 columns, z51) 8 rows per
-// block still lose (1.7B down 9.06 -> 9.48) and the rule's launches gain a little more (1.7B
-// 1,104 -> 1,112 tok/s).
+// barrier, after the PDL wait: on the critical path) and saves instructions on every row the block
+// computes, so it is taken from kI8MinRows weight rows per block, or where the fp32 path's blocks
+// would loop over several rounds of items (the unit pairs' 2,048-column passes halve the slices,
+// so the rounds too, and the quantizing is amortized over them). Measured on an H200
+// (bench-decode, q4_k_m synth models, run z81): SmolLM2-1.7B's down (7.8 rows per block, fp32
+// blocks looping 3.9 rounds) 218 -> 202 us per token on the int8 path, Llama-3.2-1B's 146 -> 135,
+// Qwen2.5-0.5B's 113 -> 110; SmolLM2-360M's (8 rows per block in one round) 107 -> 121 in the
+// decode graph, so it stays on the fp32 path.
 constexpr int kI8MinRows = 10;
 
-template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV = T>
-void launch_nx(GemvParams p, int cols, cudaStream_t s, int max_blocks) {
-  size_t smem = xs_bytes<T>(cols);
-  p.slices = C == Cols::One ? 1 : slices_for(T, TV, cols);
-  const int grid = grid_blocks(p.n_items, p.slices, max_blocks);
-  auto* kernel = gemv_kernel<T, NX, E, C, TV, false>;
-  if constexpr (kI8<T, TV>) {
+// How one launch runs: x registers per lane (nx: pass_cols<nx>() columns a pass; 1,024 for the
+// K-quants' fp32 path, whose units take more registers, and for narrow inputs, else 2,048; the
+// int8 path's unit pairs, 2,048), whether x takes the int8 path, warps per item (wider inputs
+// than one pass: one warp per pass, up to 8; beyond that a warp walks several passes) and blocks.
+struct Plan {
+  int nx;
+  bool i8;
+  int slices, grid;
+};
+
+Plan plan_launch(GgmlType t, GgmlType tv, int n_items, int cols, int max_blocks) {
+  const bool heavy = dev_layout(t).qk > 32 || dev_layout(tv).qk > 32;
+  auto with = [&](int nx, bool i8) {
+    const int pass = 32 * nx, passes = (cols + pass - 1) / pass;
+    const int slices = passes < kBlock / 32 ? passes : kBlock / 32;
+    return Plan{nx, i8, slices, grid_blocks(n_items, slices, max_blocks, heavy)};
+  };
+  const Plan fp = with(heavy || cols <= pass_cols<32>() ? 32 : 64, false);
+  if (gemv_int8_x(t) && gemv_int8_x(tv)) {
     // (Inputs so wide that x's two copies pass the shared-memory limit, above ~33k columns,
     // keep the fp32 path.)
-    if (2 * p.n_items >= kI8MinRows * grid && smem + xq_bytes(cols) <= (size_t)kMaxBlockSmem) {
-      kernel = gemv_kernel<T, NX, E, C, TV, true>;
-      smem += xq_bytes(cols);
+    const Plan pl = with(kI8Nx, true);
+    const bool fp_loops = (long)fp.grid * ((kBlock / 32) / fp.slices) < n_items;
+    if ((2 * n_items >= kI8MinRows * pl.grid || fp_loops) &&
+        xs_bytes<GgmlType::Q4_K>(cols) + xq_bytes(cols) <= (size_t)kMaxBlockSmem) {
+      return pl;
     }
   }
+  return fp;
+}
+
+template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV, bool I8>
+void launch_nx(GemvParams p, const Plan& pl, cudaStream_t s) {
+  const int cols = p.m0.cols;
+  const size_t smem = xs_bytes<T>(cols) + (I8 ? xq_bytes(cols) : 0);
+  p.slices = C == Cols::One ? 1 : pl.slices;
+  auto* kernel = gemv_kernel<T, NX, E, C, TV, I8>;
   if (smem > 48 * 1024) {
     // Wide inputs: raise this instantiation's dynamic shared-memory limit (once is enough, but
     // the call is cheap and not a stream operation, so graph capture is unaffected).
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   }
-  launch_kernel(kernel, dim3(grid), dim3(kBlock), smem, s, p);
+  launch_kernel(kernel, dim3(pl.grid), dim3(kBlock), smem, s, p);
 }
 
-template <GgmlType T, int NX, Epi E, GgmlType TV = T>
-void launch_cols(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
-  const int passes = (cols + pass_cols<NX>() - 1) / pass_cols<NX>();
+template <GgmlType T, int NX, Epi E, GgmlType TV, bool I8>
+void launch_cols(const GemvParams& p, const Plan& pl, cudaStream_t s) {
+  const int passes = (p.m0.cols + pass_cols<NX>() - 1) / pass_cols<NX>();
   if (passes == 1) {
-    launch_nx<T, NX, E, Cols::One, TV>(p, cols, s, max_blocks);
+    launch_nx<T, NX, E, Cols::One, TV, I8>(p, pl, s);
   } else if (passes <= kBlock / 32) {
-    launch_nx<T, NX, E, Cols::Sliced, TV>(p, cols, s, max_blocks);
+    launch_nx<T, NX, E, Cols::Sliced, TV, I8>(p, pl, s);
   } else {
-    launch_nx<T, NX, E, Cols::SlicedLoop, TV>(p, cols, s, max_blocks);
+    launch_nx<T, NX, E, Cols::SlicedLoop, TV, I8>(p, pl, s);
   }
 }
 
-// x in 32 registers per lane (1,024 columns a pass) for the K-quants, whose units take more
-// registers, and for narrow inputs; else 64 (2,048).
 template <GgmlType T, Epi E, GgmlType TV = T>
-void launch_t(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
+void launch_t(const GemvParams& p, cudaStream_t s, int max_blocks) {
+  const Plan pl = plan_launch(T, TV, p.n_items, p.m0.cols, max_blocks);
+  if constexpr (kI8<T, TV>) {
+    if (pl.i8) return launch_cols<T, kI8Nx, E, TV, true>(p, pl, s);
+  }
   if constexpr (kHeavy<T, TV>) {
-    launch_cols<T, 32, E, TV>(p, cols, s, max_blocks);
-  } else if (cols <= pass_cols<32>()) {
-    launch_nx<T, 32, E, Cols::One, TV>(p, cols, s, max_blocks);
+    launch_cols<T, 32, E, TV, false>(p, pl, s);
+  } else if (pl.nx == 32) {
+    launch_nx<T, 32, E, Cols::One, TV, false>(p, pl, s);
   } else {
-    launch_cols<T, 64, E, TV>(p, cols, s, max_blocks);
+    launch_cols<T, 64, E, TV, false>(p, pl, s);
   }
 }
 
@@ -777,7 +800,7 @@ void launch_t(const GemvParams& p, int cols, cudaStream_t s, int max_blocks) {
 template <Epi E>
 void dispatch(const GemvParams& p, cudaStream_t s, int max_blocks = 0) {
   const bool ok = dispatch_format(
-      p.m0.type, [&](auto tag) { launch_t<decltype(tag)::value, E>(p, p.m0.cols, s, max_blocks); });
+      p.m0.type, [&](auto tag) { launch_t<decltype(tag)::value, E>(p, s, max_blocks); });
   if (!ok) {
     fail("gemv: no CUDA matrix-vector kernel for type ", type_name(p.m0.type),
          "; supported: ", kDeviceFormats);
@@ -825,7 +848,7 @@ bool& pdl_enabled() {
 
 bool gemv_int8_x(GgmlType t) {
   bool r = false;
-  dispatch_format(t, [&](auto tag) { r = has_idot<decltype(tag)::value>(); });
+  dispatch_format(t, [&](auto tag) { r = has_pairs<decltype(tag)::value>(); });
   return r;
 }
 
@@ -876,7 +899,7 @@ int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps,
 
 int gemv_argmax_parts(const DevMat& w) {
   if (head_kernel_takes(w)) return head_grid(w, kGemvMaxBlocks);
-  return grid_blocks((w.rows + 1) / 2, slices_for(w.type, w.type, w.cols), kGemvMaxBlocks);
+  return plan_launch(w.type, w.type, (w.rows + 1) / 2, w.cols, kGemvMaxBlocks).grid;
 }
 
 void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
@@ -922,9 +945,9 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
       constexpr GgmlType T = decltype(tag)::value;
       if constexpr (QFormat<T>::kLayout.block) {
         if (tv == GgmlType::Q6_K) {
-          launch_t<T, Epi::Qkv, GgmlType::Q6_K>(p, p.m0.cols, s, 0);
+          launch_t<T, Epi::Qkv, GgmlType::Q6_K>(p, s, 0);
         } else {
-          launch_t<T, Epi::Qkv, GgmlType::Q8_0>(p, p.m0.cols, s, 0);
+          launch_t<T, Epi::Qkv, GgmlType::Q8_0>(p, s, 0);
         }
       }
     });

@@ -15,9 +15,11 @@
 // of a 256-weight K-quant super-block): load(m, row, u) fetches unit u of a row into registers
 // (its Raw), dot(raw, x, xsum) multiplies it with x[0..31] including every scale (xsum: the sum
 // of x[0..31], which formats with a minimum need; kLayout.xsum says so, and the kernels compute it
-// once per slice of x they hold rather than per row), optionally idot(raw, xq) with kIdot: the
-// same product against x quantized to two int8 levels (XQ, DP4A; the matvec's int8 path where a
-// block computes enough rows), at(m, r, c) decodes one weight (embedding rows). Dequantized values
+// once per slice of x they hold rather than per row), at(m, r, c) decodes one weight (embedding
+// rows). The K-quants also describe the matvec's int8 path (where a block computes enough rows):
+// load_pair(m, row, g) fetches the two units of group g that share their quant bytes (units
+// pair_first(g) and pair_first(g) + kPairStep), idot_pair(raw, x0, x1) their product with x
+// quantized to two int8 levels (XQ, DP4A). Dequantized values
 // equal the reference dequantizer's (formats.h) up to the order of fp32 operations (the kernels
 // factor the scale out of the sum).
 //
@@ -520,6 +522,20 @@ SMOLRT_DEV void k_scale_min_regs(const uint4& h, int j, float& sc, float& m) {
     m = (float)((c >> 4) | ((b >> 6) << 4));
   }
 }
+// The scales and minima of sub-blocks j and j + 1 (j even, so both in the same half of the table):
+// one shift per scale word, the 6-bit values made floats exactly by the magic-number trick.
+SMOLRT_DEV void k_scale_min_pair(const uint4& h, int j, float (&sc)[2], float (&m)[2]) {
+  const int sh = 8 * (j & 3);
+  const uint32_t a = h.y >> sh, b = h.z >> sh, c = h.w >> sh;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const uint32_t ak = a >> (8 * k), bk = b >> (8 * k), ck = c >> (8 * k);
+    const uint32_t s = j < 4 ? ak & 63u : (ck & 15u) | ((ak >> 2) & 48u);
+    const uint32_t n = j < 4 ? bk & 63u : ((ck >> 4) & 15u) | ((bk >> 2) & 48u);
+    sc[k] = i2f_small((int)s);
+    m[k] = i2f_small((int)n);
+  }
+}
 #endif
 
 // Q4_K / Q5_K: the GGUF block as payload (144 / 176 bytes, quants 16-byte aligned), no meta.
@@ -549,9 +565,10 @@ struct QFormatQK {
     r.j = j;
     return r;
   }
-  // The unit's 32 quants as bytes: weights 0..15 in a, 16..31 in b.
-  static SMOLRT_DEV void quants(const Raw& r, uint32_t (&a)[4], uint32_t (&b)[4]) {
-    const int sh = 4 * (r.j & 1);
+  // Sub-block j's 32 quants out of a Raw holding its qs bytes (j or j ^ 1 loaded), as bytes:
+  // weights 0..15 in a, 16..31 in b.
+  static SMOLRT_DEV void quants(const Raw& r, int j, uint32_t (&a)[4], uint32_t (&b)[4]) {
+    const int sh = 4 * (j & 1);
     uint32_t qa[4], qb[4];
     words(r.q0, qa);
     words(r.q1, qb);
@@ -562,38 +579,65 @@ struct QFormatQK {
       a[i] = (qa[i] >> sh) & 0x0F0F0F0Fu;
       b[i] = (qb[i] >> sh) & 0x0F0F0F0Fu;
       if constexpr (kQh) {
-        a[i] |= ((ha[i] >> r.j) & 0x01010101u) << 4;
-        b[i] |= ((hb[i] >> r.j) & 0x01010101u) << 4;
+        a[i] |= ((ha[i] >> j) & 0x01010101u) << 4;
+        b[i] |= ((hb[i] >> j) & 0x01010101u) << 4;
       }
     }
   }
-  // The unit's scale d * sc and minimum dmin * m.
-  static SMOLRT_DEV void scale_min(const Raw& r, float& ds, float& dm) {
+  // Sub-block j's scale d * sc and minimum dmin * m.
+  static SMOLRT_DEV void scale_min(const Raw& r, int j, float& ds, float& dm) {
     float sc, m;
-    k_scale_min_regs(r.h, r.j, sc, m);
+    k_scale_min_regs(r.h, j, sc, m);
     ds = h2f((uint16_t)r.h.x) * sc;
     dm = h2f((uint16_t)(r.h.x >> 16)) * m;
   }
   static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     uint32_t a[4], b[4];
-    quants(r, a, b);
+    quants(r, r.j, a, b);
     float ds, dm;
-    scale_min(r, ds, dm);
+    scale_min(r, r.j, ds, dm);
     const float qx = bytes_dot16(a, x, k2p23) + bytes_dot16(b, x + 16, k2p23);
     return ds * qx - dm * xsum;
   }
-  // dot() against x's two int8 levels (XQ): the quants are non-negative bytes, so DP4A takes them
-  // as they are; the minimum term uses the unit's fp32 sum.
-  static constexpr bool kIdot = true;
-  static SMOLRT_DEV float idot(const Raw& r, const XQ& x) {
-    uint32_t a[4], b[4];
-    quants(r, a, b);
-    int ih = 0, il = 0;
-    idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih, il);
-    idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih, il);
-    float ds, dm;
-    scale_min(r, ds, dm);
-    return ds * x.s * two_level(ih, il) - dm * x.sum;
+  // The int8 path: a lane takes the pair of sub-blocks 2g and 2g + 1 (g = 0..3), the low and high
+  // nibbles of the same 32 qs bytes (Q5_K: bits 2g and 2g + 1 of the same qh bytes), so one Raw
+  // feeds 64 weights. Against x's two int8 levels (XQ) of the two units: the quants are
+  // non-negative bytes, so DP4A takes them as they are; the minimum term uses the units' fp32 sums.
+  static constexpr int kPairStep = 1;
+  static SMOLRT_DEV int pair_first(int g) {
+    return 2 * g;
+  }
+  static SMOLRT_DEV Raw load_pair(const void* q, const uint16_t* d, size_t sblk, int g) {
+    return load(q, d, sblk, pair_first(g));
+  }
+  static SMOLRT_DEV float idot_pair(const Raw& r, const XQ& x0, const XQ& x1) {
+    uint32_t qa[4], qb[4], ha[4] = {0, 0, 0, 0}, hb[4] = {0, 0, 0, 0};
+    words(r.q0, qa);
+    words(r.q1, qb);
+    if constexpr (kQh) words(r.h0, ha), words(r.h1, hb);
+    float sc[2], m[2];
+    k_scale_min_pair(r.h, r.j, sc, m);
+    float acc = 0.f, macc = 0.f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const XQ& x = k == 0 ? x0 : x1;
+      uint32_t a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // the nibble is 4k: a compile-time shift
+        a[i] = (qa[i] >> (4 * k)) & 0x0F0F0F0Fu;
+        b[i] = (qb[i] >> (4 * k)) & 0x0F0F0F0Fu;
+        if constexpr (kQh) {
+          a[i] |= ((ha[i] >> (r.j + k)) & 0x01010101u) << 4;
+          b[i] |= ((hb[i] >> (r.j + k)) & 0x01010101u) << 4;
+        }
+      }
+      int ih = 0, il = 0;
+      idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih, il);
+      idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih, il);
+      acc += sc[k] * x.s * two_level(ih, il);
+      macc += m[k] * x.sum;
+    }
+    return h2f((uint16_t)r.h.x) * acc - h2f((uint16_t)(r.h.x >> 16)) * macc;
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t*, size_t sblk, int c) {
     const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * kBytes;
@@ -671,7 +715,7 @@ struct QFormat<GgmlType::Q6_K> {
 #if defined(__CUDACC__)
   struct Raw {
     uint4 l0, l1, h0, h1;
-    uint32_t sc;  // the two int8 scales
+    uint32_t sc;  // the unit's two int8 scales (pairs: and its partner's, bytes 2 and 3)
     float d;
     int j;
   };
@@ -688,13 +732,14 @@ struct QFormat<GgmlType::Q6_K> {
     r.j = j;
     return r;
   }
-  // The unit's two 16-column scales (int8).
-  static SMOLRT_DEV void scales(const Raw& r, float& s0, float& s1) {
-    s0 = (float)(int8_t)(r.sc & 0xFFu), s1 = (float)(int8_t)(r.sc >> 8);
+  // A sub-block's two 16-column scales out of the low 16 bits of sc.
+  static SMOLRT_DEV void scales(uint32_t sc, float& s0, float& s1) {
+    s0 = (float)(int8_t)(sc & 0xFFu), s1 = (float)(int8_t)((sc >> 8) & 0xFFu);
   }
-  // The unit's 32 quants (0..63, not yet less 32) as bytes: weights 0..15 in a, 16..31 in b.
-  static SMOLRT_DEV void quants(const Raw& r, uint32_t (&a)[4], uint32_t (&b)[4]) {
-    const int t = r.j & 3, ls = 4 * (t >> 1), hs = 2 * t;
+  // Sub-block j's 32 quants (0..63, not yet less 32) out of a Raw holding its ql bytes (j or j ^ 2
+  // loaded) as bytes: weights 0..15 in a, 16..31 in b.
+  static SMOLRT_DEV void quants(const Raw& r, int j, uint32_t (&a)[4], uint32_t (&b)[4]) {
+    const int t = j & 3, ls = 4 * (t >> 1), hs = 2 * t;
     uint32_t la[4], lb[4], ha[4], hb[4];
     words(r.l0, la);
     words(r.l1, lb);
@@ -708,26 +753,55 @@ struct QFormat<GgmlType::Q6_K> {
   }
   static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     uint32_t a[4], b[4];
-    quants(r, a, b);
+    quants(r, r.j, a, b);
     // Weights 0..15 are words 0..3 of a; 16..31 words 0..3 of b.
     float s0, s1;
-    scales(r, s0, s1);
+    scales(r.sc, s0, s1);
     return r.d * (s0 * bytes_dot16(a, x, k2p23 + 32.f) + s1 * bytes_dot16(b, x + 16, k2p23 + 32.f));
   }
-  // dot() against x's two int8 levels (XQ): the 6-bit quants less 32 as signed bytes, one integer
-  // sum per 16-column scale.
-  static constexpr bool kIdot = true;
-  static SMOLRT_DEV float idot(const Raw& r, const XQ& x) {
-    uint32_t a[4], b[4];
-    quants(r, a, b);
+  // The int8 path: a lane takes the pair of sub-blocks t and t + 2 of a half (g = 2h + t, t < 2),
+  // the low and high nibbles of the same 32 ql bytes and bit pairs of the same 32 qh bytes, so one
+  // Raw feeds 64 weights. Against x's two int8 levels (XQ) of the two units: the 6-bit quants less
+  // 32 as signed bytes, one integer sum per 16-column scale.
+  static constexpr int kPairStep = 2;
+  static SMOLRT_DEV int pair_first(int g) {
+    return 4 * (g >> 1) + (g & 1);
+  }
+  static SMOLRT_DEV Raw load_pair(const void* q, const uint16_t* d, size_t sblk, int g) {
+    const int j = pair_first(g);
+    Raw r = load(q, d, sblk, j);
+    const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * 208;
+    r.sc |= (uint32_t)__ldg(reinterpret_cast<const uint16_t*>(p + 192 + 2 * (j + kPairStep))) << 16;
+    return r;
+  }
+  static SMOLRT_DEV float idot_pair(const Raw& r, const XQ& x0, const XQ& x1) {
+    uint32_t la[4], lb[4], ha[4], hb[4];
+    words(r.l0, la);
+    words(r.l1, lb);
+    words(r.h0, ha);
+    words(r.h1, hb);
+    const int t = r.j & 3;
+    float acc = 0.f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = bytes_less_32(a[i]), b[i] = bytes_less_32(b[i]);
-    int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
-    idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih0, il0);
-    idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih1, il1);
-    float s0, s1;
-    scales(r, s0, s1);
-    return r.d * x.s * (s0 * two_level(ih0, il0) + s1 * two_level(ih1, il1));
+    for (int k = 0; k < 2; ++k) {
+      const XQ& x = k == 0 ? x0 : x1;
+      const int hs = 2 * t + 4 * k;
+      uint32_t a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // the ql nibble is 4k: a compile-time shift
+        a[i] = bytes_less_32(((la[i] >> (4 * k)) & 0x0F0F0F0Fu) |
+                             (((ha[i] >> hs) & 0x03030303u) << 4));
+        b[i] = bytes_less_32(((lb[i] >> (4 * k)) & 0x0F0F0F0Fu) |
+                             (((hb[i] >> hs) & 0x03030303u) << 4));
+      }
+      int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
+      idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih0, il0);
+      idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih1, il1);
+      float s0, s1;
+      scales(r.sc >> (16 * k), s0, s1);
+      acc += x.s * (s0 * two_level(ih0, il0) + s1 * two_level(ih1, il1));
+    }
+    return r.d * acc;
   }
   static SMOLRT_DEV float at(const void* q, const uint16_t* d, size_t sblk, int c) {
     const uint8_t* p = static_cast<const uint8_t*>(q) + sblk * 208;
