@@ -733,15 +733,15 @@ struct Plan {
   int slices, grid;
 };
 
-Plan plan_launch(GgmlType t, GgmlType tv, int n_items, int cols, int max_blocks) {
-  const bool heavy = dev_layout(t).qk > 32 || dev_layout(tv).qk > 32;
+// heavy: kHeavy (a 256-weight super-block format); pairs: kI8 (both types describe unit pairs).
+Plan plan_launch(bool heavy, bool pairs, int n_items, int cols, int max_blocks) {
   auto with = [&](int nx, bool i8) {
     const int pass = 32 * nx, passes = (cols + pass - 1) / pass;
     const int slices = passes < kBlock / 32 ? passes : kBlock / 32;
     return Plan{nx, i8, slices, grid_blocks(n_items, slices, max_blocks, heavy)};
   };
   const Plan fp = with(heavy || cols <= pass_cols<32>() ? 32 : 64, false);
-  if (gemv_int8_x(t) && gemv_int8_x(tv)) {
+  if (pairs) {
     // (Inputs so wide that x's two copies pass the shared-memory limit, above ~33k columns,
     // keep the fp32 path.)
     const Plan pl = with(kI8Nx, true);
@@ -783,7 +783,7 @@ void launch_cols(const GemvParams& p, const Plan& pl, cudaStream_t s) {
 
 template <GgmlType T, Epi E, GgmlType TV = T>
 void launch_t(const GemvParams& p, cudaStream_t s, int max_blocks) {
-  const Plan pl = plan_launch(T, TV, p.n_items, p.m0.cols, max_blocks);
+  const Plan pl = plan_launch(kHeavy<T, TV>, kI8<T, TV>, p.n_items, p.m0.cols, max_blocks);
   if constexpr (kI8<T, TV>) {
     if (pl.i8) return launch_cols<T, kI8Nx, E, TV, true>(p, pl, s);
   }
@@ -899,7 +899,9 @@ int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps,
 
 int gemv_argmax_parts(const DevMat& w) {
   if (head_kernel_takes(w)) return head_grid(w, kGemvMaxBlocks);
-  return plan_launch(w.type, w.type, (w.rows + 1) / 2, w.cols, kGemvMaxBlocks).grid;
+  return plan_launch(dev_layout(w.type).qk > 32, gemv_int8_x(w.type), (w.rows + 1) / 2, w.cols,
+                     kGemvMaxBlocks)
+      .grid;
 }
 
 void gemv_qkv(const QkvArgs& a, cudaStream_t s) {

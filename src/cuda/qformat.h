@@ -566,9 +566,9 @@ struct QFormatQK {
     return r;
   }
   // Sub-block j's 32 quants out of a Raw holding its qs bytes (j or j ^ 1 loaded), as bytes:
-  // weights 0..15 in a, 16..31 in b.
-  static SMOLRT_DEV void quants(const Raw& r, int j, uint32_t (&a)[4], uint32_t (&b)[4]) {
-    const int sh = 4 * (j & 1);
+  // weights 0..15 in a, 16..31 in b. sh = 4 * (j & 1), the nibble: a compile-time constant where
+  // the caller knows it (idot_pair).
+  static SMOLRT_DEV void quants(const Raw& r, int j, int sh, uint32_t (&a)[4], uint32_t (&b)[4]) {
     uint32_t qa[4], qb[4];
     words(r.q0, qa);
     words(r.q1, qb);
@@ -584,18 +584,18 @@ struct QFormatQK {
       }
     }
   }
-  // Sub-block j's scale d * sc and minimum dmin * m.
-  static SMOLRT_DEV void scale_min(const Raw& r, int j, float& ds, float& dm) {
+  // The unit's scale d * sc and minimum dmin * m.
+  static SMOLRT_DEV void scale_min(const Raw& r, float& ds, float& dm) {
     float sc, m;
-    k_scale_min_regs(r.h, j, sc, m);
+    k_scale_min_regs(r.h, r.j, sc, m);
     ds = h2f((uint16_t)r.h.x) * sc;
     dm = h2f((uint16_t)(r.h.x >> 16)) * m;
   }
   static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     uint32_t a[4], b[4];
-    quants(r, r.j, a, b);
+    quants(r, r.j, 4 * (r.j & 1), a, b);
     float ds, dm;
-    scale_min(r, r.j, ds, dm);
+    scale_min(r, ds, dm);
     const float qx = bytes_dot16(a, x, k2p23) + bytes_dot16(b, x + 16, k2p23);
     return ds * qx - dm * xsum;
   }
@@ -611,10 +611,6 @@ struct QFormatQK {
     return load(q, d, sblk, pair_first(g));
   }
   static SMOLRT_DEV float idot_pair(const Raw& r, const XQ& x0, const XQ& x1) {
-    uint32_t qa[4], qb[4], ha[4] = {0, 0, 0, 0}, hb[4] = {0, 0, 0, 0};
-    words(r.q0, qa);
-    words(r.q1, qb);
-    if constexpr (kQh) words(r.h0, ha), words(r.h1, hb);
     float sc[2], m[2];
     k_scale_min_pair(r.h, r.j, sc, m);
     float acc = 0.f, macc = 0.f;
@@ -622,15 +618,7 @@ struct QFormatQK {
     for (int k = 0; k < 2; ++k) {
       const XQ& x = k == 0 ? x0 : x1;
       uint32_t a[4], b[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {  // the nibble is 4k: a compile-time shift
-        a[i] = (qa[i] >> (4 * k)) & 0x0F0F0F0Fu;
-        b[i] = (qb[i] >> (4 * k)) & 0x0F0F0F0Fu;
-        if constexpr (kQh) {
-          a[i] |= ((ha[i] >> (r.j + k)) & 0x01010101u) << 4;
-          b[i] |= ((hb[i] >> (r.j + k)) & 0x01010101u) << 4;
-        }
-      }
+      quants(r, r.j + k, 4 * k, a, b);  // r.j is even: sub-block r.j + k's nibble is 4k
       int ih = 0, il = 0;
       idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih, il);
       idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih, il);
@@ -737,9 +725,10 @@ struct QFormat<GgmlType::Q6_K> {
     s0 = (float)(int8_t)(sc & 0xFFu), s1 = (float)(int8_t)((sc >> 8) & 0xFFu);
   }
   // Sub-block j's 32 quants (0..63, not yet less 32) out of a Raw holding its ql bytes (j or j ^ 2
-  // loaded) as bytes: weights 0..15 in a, 16..31 in b.
-  static SMOLRT_DEV void quants(const Raw& r, int j, uint32_t (&a)[4], uint32_t (&b)[4]) {
-    const int t = j & 3, ls = 4 * (t >> 1), hs = 2 * t;
+  // loaded) as bytes: weights 0..15 in a, 16..31 in b. ls = 4 * ((j & 3) >> 1), its ql nibble: a
+  // compile-time constant where the caller knows it (idot_pair).
+  static SMOLRT_DEV void quants(const Raw& r, int j, int ls, uint32_t (&a)[4], uint32_t (&b)[4]) {
+    const int hs = 2 * (j & 3);
     uint32_t la[4], lb[4], ha[4], hb[4];
     words(r.l0, la);
     words(r.l1, lb);
@@ -753,7 +742,7 @@ struct QFormat<GgmlType::Q6_K> {
   }
   static SMOLRT_DEV float dot(const Raw& r, const float* x, float xsum) {
     uint32_t a[4], b[4];
-    quants(r, r.j, a, b);
+    quants(r, r.j, 4 * ((r.j & 3) >> 1), a, b);
     // Weights 0..15 are words 0..3 of a; 16..31 words 0..3 of b.
     float s0, s1;
     scales(r.sc, s0, s1);
@@ -775,25 +764,14 @@ struct QFormat<GgmlType::Q6_K> {
     return r;
   }
   static SMOLRT_DEV float idot_pair(const Raw& r, const XQ& x0, const XQ& x1) {
-    uint32_t la[4], lb[4], ha[4], hb[4];
-    words(r.l0, la);
-    words(r.l1, lb);
-    words(r.h0, ha);
-    words(r.h1, hb);
-    const int t = r.j & 3;
     float acc = 0.f;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const XQ& x = k == 0 ? x0 : x1;
-      const int hs = 2 * t + 4 * k;
       uint32_t a[4], b[4];
+      quants(r, r.j + kPairStep * k, 4 * k, a, b);  // r.j's t < 2: the partner's nibble is 4k
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {  // the ql nibble is 4k: a compile-time shift
-        a[i] = bytes_less_32(((la[i] >> (4 * k)) & 0x0F0F0F0Fu) |
-                             (((ha[i] >> hs) & 0x03030303u) << 4));
-        b[i] = bytes_less_32(((lb[i] >> (4 * k)) & 0x0F0F0F0Fu) |
-                             (((hb[i] >> hs) & 0x03030303u) << 4));
-      }
+      for (int i = 0; i < 4; ++i) a[i] = bytes_less_32(a[i]), b[i] = bytes_less_32(b[i]);
       int ih0 = 0, il0 = 0, ih1 = 0, il1 = 0;
       idot16(make_uint4(a[0], a[1], a[2], a[3]), x.hi0, x.lo0, ih0, il0);
       idot16(make_uint4(b[0], b[1], b[2], b[3]), x.hi1, x.lo1, ih1, il1);
