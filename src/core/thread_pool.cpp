@@ -1,7 +1,13 @@
 #include "core/thread_pool.h"
 
+#include <sched.h>
+
+#include <fstream>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
+#include <utility>
 
 namespace smolrt {
 
@@ -24,7 +30,7 @@ void ThreadPool::run_tasks() {
     const int i = next_task_.fetch_add(1, std::memory_order_relaxed);
     if (i >= n_tasks_) return;
     try {
-      (*fn_)(i);
+      fn_.call(fn_.obj, i);
     } catch (...) {
       std::lock_guard<std::mutex> lk(m_);
       if (!error_) error_ = std::current_exception();
@@ -49,16 +55,16 @@ void ThreadPool::worker_loop() {
   }
 }
 
-void ThreadPool::parallel_for(int n_tasks, const std::function<void(int)>& fn) {
+void ThreadPool::run(int n_tasks, TaskFn fn) {
   if (n_tasks <= 0) return;
   std::lock_guard<std::mutex> call(call_mutex_);
   if (workers_.empty() || n_tasks == 1) {
-    for (int i = 0; i < n_tasks; ++i) fn(i);
+    for (int i = 0; i < n_tasks; ++i) fn.call(fn.obj, i);
     return;
   }
   {
     std::lock_guard<std::mutex> lk(m_);
-    fn_ = &fn;
+    fn_ = fn;
     n_tasks_ = n_tasks;
     next_task_.store(0, std::memory_order_relaxed);
     busy_workers_ = static_cast<int>(workers_.size());
@@ -71,7 +77,7 @@ void ThreadPool::parallel_for(int n_tasks, const std::function<void(int)>& fn) {
   {
     std::unique_lock<std::mutex> lk(m_);
     done_.wait(lk, [&] { return busy_workers_ == 0; });
-    fn_ = nullptr;
+    fn_ = TaskFn{};
     err = error_;
     error_ = nullptr;
   }
@@ -79,8 +85,28 @@ void ThreadPool::parallel_for(int n_tasks, const std::function<void(int)>& fn) {
 }
 
 int default_thread_count() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
+  // Physical cores among the CPUs this process may run on: a second hyperthread of a core adds
+  // little to bandwidth-bound matmuls and makes every thread of a split wait for the slowest.
+  static const int n = [] {
+    cpu_set_t set;
+    std::set<std::pair<std::string, std::string>> cores;
+    int logical = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (!CPU_ISSET(c, &set)) continue;
+        ++logical;
+        const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+        std::ifstream pkg(dir + "physical_package_id"), core(dir + "core_id");
+        std::string p, k;
+        if (!(pkg >> p) || !(core >> k)) return logical > 0 ? logical : 1;  // no topology: logical
+        cores.emplace(p, k);
+      }
+    }
+    if (!cores.empty()) return static_cast<int>(cores.size());
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1 : static_cast<int>(hw);
+  }();
+  return n;
 }
 
 ThreadPool& shared_thread_pool(int n_threads) {

@@ -6,9 +6,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace smolrt {
@@ -27,10 +27,19 @@ class ThreadPool {
   // Runs fn(i) for every i in [0, n_tasks) on the caller and the workers; returns when all are
   // done. Tasks are handed out dynamically (an atomic counter). Calls from different threads are
   // serialized; fn must not call parallel_for on the same pool (it would deadlock). An exception
-  // thrown by fn is rethrown in the caller after every task has finished.
-  void parallel_for(int n_tasks, const std::function<void(int)>& fn);
+  // thrown by fn is rethrown in the caller after every task has finished. fn is called through a
+  // plain reference (no std::function), so a call allocates nothing.
+  template <class Fn>
+  void parallel_for(int n_tasks, const Fn& fn) {
+    run(n_tasks, TaskFn{&fn, [](const void* f, int i) { (*static_cast<const Fn*>(f))(i); }});
+  }
 
  private:
+  struct TaskFn {
+    const void* obj = nullptr;
+    void (*call)(const void*, int) = nullptr;
+  };
+  void run(int n_tasks, TaskFn fn);
   void worker_loop();
   void run_tasks();
 
@@ -43,17 +52,18 @@ class ThreadPool {
   uint64_t generation_ = 0;  // bumped per call; workers wake when it changes
   bool stop_ = false;
   int busy_workers_ = 0;
-  const std::function<void(int)>* fn_ = nullptr;
+  TaskFn fn_;
   int n_tasks_ = 0;
   std::atomic<int> next_task_{0};
   std::exception_ptr error_;
 };
 
-// A process-wide pool with exactly n_threads participants (0 = hardware concurrency), created on
+// A process-wide pool with exactly n_threads participants (0 = default_thread_count()), created on
 // first use for each distinct size and kept until exit.
 ThreadPool& shared_thread_pool(int n_threads);
 
-// hardware_concurrency(), at least 1.
+// The physical cores among the CPUs this process may run on (sched_getaffinity and sysfs
+// topology), else hardware_concurrency(); at least 1.
 int default_thread_count();
 
 }  // namespace smolrt
