@@ -1,7 +1,7 @@
 // The multi-sequence backend: KvPages bookkeeping, and the CPU BatchBackend against the
-// single-sequence CpuBackend (the oracle). Every sequence's tokens and logits must be
-// bit-identical to running it alone, whatever shares its steps, however its prompt is chunked,
-// and whichever pages it gets.
+// single-sequence CpuBackend of the same kind (the oracle, cpu-ref, and the fast path, cpu). Every
+// sequence's tokens and logits must be bit-identical to running it alone, whatever shares its
+// steps, however its prompt is chunked, and whichever pages it gets.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -189,9 +189,9 @@ struct Trace {
 
 // The sequence alone through CpuBackend: the prompt, then n_gen sampled tokens (each fed back
 // but the last), sampling as Backend::forward_token_sample's default does.
-Trace run_alone(const Model& m, const std::vector<int>& prompt, int n_gen,
+Trace run_alone(const Model& m, const std::string& kind, const std::vector<int>& prompt, int n_gen,
                 const SamplingParams& p) {
-  auto be = make_cpu_backend(m, BackendOptions{"cpu", 0, 2});
+  auto be = make_cpu_backend(m, BackendOptions{kind, 0, 2});
   TokenSampler s(p);
   s.accept(prompt);
   cpu::SampleScratch scratch;
@@ -207,9 +207,10 @@ Trace run_alone(const Model& m, const std::vector<int>& prompt, int n_gen,
 }
 
 // The same through the Backend sampling entry points (tokens only).
-std::vector<int> run_alone_sample_api(const Model& m, const std::vector<int>& prompt, int n_gen,
+std::vector<int> run_alone_sample_api(const Model& m, const std::string& kind,
+                                      const std::vector<int>& prompt, int n_gen,
                                       const SamplingParams& p) {
-  auto be = make_cpu_backend(m, BackendOptions{"cpu", 0, 2});
+  auto be = make_cpu_backend(m, BackendOptions{kind, 0, 2});
   TokenSampler s(p);
   s.accept(prompt);
   std::vector<int> out{be->forward_prompt_sample(prompt, p, s.step_draw(), s.history())};
@@ -293,17 +294,18 @@ void step_until_done(BatchBackend& be, std::vector<Driven*> seqs) {
   FAIL() << "sequences never finished";
 }
 
-void expect_same_as_alone(const Model& m, const Driven& d) {
-  const Trace alone = run_alone(m, d.prompt, d.n_gen, d.params);
+void expect_same_as_alone(const Model& m, const std::string& kind, const Driven& d) {
+  const Trace alone = run_alone(m, kind, d.prompt, d.n_gen, d.params);
   EXPECT_EQ(d.trace.tokens, alone.tokens) << "sequence " << d.id;
   ASSERT_EQ(d.trace.logits.size(), alone.logits.size());
   for (size_t i = 0; i < alone.logits.size(); ++i)
     EXPECT_EQ(d.trace.logits[i], alone.logits[i]) << "sequence " << d.id << " token " << i;
 }
 
-BatchOptions cpu_opts(int max_seqs = 4, int page_size = 16, int kv_tokens = 0) {
+BatchOptions cpu_opts(const std::string& kind, int max_seqs = 4, int page_size = 16,
+                      int kv_tokens = 0) {
   BatchOptions o;
-  o.kind = "cpu";
+  o.kind = kind;
   o.max_seqs = max_seqs;
   o.page_size = page_size;
   o.kv_tokens = kv_tokens;
@@ -312,8 +314,8 @@ BatchOptions cpu_opts(int max_seqs = 4, int page_size = 16, int kv_tokens = 0) {
 }
 
 // (a) Four prompts in one step, then 20 greedy decode steps together.
-void check_prompts_then_decode(const Model& m, int page_size) {
-  auto be = make_batch_backend(m, cpu_opts(4, page_size));
+void check_prompts_then_decode(const Model& m, const std::string& kind, int page_size) {
+  auto be = make_batch_backend(m, cpu_opts(kind, 4, page_size));
   const int vocab = m.config.vocab_size;
   std::vector<Driven> d;
   d.reserve(4);
@@ -326,24 +328,25 @@ void check_prompts_then_decode(const Model& m, int page_size) {
   for (const Driven& x : d) EXPECT_EQ(x.trace.tokens.size(), 1u);
   step_until_done(*be, all);  // 20 decode steps together
   for (const Driven& x : d) {
-    expect_same_as_alone(m, x);
+    expect_same_as_alone(m, kind, x);
     EXPECT_EQ(be->position(x.id), static_cast<int>(x.prompt.size()) + 20);
   }
 }
 
 // The same checks on stories260K (a trained model, vocab 512), on a tiny random model (GQA,
 // mixed weight types; needs no fixtures) and on the qwen2 / llama3 / gemma3 tiny synth presets.
-class CpuBatchModel : public ::testing::TestWithParam<std::string> {
+class CpuBatchModel : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    if (GetParam() == "tiny") {
+    const std::string model = std::get<0>(GetParam());
+    if (model == "tiny") {
       tiny_ = test::make_tiny_model({}, 7);
       m_ = &tiny_->model;
       return;
     }
-    if (GetParam().rfind("synth_", 0) == 0) {  // a family's tiny synth preset, q8_0
+    if (model.rfind("synth_", 0) == 0) {  // a family's tiny synth preset, q8_0
       SynthOptions o;
-      o.preset = GetParam().substr(6);
+      o.preset = model.substr(6);
       std::replace(o.preset.begin(), o.preset.end(), '_', '-');
       o.type = GgmlType::Q8_0;
       o.seed = 11;
@@ -358,6 +361,7 @@ class CpuBatchModel : public ::testing::TestWithParam<std::string> {
     m_ = &loaded_;
   }
   const Model& m() const { return *m_; }
+  const std::string& kind() const { return std::get<1>(GetParam()); }
   int vocab() const { return m_->config.vocab_size; }
 
  private:
@@ -367,32 +371,36 @@ class CpuBatchModel : public ::testing::TestWithParam<std::string> {
 };
 // synth_tiny_gemma3: prompts of up to 33 tokens against a window of 8 on pages of 16 and 3, so a
 // local layer's attention starts inside a page and skips whole pages.
-INSTANTIATE_TEST_SUITE_P(Models, CpuBatchModel,
-                         ::testing::Values("tiny", "stories260K", "synth_tiny_qwen2",
-                                           "synth_tiny_llama3", "synth_tiny_gemma3"),
-                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(
+    Models, CpuBatchModel,
+    ::testing::Combine(::testing::Values("tiny", "stories260K", "synth_tiny_qwen2",
+                                         "synth_tiny_llama3", "synth_tiny_gemma3"),
+                       ::testing::Values("cpu-ref", "cpu")),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& p) {
+      return std::get<0>(p.param) + (std::get<1>(p.param) == "cpu" ? "_fast" : "_ref");
+    });
 
 TEST_P(CpuBatchModel, PromptsThenDecodeMatchAlone) {
-  check_prompts_then_decode(m(), 16);
-  check_prompts_then_decode(m(), 3);  // pages smaller than any chunk
+  check_prompts_then_decode(m(), kind(), 16);
+  check_prompts_then_decode(m(), kind(), 3);  // pages smaller than any chunk
 }
 
 // (b) A prompt chunked across steps while others decode.
 TEST_P(CpuBatchModel, ChunkedPromptInterleavedWithDecodes) {
   const Model& m = this->m();
-  auto be = make_batch_backend(m, cpu_opts(4, 5));
+  auto be = make_batch_backend(m, cpu_opts(kind(), 4, 5));
   Driven a(*be, some_tokens(40, vocab(), 1), 12, greedy(), 7);
   Driven b(*be, some_tokens(6, vocab(), 2), 25, greedy(), 64);
   Driven c(*be, some_tokens(11, vocab(), 3), 25, greedy(), 4);
   step_once(*be, {&b});
   step_until_done(*be, {&a, &b, &c});
-  for (const Driven* x : {&a, &b, &c}) expect_same_as_alone(m, *x);
+  for (const Driven* x : {&a, &b, &c}) expect_same_as_alone(m, kind(), *x);
 }
 
 // (c) A freed id and its pages, reused, behave as a fresh sequence.
 TEST_P(CpuBatchModel, FreedSequenceReusedMatchesFresh) {
   const Model& m = this->m();
-  auto be = make_batch_backend(m, cpu_opts(2, 4));
+  auto be = make_batch_backend(m, cpu_opts(kind(), 2, 4));
   const int total = be->kv_pages_free();
   auto x = std::make_unique<Driven>(*be, some_tokens(13, vocab(), 4), 10, greedy(), 64);
   Driven y(*be, some_tokens(9, vocab(), 5), 30, greedy(), 3);
@@ -407,8 +415,8 @@ TEST_P(CpuBatchModel, FreedSequenceReusedMatchesFresh) {
   EXPECT_EQ(z.id, x_id);
   y.n_gen += 15;
   step_until_done(*be, {&z, &y});
-  expect_same_as_alone(m, z);
-  expect_same_as_alone(m, y);
+  expect_same_as_alone(m, kind(), z);
+  expect_same_as_alone(m, kind(), y);
   be->free_sequence(z.id);
   be->free_sequence(y.id);
   EXPECT_EQ(be->kv_pages_free(), total);
@@ -417,15 +425,15 @@ TEST_P(CpuBatchModel, FreedSequenceReusedMatchesFresh) {
 // (d) Sampled tokens (temp 0.8, penalties, seeded draws) equal the single-sequence path.
 TEST_P(CpuBatchModel, SampledMatchesForwardTokenSample) {
   const Model& m = this->m();
-  auto be = make_batch_backend(m, cpu_opts(3, 16));
+  auto be = make_batch_backend(m, cpu_opts(kind(), 3, 16));
   std::vector<Driven> d;
   d.reserve(3);
   for (int i = 0; i < 3; ++i)
     d.emplace_back(*be, some_tokens(8 + 5 * i, vocab(), 20 + i), 24, sampled(1234 + i), 6);
   step_until_done(*be, {&d[0], &d[1], &d[2]});
   for (const Driven& x : d) {
-    expect_same_as_alone(m, x);
-    EXPECT_EQ(x.trace.tokens, run_alone_sample_api(m, x.prompt, x.n_gen, x.params));
+    expect_same_as_alone(m, kind(), x);
+    EXPECT_EQ(x.trace.tokens, run_alone_sample_api(m, kind(), x.prompt, x.n_gen, x.params));
   }
 }
 
@@ -433,10 +441,10 @@ TEST_P(CpuBatchModel, SampledMatchesForwardTokenSample) {
 TEST_P(CpuBatchModel, EveryRowLogitsEqualForwardPromptAll) {
   const Model& m = this->m();
   const std::vector<int> prompt = some_tokens(30, vocab(), 9), other = some_tokens(7, vocab(), 10);
-  auto single = make_cpu_backend(m, BackendOptions{"cpu", 0, 2});
+  auto single = make_cpu_backend(m, BackendOptions{kind(), 0, 2});
   const std::vector<float> want = single->forward_prompt_all(prompt);
 
-  auto be = make_batch_backend(m, cpu_opts(2, 16));
+  auto be = make_batch_backend(m, cpu_opts(kind(), 2, 16));
   const int a = be->add_sequence(), b = be->add_sequence();
   std::vector<float> got;
   for (auto [from, to] : {std::pair{0, 12}, std::pair{12, 30}}) {
@@ -460,22 +468,24 @@ TEST_P(CpuBatchModel, EveryRowLogitsEqualForwardPromptAll) {
 // rollback then re-feeding gives the same logits as the first time.
 TEST(CpuBatch, TinyModelRollbackRefeeds) {
   const auto tm = test::make_tiny_model({}, 3);
-  auto be = make_batch_backend(tm->model, cpu_opts(1, 4));
-  const std::vector<int> toks = some_tokens(20, 100, 4);
-  const int a = be->add_sequence();
-  SeqStep s;
-  s.seq = a;
-  s.tokens = toks;
-  s.sample = false;
-  s.logits = 2;
-  const std::vector<float> first = be->step(std::span<const SeqStep>(&s, 1))[0].logits;
-  be->rollback(a, 6);
-  EXPECT_EQ(be->position(a), 6);
-  EXPECT_EQ(be->kv_pages_free(), be->kv_pages_total() - 2);
-  s.tokens = std::span<const int>(toks).subspan(6);
-  const std::vector<float> again = be->step(std::span<const SeqStep>(&s, 1))[0].logits;
-  EXPECT_EQ(again, std::vector<float>(first.begin() + 6 * 100, first.end()));
-  expect_error([&] { be->rollback(a, 21); }, "invalid");
+  for (const std::string kind : {"cpu-ref", "cpu"}) {
+    auto be = make_batch_backend(tm->model, cpu_opts(kind, 1, 4));
+    const std::vector<int> toks = some_tokens(20, 100, 4);
+    const int a = be->add_sequence();
+    SeqStep s;
+    s.seq = a;
+    s.tokens = toks;
+    s.sample = false;
+    s.logits = 2;
+    const std::vector<float> first = be->step(std::span<const SeqStep>(&s, 1))[0].logits;
+    be->rollback(a, 6);
+    EXPECT_EQ(be->position(a), 6);
+    EXPECT_EQ(be->kv_pages_free(), be->kv_pages_total() - 2);
+    s.tokens = std::span<const int>(toks).subspan(6);
+    const std::vector<float> again = be->step(std::span<const SeqStep>(&s, 1))[0].logits;
+    EXPECT_EQ(again, std::vector<float>(first.begin() + 6 * 100, first.end()));
+    expect_error([&] { be->rollback(a, 21); }, "invalid");
+  }
 }
 
 // --- options and errors
@@ -484,15 +494,16 @@ TEST(CpuBatch, TinyModelRollbackRefeeds) {
 TEST(CpuBatch, OptionsDefaultsAndErrors) {
   const auto tm = test::make_tiny_model({}, 2);  // n_ctx_train 64
   const Model& m = tm->model;
-  auto be = make_batch_backend(m, cpu_opts(3, 16));
-  EXPECT_EQ(be->name(), "cpu");
+  EXPECT_EQ(make_batch_backend(m, cpu_opts("cpu", 3, 16))->name(), "cpu");
+  auto be = make_batch_backend(m, cpu_opts("cpu-ref", 3, 16));
+  EXPECT_EQ(be->name(), "cpu-ref");
   EXPECT_EQ(be->seq_ctx(), 64);
   EXPECT_EQ(be->max_seqs(), 3);
   EXPECT_EQ(be->kv_tokens(), 64 * 3);
   EXPECT_EQ(be->kv_pages_free(), 12);
   EXPECT_EQ(be->max_step_tokens(), kCpuStepTokens);  // 0 asks for the backend's default
 
-  BatchOptions o = cpu_opts(2, 16, 40);  // rounded up to whole pages
+  BatchOptions o = cpu_opts("cpu-ref", 2, 16, 40);  // rounded up to whole pages
   o.seq_ctx = 20;
   be = make_batch_backend(m, o);
   EXPECT_EQ(be->kv_tokens(), 48);
@@ -501,12 +512,12 @@ TEST(CpuBatch, OptionsDefaultsAndErrors) {
   // The default pool is capped by memory, but holds at least one whole sequence.
   const ModelConfig& c = m.config;
   const int64_t per_token = int64_t(2) * c.n_layers * c.kv_dim() * 4;
-  BatchOptions big = cpu_opts(1000, 16);
+  BatchOptions big = cpu_opts("cpu-ref", 1000, 16);
   EXPECT_EQ(batch_geometry(c, big, per_token, per_token * 100).n_pages, 7);  // 100 -> 112
   EXPECT_EQ(batch_geometry(c, big, per_token, per_token * 10).n_pages, 4);   // 64
 
   auto bad = [&](auto edit, const std::string& what) {
-    BatchOptions b = cpu_opts();
+    BatchOptions b = cpu_opts("cpu-ref");
     edit(b);
     expect_error([&] { make_batch_backend(m, b); }, what);
   };
@@ -525,15 +536,15 @@ TEST(CpuBatch, OptionsDefaultsAndErrors) {
 
 TEST(CpuBatch, TooManySequences) {
   const auto tm = test::make_tiny_model({}, 2);
-  auto be = make_batch_backend(tm->model, cpu_opts(2, 16));
+  auto be = make_batch_backend(tm->model, cpu_opts("cpu-ref", 2, 16));
   be->add_sequence();
   be->add_sequence();
   expect_error([&] { be->add_sequence(); }, "sequence slots are in use");
 }
 
 TEST(CpuBatch, BadStepsThrowAndChangeNothing) {
-  const auto tm = test::make_tiny_model({}, 2);  // vocab 100, n_ctx_train 64
-  BatchOptions o = cpu_opts(3, 8, 48);           // 6 pages
+  const auto tm = test::make_tiny_model({}, 2);    // vocab 100, n_ctx_train 64
+  BatchOptions o = cpu_opts("cpu-ref", 3, 8, 48);  // 6 pages
   o.max_step_tokens = 40;
   auto be = make_batch_backend(tm->model, o);
   const int a = be->add_sequence(), b = be->add_sequence(), c = be->add_sequence();

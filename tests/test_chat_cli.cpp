@@ -24,7 +24,7 @@ Proc run_chat(const std::string& args, const std::string& input) {
 TEST(ChatCli, TwoTurnsThroughAPipeThenExit) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   const std::string args = "-m '" + path.string() +
-                           "' --chat-template chatml --backend cpu --ctx 256 --temp 0 -n 10 "
+                           "' --chat-template chatml --backend cpu-ref --ctx 256 --temp 0 -n 10 "
                            "--system 'You tell stories.'";
   const Proc p = run_chat(args, "Once upon a time\nThe dog ran\n/exit\nnever read\n");
   ASSERT_EQ(p.rc, 0) << p.err;
@@ -33,7 +33,7 @@ TEST(ChatCli, TwoTurnsThroughAPipeThenExit) {
   const Model model = load_model(path.string());
   const Tokenizer tok(vocab_from_gguf(*model.file));
   BackendOptions bo;
-  bo.kind = "cpu";
+  bo.kind = "cpu-ref";
   bo.n_ctx = 256;
   auto be = make_backend(model, bo);
   ChatOptions o;
@@ -51,7 +51,7 @@ TEST(ChatCli, TwoTurnsThroughAPipeThenExit) {
 TEST(ChatCli, EndOfInputEndsTheChatAndResetWorks) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   const std::string args =
-      "-m '" + path.string() + "' --chat-template chatml --backend cpu --ctx 256 --temp 0 -n 8";
+      "-m '" + path.string() + "' --chat-template chatml --backend cpu-ref --ctx 256 --temp 0 -n 8";
   const Proc p = run_chat(args, "Once upon a time\n/reset\nOnce upon a time\n");
   ASSERT_EQ(p.rc, 0) << p.err;
   // After /reset the same first message gives the same reply again.
@@ -62,7 +62,7 @@ TEST(ChatCli, EndOfInputEndsTheChatAndResetWorks) {
 
 TEST(ChatCli, BadOptionsAreClearErrors) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
-  const std::string m = "-m '" + path.string() + "' --backend cpu ";
+  const std::string m = "-m '" + path.string() + "' --backend cpu-ref ";
   Proc p = run_chat(m + "--chat-template vicuna", "hi\n");
   EXPECT_NE(p.rc, 0);
   EXPECT_NE(p.err.find("--chat-template"), std::string::npos) << p.err;

@@ -21,7 +21,7 @@ struct Loaded {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Backend> backend(int n_ctx = 256) const {
     BackendOptions bo;
-    bo.kind = "cpu";
+    bo.kind = "cpu-ref";
     bo.n_ctx = n_ctx;
     bo.n_threads = 1;
     return make_backend(model, bo);

@@ -119,7 +119,7 @@ class CpuBackendRef : public ::testing::TestWithParam<test::TinySpec> {};
 
 TEST_P(CpuBackendRef, MatchesDoubleForwardAtEveryLength) {
   const auto tm = test::make_tiny_model(GetParam(), 11);
-  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu", 0, 2});
+  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 0, 2});
   EXPECT_EQ(be->n_ctx(), GetParam().n_ctx_train);
   const std::vector<int> toks = some_tokens(20, GetParam().vocab, 3);
   for (int n = 1; n <= 20; ++n) {
@@ -183,8 +183,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuBackendRef,
 
 TEST(CpuBackend, PromptEqualsTokenLoopAndAll) {
   const auto tm = test::make_tiny_model({}, 5);
-  auto a = make_cpu_backend(tm->model, BackendOptions{"cpu", 32, 1});
-  auto b = make_cpu_backend(tm->model, BackendOptions{"cpu", 32, 2});
+  auto a = make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 32, 1});
+  auto b = make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 32, 2});
   const std::vector<int> toks = some_tokens(12, 100, 8);
   std::vector<float> loop;
   for (int i = 0; i < 12; ++i) {
@@ -215,7 +215,7 @@ TEST(CpuBackend, PromptEqualsTokenLoopAndAll) {
 
 TEST(CpuBackend, RollbackThenRedecodeGivesSameLogits) {
   const auto tm = test::make_tiny_model({}, 6);
-  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu", 0, 2});
+  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 0, 2});
   const std::vector<int> toks = some_tokens(10, 100, 9);
   be->forward_prompt(toks);
   const auto l = be->forward_token(42, 10);
@@ -240,7 +240,7 @@ TEST(CpuBackend, RollbackThenRedecodeGivesSameLogits) {
 
 TEST(CpuBackend, OutOfRangeTokenAndPositionThrow) {
   const auto tm = test::make_tiny_model({}, 7);
-  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu", 8, 1});
+  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 8, 1});
   EXPECT_THROW(be->forward_token(100, 0), Error);  // vocab is 100
   EXPECT_THROW(be->forward_token(-1, 0), Error);
   EXPECT_THROW(be->forward_token(1, 1), Error);  // past position()
@@ -262,16 +262,16 @@ TEST(CpuBackend, OutOfRangeTokenAndPositionThrow) {
 
 TEST(CpuBackend, BadOptionsThrow) {
   const auto tm = test::make_tiny_model({}, 7);
-  EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu", -1, 1}), Error);
-  EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu", 65, 1}), Error);  // > 64 trained
-  EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu", 0, -2}), Error);
+  EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu-ref", -1, 1}), Error);
+  EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 65, 1}), Error);  // > 64 trained
+  EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 0, -2}), Error);
   EXPECT_THROW(make_backend(tm->model, BackendOptions{"tpu", 0, 1}), Error);
-  EXPECT_EQ(make_backend(tm->model, BackendOptions{"cpu", 16, 1})->n_ctx(), 16);
+  EXPECT_EQ(make_backend(tm->model, BackendOptions{"cpu-ref", 16, 1})->n_ctx(), 16);
 }
 
 TEST(CpuBackend, DebugActivationsAreNamedAndConsistent) {
   const auto tm = test::make_tiny_model({}, 8);
-  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu", 0, 1});
+  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 0, 1});
   be->forward_token(3, 0);
   EXPECT_TRUE(be->activations().empty());  // off by default
   be->set_debug(true);

@@ -25,7 +25,7 @@ struct Loaded {
 Loaded load(const std::filesystem::path& p, int n_ctx = 512) {
   Model m = load_model(p.string());
   Tokenizer t(vocab_from_gguf(*m.file));
-  auto be = make_cpu_backend(m, BackendOptions{"cpu", n_ctx, 0});
+  auto be = make_cpu_backend(m, BackendOptions{"cpu-ref", n_ctx, 0});
   return Loaded{std::move(m), std::move(t), std::move(be)};
 }
 

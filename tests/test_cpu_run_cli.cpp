@@ -18,20 +18,24 @@ Proc run_smolrt(const std::vector<std::string>& args, const std::string& env = "
   return test::run_subcommand("run", args, env);
 }
 
+// The oracle (cpu-ref) and the fast path (cpu) continue the prompt the same way.
 TEST(CpuRunCli, JsonOnStories260K) {
   REQUIRE_FIXTURE(model, "models/stories260K.gguf");
-  const Proc p = run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "8", "--backend",
-                             "cpu", "--threads", "2", "--temp", "0", "--json"});
-  ASSERT_EQ(p.rc, 0) << p.err;
-  const nlohmann::json j = nlohmann::json::parse(p.out);
-  EXPECT_EQ(j["prompt_ids"].get<std::vector<int>>(), (std::vector<int>{1, 403, 407, 261, 378}));
-  EXPECT_EQ(j["generated_ids"].get<std::vector<int>>(),
-            (std::vector<int>{432, 383, 286, 261, 376, 298, 315, 421}));
-  EXPECT_EQ(j["backend"], "cpu");
-  EXPECT_EQ(j["stop_reason"], "length");
-  EXPECT_FALSE(j["text"].get<std::string>().empty());
-  EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
-  EXPECT_NE(p.err.find("tok/s"), std::string::npos) << p.err;
+  for (const std::string kind : {"cpu-ref", "cpu"}) {
+    const Proc p = run_smolrt({"-m", model.string(), "-p", "Once upon a time", "-n", "8",
+                               "--backend", kind, "--threads", "2", "--temp", "0", "--json"});
+    ASSERT_EQ(p.rc, 0) << p.err;
+    const nlohmann::json j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["prompt_ids"].get<std::vector<int>>(), (std::vector<int>{1, 403, 407, 261, 378}));
+    EXPECT_EQ(j["generated_ids"].get<std::vector<int>>(),
+              (std::vector<int>{432, 383, 286, 261, 376, 298, 315, 421}))
+        << kind;
+    EXPECT_EQ(j["backend"], kind);
+    EXPECT_EQ(j["stop_reason"], "length");
+    EXPECT_FALSE(j["text"].get<std::string>().empty());
+    EXPECT_GT(j["decode_tok_s"].get<double>(), 0);
+    EXPECT_NE(p.err.find("tok/s"), std::string::npos) << p.err;
+  }
 }
 
 TEST(CpuRunCli, StreamsTextToStdout) {

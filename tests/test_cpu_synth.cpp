@@ -37,8 +37,8 @@ TEST(CpuSynth, SmolLM135MQ4_0RunsEndToEnd) {
   EXPECT_EQ(m.weights.token_embd.type, GgmlType::Q8_0);
 
   const Tokenizer tok(vocab_from_gguf(*m.file));
-  auto a = make_cpu_backend(m, BackendOptions{"cpu", 64, 2});
-  auto b = make_cpu_backend(m, BackendOptions{"cpu", 64, 1});
+  auto a = make_cpu_backend(m, BackendOptions{"cpu-ref", 64, 2});
+  auto b = make_cpu_backend(m, BackendOptions{"cpu-ref", 64, 1});
   const std::vector<int> prompt = tok.encode("Hello, world! 123", true, -1);
   ASSERT_FALSE(prompt.empty());
 
@@ -70,7 +70,7 @@ TEST(CpuSynth, SmolLM135MQ4_0RunsEndToEnd) {
 // Empty-prompt policy: [BOS] when the vocab has one, else an Error (nothing to condition on).
 TEST(CpuSynth, EmptyPromptPolicy) {
   const auto tm = test::make_tiny_model({}, 3);
-  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu", 0, 1});
+  auto be = make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 0, 1});
   VocabData v = builtin_byte_vocab();
   v.bos = 1;
   const Tokenizer with_bos(v);

@@ -18,10 +18,10 @@ Proc logits(const std::vector<std::string>& args) {
 TEST(LogitsCli, JsonLastAndAllPositions) {
   REQUIRE_FIXTURE(model, "models/stories260K.gguf");
   const std::string m = model.string();
-  const Proc last = logits({"-m", m, "--ids", "1, 403,407", "--backend", "cpu", "--json"});
+  const Proc last = logits({"-m", m, "--ids", "1, 403,407", "--backend", "cpu-ref", "--json"});
   ASSERT_EQ(last.rc, 0) << last.err;
   const nlohmann::json j = nlohmann::json::parse(last.out);
-  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["backend"], "cpu-ref");
   EXPECT_EQ(j["vocab_size"], 512);
   EXPECT_EQ(j["ids"].get<std::vector<int>>(), (std::vector<int>{1, 403, 407}));
   EXPECT_EQ(j["positions"].get<std::vector<int>>(), std::vector<int>{2});
@@ -29,7 +29,7 @@ TEST(LogitsCli, JsonLastAndAllPositions) {
   ASSERT_EQ(j["logits"][0].size(), 512u);
 
   const Proc all =
-      logits({"-m", m, "--ids", "1,403,407", "--backend", "cpu", "--all-positions", "--json"});
+      logits({"-m", m, "--ids", "1,403,407", "--backend", "cpu-ref", "--all-positions", "--json"});
   ASSERT_EQ(all.rc, 0) << all.err;
   const nlohmann::json a = nlohmann::json::parse(all.out);
   EXPECT_EQ(a["positions"].get<std::vector<int>>(), (std::vector<int>{0, 1, 2}));
@@ -42,14 +42,15 @@ TEST(LogitsCli, JsonLastAndAllPositions) {
 TEST(LogitsCli, PromptIsTokenizedLikeRun) {
   REQUIRE_FIXTURE(model, "models/stories260K.gguf");
   const Proc p =
-      logits({"-m", model.string(), "-p", "Once upon a time", "--backend", "cpu", "--json"});
+      logits({"-m", model.string(), "-p", "Once upon a time", "--backend", "cpu-ref", "--json"});
   ASSERT_EQ(p.rc, 0) << p.err;
   const nlohmann::json j = nlohmann::json::parse(p.out);
   EXPECT_EQ(j["ids"].get<std::vector<int>>(), (std::vector<int>{1, 403, 407, 261, 378}));
   // Greedy `smolrt run` continues "Once upon a time" with 432 (test_cpu_run_cli.cpp).
   const auto row = j["logits"][0].get<std::vector<float>>();
   EXPECT_EQ(std::max_element(row.begin(), row.end()) - row.begin(), 432);
-  const Proc text = logits({"-m", model.string(), "-p", "Once upon a time", "--backend", "cpu"});
+  const Proc text =
+      logits({"-m", model.string(), "-p", "Once upon a time", "--backend", "cpu-ref"});
   ASSERT_EQ(text.rc, 0) << text.err;
   EXPECT_NE(text.out.find("ids: 1 403 407 261 378"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("top 432:"), std::string::npos) << text.out;

@@ -21,14 +21,21 @@ CLI::Validator non_negative(const std::string& fix) {
 
 }  // namespace
 
-void add_backend_flags(CLI::App& sub, BackendOptions& o) {
-  sub.add_option("--backend", o.kind, "cpu | cuda | auto (cuda when a GPU is present)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+CLI::Option* add_backend_kind_flag(CLI::App& sub, std::string& kind) {
+  return sub
+      .add_option("--backend", kind,
+                  "cpu (int8 SIMD kernels) | cpu-ref (the fp32 oracle) | cuda | auto (cuda when a "
+                  "GPU is present, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cpu-ref", "cuda", "auto"}))
       ->capture_default_str();
+}
+
+void add_backend_flags(CLI::App& sub, BackendOptions& o) {
+  add_backend_kind_flag(sub, o.kind);
   sub.add_option("--ctx", o.n_ctx, "KV cache size in tokens (0 = the model's training context)")
       ->check(non_negative("give a positive context size (0 = the model's)"))
       ->capture_default_str();
-  sub.add_option("--threads", o.n_threads, "CPU threads (0 = all cores)")
+  sub.add_option("--threads", o.n_threads, "CPU threads (0 = the physical cores)")
       ->check(non_negative("give a count >= 0 (0 = all cores)"))
       ->capture_default_str();
 }

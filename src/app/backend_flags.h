@@ -11,4 +11,7 @@ namespace smolrt::app {
 // A negative --ctx or --threads is a parse error naming the flag and the fix.
 void add_backend_flags(CLI::App& sub, BackendOptions& o);
 
+// --backend alone (cpu | cpu-ref | cuda | auto), for commands with their own options struct.
+CLI::Option* add_backend_kind_flag(CLI::App& sub, std::string& kind);
+
 }  // namespace smolrt::app

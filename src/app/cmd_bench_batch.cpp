@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "app/backend_flags.h"
 #include "app/command.h"
 #include "backend/batch.h"
 #include "core/build_info.h"
@@ -137,8 +138,7 @@ REGISTER_COMMAND(Command{
       auto o = std::make_shared<Opts>();
       sub.group("");  // hidden from --help
       sub.add_option("-m,--model", o->model, "GGUF model");
-      sub.add_option("--backend", o->backend, "cpu | cuda | auto")
-          ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+      add_backend_kind_flag(sub, o->backend);
       sub.add_option("--sizes", o->sizes, "batch sizes, comma-separated");
       sub.add_option("--prompt", o->prompt, "prompt tokens per sequence");
       sub.add_option("--gen", o->gen, "generated tokens per sequence");

@@ -106,6 +106,10 @@ int logits_main(LogitsArgs a, bool ids_given, bool prompt_given) {
     }
     a.backend.n_ctx = static_cast<int>(n);  // the KV cache holds exactly the input
   }
+  // A developer's comparison tool: without a GPU the default is the oracle, not the fast path.
+  if (a.backend.kind == "auto" &&
+      resolve_backend("auto", BackendKind::CpuRef) == BackendKind::CpuRef)
+    a.backend.kind = "cpu-ref";
   std::unique_ptr<Backend> be = make_backend(model, a.backend);
 
   std::vector<float> rows;
@@ -179,6 +183,10 @@ REGISTER_COMMAND(Command{
                                     "BOS as the vocabulary asks)")
                          ->excludes(ids);
       add_backend_flags(sub, a->backend);
+      sub.get_option("--backend")
+          ->description(
+              "cpu | cpu-ref | cuda | auto (cuda when a GPU is present, else cpu-ref: the fp32 "
+              "oracle)");
       sub.get_option("--ctx")->description(
           "KV cache size in tokens (0 = exactly the input's length)");
       sub.add_flag("--all-positions", a->all_positions,

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "app/backend_flags.h"
 #include "app/command.h"
 #include "backend/batch.h"
 #include "core/build_info.h"
@@ -183,12 +184,10 @@ REGISTER_COMMAND(Command{
                          std::to_string(kCudaStepTokens) + ")")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
-      sub.add_option("--threads", a->batch.n_threads, "CPU threads (0 = all cores)")
+      sub.add_option("--threads", a->batch.n_threads, "CPU threads (0 = the physical cores)")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
-      sub.add_option("--backend", a->batch.kind, "cpu | cuda | auto (cuda when a GPU is present)")
-          ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-          ->capture_default_str();
+      add_backend_kind_flag(sub, a->batch.kind);
       sub.add_option("--api-key", a->http.api_key,
                      "require 'Authorization: Bearer KEY' (all endpoints but /health)");
       sub.add_option("--queue", a->queue,

@@ -46,14 +46,15 @@ void Backend::check_pos(int pos) const {
   }
 }
 
-bool use_cuda(const std::string& kind) {
-  if (kind == "cpu") return false;
+BackendKind resolve_backend(const std::string& kind, BackendKind cpu_fallback) {
+  if (kind == "cpu") return BackendKind::Cpu;
+  if (kind == "cpu-ref") return BackendKind::CpuRef;
   if (kind == "cuda") {
 #if defined(SMOLRT_HAVE_CUDA)
     if (!cuda_device_available()) {
       fail("--backend cuda was asked for but no CUDA GPU is visible; use --backend cpu");
     }
-    return true;
+    return BackendKind::Cuda;
 #else
     fail(
         "--backend cuda was asked for but this build has no CUDA support; rebuild with nvcc "
@@ -62,21 +63,22 @@ bool use_cuda(const std::string& kind) {
   }
   if (kind == "auto") {
 #if defined(SMOLRT_HAVE_CUDA)
-    if (cuda_device_available()) return true;
+    if (cuda_device_available()) return BackendKind::Cuda;
     std::fprintf(stderr, "smolrt: no CUDA GPU found, using the CPU backend\n");
 #endif
-    return false;
+    return cpu_fallback;
   }
-  fail("unknown backend '", kind, "'; use cpu, cuda or auto");
+  fail("unknown backend '", kind, "'; use cpu, cpu-ref, cuda or auto");
 }
 
 std::unique_ptr<Backend> make_backend(const Model& m, const BackendOptions& opt) {
-  if (use_cuda(opt.kind)) {
+  const BackendKind k = resolve_backend(opt.kind);
 #if defined(SMOLRT_HAVE_CUDA)
-    return make_cuda_backend(m, opt);
+  if (k == BackendKind::Cuda) return make_cuda_backend(m, opt);
 #endif
-  }
-  return make_cpu_backend(m, opt);
+  BackendOptions cpu = opt;
+  cpu.kind = k == BackendKind::CpuRef ? "cpu-ref" : "cpu";
+  return make_cpu_backend(m, cpu);
 }
 
 }  // namespace smolrt

@@ -26,7 +26,7 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  virtual std::string name() const = 0;  // "cpu" | "cuda"
+  virtual std::string name() const = 0;  // "cpu" | "cpu-ref" | "cuda"
   virtual const ModelConfig& config() const = 0;
   virtual int n_ctx() const = 0;     // KV capacity in tokens
   virtual int position() const = 0;  // tokens currently in the KV cache
@@ -75,18 +75,23 @@ class Backend {
 };
 
 struct BackendOptions {
-  std::string kind = "auto";  // "cpu" | "cuda" | "auto" (cuda when a GPU is present)
-  int n_ctx = 0;              // 0: the model's training context
-  int n_threads = 0;          // CPU backend: 0 = hardware concurrency
+  // "cpu" (the fast CPU path) | "cpu-ref" (the fp32 oracle) | "cuda" | "auto" (cuda when a GPU is
+  // present, else cpu)
+  std::string kind = "auto";
+  int n_ctx = 0;      // 0: the model's training context
+  int n_threads = 0;  // CPU backends: 0 = the physical cores this process may run on
 };
 
-// Resolves a backend kind ("cpu" | "cuda" | "auto"): true for CUDA. Throws Error for an unknown
-// kind, "cuda" without a GPU or without CUDA support in this build; "auto" without a GPU says on
-// stderr that it falls back to the CPU.
-bool use_cuda(const std::string& kind);
+enum class BackendKind { Cpu, CpuRef, Cuda };
+
+// Resolves a backend kind ("cpu" | "cpu-ref" | "cuda" | "auto"). Throws Error for an unknown kind,
+// "cuda" without a GPU or without CUDA support in this build; "auto" is Cuda when a GPU is present,
+// else cpu_fallback (a CUDA build says on stderr that it falls back to the CPU).
+BackendKind resolve_backend(const std::string& kind, BackendKind cpu_fallback = BackendKind::Cpu);
 
 // Throws Error for an unknown kind, "cuda" without a GPU or without CUDA support in this build.
 std::unique_ptr<Backend> make_backend(const Model& m, const BackendOptions& opt);
+// The CPU backend opt.kind names: "cpu-ref" the oracle, "cpu" or "auto" the fast path.
 std::unique_ptr<Backend> make_cpu_backend(const Model& m, const BackendOptions& opt);
 #if defined(SMOLRT_HAVE_CUDA)
 std::unique_ptr<Backend> make_cuda_backend(const Model& m, const BackendOptions& opt);

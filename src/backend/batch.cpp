@@ -113,12 +113,13 @@ BatchGeometry batch_geometry(const ModelConfig& c, const BatchOptions& opt,
 }
 
 std::unique_ptr<BatchBackend> make_batch_backend(const Model& m, const BatchOptions& opt) {
-  if (use_cuda(opt.kind)) {
+  const BackendKind k = resolve_backend(opt.kind);
 #if defined(SMOLRT_HAVE_CUDA)
-    return make_cuda_batch_backend(m, opt);
+  if (k == BackendKind::Cuda) return make_cuda_batch_backend(m, opt);
 #endif
-  }
-  return make_cpu_batch_backend(m, opt);
+  BatchOptions cpu = opt;
+  cpu.kind = k == BackendKind::CpuRef ? "cpu-ref" : "cpu";
+  return make_cpu_batch_backend(m, cpu);
 }
 
 }  // namespace smolrt

@@ -33,7 +33,7 @@ constexpr int kCpuStepTokens = 512;
 constexpr int kCudaStepTokens = 768;
 
 struct BatchOptions {
-  std::string kind = "auto";  // "cpu" | "cuda" | "auto"
+  std::string kind = "auto";  // "cpu" | "cpu-ref" | "cuda" | "auto" (backend.h's BackendOptions)
   int max_seqs = 64;          // sequences that may exist at once (the server's --parallel)
   int seq_ctx = 0;            // positions per sequence at most; 0 = the model's training context
   int kv_tokens = 0;          // KV pool size in tokens; 0 = seq_ctx * max_seqs capped by memory
@@ -41,7 +41,7 @@ struct BatchOptions {
   // Tokens one step() may carry in all (prompt chunks + decodes); 0: the backend's default,
   // kCpuStepTokens or kCudaStepTokens (CUDA takes up to 2,048).
   int max_step_tokens = 0;
-  int n_threads = 0;  // CPU: 0 = hardware concurrency
+  int n_threads = 0;  // CPU: 0 = the physical cores this process may run on
   // CUDA: fp16 KV pool (halves attention bytes; llama.cpp's and vLLM's default too), else fp32.
   // CPU ignores it.
   bool kv_half = true;
@@ -82,7 +82,7 @@ class BatchBackend {
  public:
   virtual ~BatchBackend() = default;
 
-  virtual std::string name() const = 0;  // "cpu" | "cuda"
+  virtual std::string name() const = 0;  // "cpu" | "cpu-ref" | "cuda"
   virtual std::string device_name() const = 0;
   virtual const ModelConfig& config() const = 0;
   virtual int max_seqs() const = 0;

@@ -77,7 +77,7 @@ std::unique_ptr<Backend> backend(const Model& m, const char* kind) {
 
 // The CPU backend's logits at every position of toks.
 std::vector<std::vector<float>> cpu_logits(const Model& m, const std::vector<int>& toks) {
-  auto cpu = backend(m, "cpu");
+  auto cpu = backend(m, "cpu-ref");
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < toks.size(); ++i) {
     std::span<const float> l = cpu->forward_token(toks[i], (int)i);

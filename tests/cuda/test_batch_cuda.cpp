@@ -554,7 +554,7 @@ TEST(CudaBatchReal, GreedyTextBatchedEqualsAlone) {
     return out;
   };
   const auto alone = run(false), together = run(true);
-  auto cpu = make_cpu_backend(m, BackendOptions{"cpu", 256, 0});
+  auto cpu = make_cpu_backend(m, BackendOptions{"cpu-ref", 256, 0});
   // a and b equal, or equal up to their first difference, which must be a near-tie of the CPU's
   // logits after prompt s and that common prefix.
   std::set<int> parted;  // prompts

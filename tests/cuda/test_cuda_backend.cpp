@@ -67,7 +67,7 @@ TEST(CudaBackendStories, LogitsMatchCpu) {
   REQUIRE_GPU();
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   Model m = load_model(path.string());
-  auto gpu = backend(m, "cuda"), cpu = backend(m, "cpu");
+  auto gpu = backend(m, "cuda"), cpu = backend(m, "cpu-ref");
   std::vector<int> toks = kPrompt;
   toks.insert(toks.end(), kGolden.begin(), kGolden.begin() + 40);
   // fp32 everywhere; only summation order differs: 1e-4 of the largest logit.
@@ -191,7 +191,7 @@ TEST(CudaBackendStories, DebugActivationsMatchCpu) {
   REQUIRE_GPU();
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   Model m = load_model(path.string());
-  auto gpu = backend(m, "cuda"), cpu = backend(m, "cpu");
+  auto gpu = backend(m, "cuda"), cpu = backend(m, "cpu-ref");
   gpu->set_debug(true);
   cpu->set_debug(true);
   for (size_t i = 0; i < kPrompt.size(); ++i) {
@@ -294,7 +294,7 @@ TEST(CudaBackendErrors, NoGpuIsAnError) {
 
 TEST(CudaBackendSynth, LogitsMatchCpuAtSeveralPositions) {
   REQUIRE_SYNTH(m);
-  auto gpu = backend(m, "cuda", 256), cpu = backend(m, "cpu", 256);
+  auto gpu = backend(m, "cuda", 256), cpu = backend(m, "cpu-ref", 256);
   std::vector<int> toks;
   for (int i = 0; i < 24; ++i) toks.push_back((i * 7919 + 13) % m.config.vocab_size);
   // Same weights (any format: gpu_check.sh runs this on a synth model per format) dequantized

@@ -40,7 +40,7 @@ TEST(CudaRealModel, PrefillLogitsMatchCpuAndAnswerIsParis) {
   REQUIRE_DEFAULT_MODEL(path);
   const Model m = load_model(path.string());
   const Tokenizer tok(vocab_from_gguf(*m.file));
-  auto cpu = make_cpu_backend(m, BackendOptions{"cpu", 256, 0});
+  auto cpu = make_cpu_backend(m, BackendOptions{"cpu-ref", 256, 0});
   auto gpu = make_cuda_backend(m, BackendOptions{"cuda", 256, 0});
 
   Generator cpu_gen(*cpu, tok);
@@ -89,7 +89,7 @@ TEST(CudaRealModel, GreedyMatchesCpuOnFourPrompts) {
   REQUIRE_DEFAULT_MODEL(path);
   const Model m = load_model(path.string());
   const Tokenizer tok(vocab_from_gguf(*m.file));
-  auto cpu = make_cpu_backend(m, BackendOptions{"cpu", 256, 0});
+  auto cpu = make_cpu_backend(m, BackendOptions{"cpu-ref", 256, 0});
   auto gpu = make_cuda_backend(m, BackendOptions{"cuda", 256, 0});
   const char* prompts[] = {
       "The capital of France is",

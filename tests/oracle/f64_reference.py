@@ -11,9 +11,9 @@ pos·base^(-2i/rope_dim) (the GGUF converter already permuted Q and K); causal a
 1/sqrt(head_dim); query head h reads KV head h / (n_heads / n_kv_heads). Nothing is shared with
 smolrt but the file: dequantization is gguf-py's, the arithmetic numpy's.
 
-smolrt's logits come from `smolrt logits --json --all-positions` (CPU backend by default); every
-position's row must be within a relative L2 error (||smolrt - f64|| / ||f64||) of TOL = 1e-3.
-Why 1e-3: both sides dequantize to the same weights (a block's q·d is exact in fp32), so the only
+smolrt's logits come from `smolrt logits --json --all-positions` (the fp32 oracle, cpu-ref, by
+default); every position's row must be within a relative L2 error (||smolrt - f64|| / ||f64||)
+of TOL = 1e-3. Why 1e-3: both sides dequantize to the same weights (a block's q·d is exact in fp32), so the only
 difference is smolrt's fp32 arithmetic: rounding of 2^-24 per operation over dot products of a
 few hundred terms and a softmax per layer, ~1e-7 to 1e-6 relative at the logits (measured on the
 CPU backend: 1.6e-7 to 7.1e-7 for every case here). 1e-3 is three orders of magnitude above that,
@@ -34,7 +34,7 @@ several types (FAMILY_TYPES), and the real gemma-3-270m Q4_K_M file when fetched
 one longer than its 512-token window; last position only; skipped when the file is absent). A type the binary's `smolrt synth --type`
 refuses is reported as skipped, not passed.
 
-  f64_reference.py --smolrt BIN [--case NAME] [--fixtures DIR] [--backend cpu] [--list-cases]
+  f64_reference.py --smolrt BIN [--case NAME] [--fixtures DIR] [--backend cpu-ref] [--list-cases]
                    [--logits-dir DIR]
 --logits-dir checks logits made elsewhere (e.g. `--backend cuda` on a GPU machine): DIR/<case>.json
 is read instead of running `smolrt logits`; it must come from the same ids (the script prints the
@@ -460,7 +460,8 @@ def main():
                                         "..", "..", "..", "shared")))
     ap.add_argument("--case", action="append", choices=CASES,
                     help="run only this case (repeatable; default: all)")
-    ap.add_argument("--backend", default="cpu", help="smolrt backend: cpu | cuda | auto")
+    ap.add_argument("--backend", default="cpu-ref",
+                    help="smolrt backend: cpu-ref (the fp32 oracle) | cpu | cuda | auto")
     ap.add_argument("--logits-dir", help="read DIR/<case>.json instead of running smolrt logits")
     ap.add_argument("--print-commands", action="store_true",
                     help="print each case's `smolrt logits` arguments instead of checking")

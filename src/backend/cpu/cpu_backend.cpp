@@ -1,7 +1,7 @@
-// CpuBackend: the fp32 oracle for one sequence. The forward pass is cpu::Forward (shared with the
-// CPU BatchBackend): decode one token at a time, prompts in chunks of kPromptRows tokens (the
-// logits only of the rows that need them); the KV pool is one page of n_ctx positions, so
-// position p is slot p.
+// CpuBackend: one sequence on the CPU, the fast path ("cpu") or the fp32 oracle ("cpu-ref"). The
+// forward pass is cpu::Forward (shared with the CPU BatchBackend): decode one token at a time,
+// prompts in chunks of kPromptRows tokens (the logits only of the rows that need them); the KV pool
+// is one page of n_ctx positions, so position p is slot p.
 #include <algorithm>
 
 #include "backend/backend.h"
@@ -16,7 +16,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(const Model& m, const BackendOptions& opt);
 
-  std::string name() const override { return "cpu"; }
+  std::string name() const override { return f_.fast() ? "cpu" : "cpu-ref"; }
   const ModelConfig& config() const override { return f_.config(); }
   int n_ctx() const override { return n_ctx_; }
   int position() const override { return pos_; }
@@ -62,7 +62,8 @@ int CpuBackend::checked_ctx(const ModelConfig& c, int n_ctx) {
 }
 
 CpuBackend::CpuBackend(const Model& m, const BackendOptions& opt)
-    : n_ctx_(checked_ctx(m.config, opt.n_ctx)), f_(m, n_ctx_, n_ctx_, kPromptRows, opt.n_threads) {}
+    : n_ctx_(checked_ctx(m.config, opt.n_ctx)),
+      f_(m, n_ctx_, n_ctx_, kPromptRows, opt.n_threads, cpu::kernel_choice(opt.kind)) {}
 
 void CpuBackend::rollback(int pos) {
   if (pos < 0 || pos > pos_) {

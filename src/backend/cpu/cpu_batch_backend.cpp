@@ -1,7 +1,8 @@
-// The CPU BatchBackend: cpu::Forward (the fp32 oracle's forward pass) over a paged KV pool whose
-// pages KvPages hands out. A step's tokens (every sequence's) go through the layers together, so
-// each weight row is read once per step; each token's arithmetic is that of the single-sequence
-// CpuBackend, so a sequence's results are bit-identical whatever else shares its step.
+// The CPU BatchBackend: cpu::Forward (the fast path for "cpu", the fp32 oracle for "cpu-ref") over
+// a paged KV pool whose pages KvPages hands out. A step's tokens (every sequence's) go through the
+// layers together, so each weight row is read once per step; each token's arithmetic is that of
+// the single-sequence CpuBackend of the same kind, so a sequence's results are bit-identical
+// whatever else shares its step.
 #include <algorithm>
 
 #include "backend/batch.h"
@@ -19,9 +20,10 @@ class CpuBatchBackend final : public BatchBackend {
   CpuBatchBackend(const Model& m, const BatchOptions& opt, const BatchGeometry& g)
       : kv_(g.n_pages, opt.page_size, opt.max_seqs, g.seq_ctx),
         max_step_tokens_(opt.max_step_tokens != 0 ? opt.max_step_tokens : kCpuStepTokens),
-        f_(m, g.n_pages * opt.page_size, g.seq_ctx, max_step_tokens_, opt.n_threads) {}
+        f_(m, g.n_pages * opt.page_size, g.seq_ctx, max_step_tokens_, opt.n_threads,
+           cpu::kernel_choice(opt.kind)) {}
 
-  std::string name() const override { return "cpu"; }
+  std::string name() const override { return f_.fast() ? "cpu" : "cpu-ref"; }
   std::string device_name() const override { return f_.device_name(); }
   const ModelConfig& config() const override { return f_.config(); }
   int max_seqs() const override { return kv_.max_seqs(); }

@@ -22,8 +22,20 @@ std::vector<float> norm_to_f32(const TensorView& t, int dim) {
 
 }  // namespace
 
-Forward::Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n_threads)
-    : c_(m.config), w_(m.weights), file_(m.file), kv_tokens_(kv_tokens), max_rows_(max_rows) {
+KernelChoice kernel_choice(const std::string& kind) {
+  if (kind == "cpu-ref") return KernelChoice{false, Isa::Scalar};
+  if (kind == "cpu" || kind == "auto") return KernelChoice{true, choose_isa()};
+  fail("internal: '", kind, "' is not a CPU backend kind (cpu, cpu-ref or auto)");
+}
+
+Forward::Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n_threads,
+                 KernelChoice kernels)
+    : c_(m.config),
+      w_(m.weights),
+      file_(m.file),
+      kv_tokens_(kv_tokens),
+      fast_(kernels.fast),
+      max_rows_(max_rows) {
   if (kv_tokens <= 0 || max_pos <= 0 || max_rows <= 0)
     fail("CPU forward: KV slots ", kv_tokens, ", positions ", max_pos, " and rows ", max_rows,
          " must be positive");
@@ -64,6 +76,15 @@ Forward::Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n
     }
   }
   out_norm_ = norm_to_f32(w_.output_norm, c_.dim);
+  const int64_t max_cols = std::max({c_.dim, c_.q_dim(), c_.hidden_dim});
+  kern_ = kernels.fast ? make_fast_kernels(n_threads_, kernels.isa, std::max(max_rows, kLogitRows),
+                                           max_cols, max_pos)
+                       : make_ref_kernels(n_threads_, max_pos);
+  for (const LayerWeights& l : w_.layers) {
+    ids_.push_back(LayerIds{kern_->add(l.wq), kern_->add(l.wk), kern_->add(l.wv), kern_->add(l.wo),
+                            kern_->add(l.w_gate), kern_->add(l.w_up), kern_->add(l.w_down)});
+  }
+  out_id_ = kern_->add(w_.output);
 
   const size_t rows = max_rows;
   x_.resize(rows * c_.dim);
@@ -75,7 +96,7 @@ Forward::Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n
   v_.resize(rows * kv_dim_);
   hb_.resize(rows * c_.hidden_dim);
   hb2_.resize(rows * c_.hidden_dim);
-  att_.resize(max_pos);
+  att_rows_.resize(rows);
   xo_.resize(size_t(kLogitRows) * c_.dim);
   logits_.resize(size_t(kLogitRows) * c_.vocab_size);
   const size_t kv = size_t(c_.n_layers) * kv_tokens_ * kv_dim_;
@@ -90,11 +111,11 @@ std::string Forward::device_name() const {
     if (line.rfind("model name", 0) == 0) {
       const size_t c = line.find(':');
       if (c != std::string::npos && c + 2 <= line.size()) {
-        return cat(line.substr(c + 2), " (", n_threads_, " threads)");
+        return cat(line.substr(c + 2), " (", n_threads_, " threads, ", kern_->name(), ")");
       }
     }
   }
-  return cat("cpu (", n_threads_, " threads)");
+  return cat("cpu (", n_threads_, " threads, ", kern_->name(), ")");
 }
 
 void Forward::record(int layer, const char* what, const float* v, int n) {
@@ -130,7 +151,7 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     }
   };
   for (int l = 0; l < c_.n_layers; ++l) {
-    const LayerWeights& lw = w_.layers[l];
+    const LayerIds& id = ids_[size_t(l)];
     float* k_layer = k_cache_.get() + layer_offset(l);
     float* v_layer = v_cache_.get() + layer_offset(l);
     const float base = c_.layer_rope_base(l);
@@ -138,9 +159,8 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     for (int j = 0; j < n; ++j)
       rmsnorm(&xb_[size_t(j) * dim], &x_[size_t(j) * dim], attn_norm_[l].data(), dim, c_.norm_eps);
     record(l, "attn_norm", &xb_[size_t(last) * dim], dim);
-    matmul(q_.data(), lw.wq, xb_.data(), n, n_threads_);
-    matmul(k_.data(), lw.wk, xb_.data(), n, n_threads_);
-    matmul(v_.data(), lw.wv, xb_.data(), n, n_threads_);
+    const MatTarget qkv[] = {{id.wq, q_.data()}, {id.wk, k_.data()}, {id.wv, v_.data()}};
+    kern_->matmul(xb_.data(), n, qkv);
     if (c_.attn_bias) {
       add_bias(q_.data(), bq_[l]);
       add_bias(k_.data(), bk_[l]);
@@ -162,11 +182,13 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
       std::copy_n(&v_[size_t(j) * kv_dim_], kv_dim_, v_layer + s);
     }
     for (int j = 0; j < n; ++j) {
-      attention_paged(&att_out_[size_t(j) * q_dim], &q_[size_t(j) * q_dim], k_layer, v_layer,
-                      rows[j].pages.data(), page_size, rows[j].pos + 1, c_.n_heads, c_.n_kv_heads,
-                      hd, att_.data(), c_.first_key(l, rows[j].pos), c_.attn_scale);
+      att_rows_[size_t(j)] =
+          AttnRow{rows[j].pages.data(), c_.first_key(l, rows[j].pos), rows[j].pos + 1};
     }
-    matmul(xb2_.data(), lw.wo, att_out_.data(), n, n_threads_);
+    kern_->attention(att_out_.data(), q_.data(), k_layer, v_layer, {att_rows_.data(), size_t(n)},
+                     AttnShape{c_.n_heads, c_.n_kv_heads, hd, page_size, c_.attn_scale});
+    const MatTarget o[] = {{id.wo, xb2_.data()}};
+    kern_->matmul(att_out_.data(), n, o);
     if (c_.post_norms) {
       for (int j = 0; j < n; ++j) {
         float* y = &xb2_[size_t(j) * dim];
@@ -179,14 +201,11 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     for (int j = 0; j < n; ++j)
       rmsnorm(&xb_[size_t(j) * dim], &x_[size_t(j) * dim], ffn_norm_[l].data(), dim, c_.norm_eps);
     record(l, "ffn_norm", &xb_[size_t(last) * dim], dim);
-    matmul(hb_.data(), lw.w_gate, xb_.data(), n, n_threads_);
-    matmul(hb2_.data(), lw.w_up, xb_.data(), n, n_threads_);
-    if (c_.act == FfnAct::GeluTanh) {
-      gelu_tanh_mul(hb_.data(), hb_.data(), hb2_.data(), n * hidden);
-    } else {
-      silu_mul(hb_.data(), hb_.data(), hb2_.data(), n * hidden);
-    }
-    matmul(xb2_.data(), lw.w_down, hb_.data(), n, n_threads_);
+    const MatTarget gate_up[] = {{id.gate, hb_.data()}, {id.up, hb2_.data()}};
+    kern_->matmul(xb_.data(), n, gate_up);
+    kern_->gated_act(c_.act, hb_.data(), hb2_.data(), int64_t(n) * hidden);
+    const MatTarget down[] = {{id.down, xb2_.data()}};
+    kern_->matmul(hb_.data(), n, down);
     if (c_.post_norms) {
       for (int j = 0; j < n; ++j) {
         float* y = &xb2_[size_t(j) * dim];
@@ -202,7 +221,8 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
   int group[kLogitRows];
   int g = 0;
   auto flush = [&] {
-    matmul(logits_.data(), w_.output, xo_.data(), g, n_threads_);
+    const MatTarget head[] = {{out_id_, logits_.data()}};
+    kern_->matmul(xo_.data(), g, head);
     for (int i = 0; i < g; ++i) {
       const float* li = &logits_[size_t(i) * vocab];
       if (group[i] == last) {

@@ -1,9 +1,10 @@
-// The fp32 forward pass (llama2.c style) of every family model.h's block describes shared by the
-// single-sequence CpuBackend and the CPU BatchBackend, so there is one oracle: weights stay in the
-// mmap (dequantized per block inside matmul); norms as f32; activations for max_rows tokens and a
-// KV pool are allocated once here, never inside a forward step. The caller decides where positions
-// live: a sequence's KV rows are pages of page_size pool slots listed by its block table (the
-// single-sequence backend uses one page of its whole context).
+// The forward pass (llama2.c style) of every family model.h's block describes, shared by the
+// single-sequence CpuBackend and the CPU BatchBackend and by both kernel sets (kernels.h): the
+// fp32 oracle (weights stay in the mmap, dequantized per block inside matmul) and the fast path
+// (int8 activations, repacked weights, SIMD). Norms as f32; activations for max_rows tokens and a
+// KV pool (f32) are allocated once here, never inside a forward step. The caller decides where
+// positions live: a sequence's KV rows are pages of page_size pool slots listed by its block table
+// (the single-sequence backend uses one page of its whole context).
 #pragma once
 
 #include <functional>
@@ -13,20 +14,34 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "model/model.h"
 
 namespace smolrt::cpu {
 
+// Which kernels a Forward runs: the fp32 oracle, or the fast path at a SIMD level.
+struct KernelChoice {
+  bool fast = false;
+  Isa isa = Isa::Scalar;
+};
+
+// The choice a backend kind names: "cpu-ref" the oracle, anything else the fast path at
+// choose_isa()'s level (SMOLRT_CPU_ISA or the best this CPU runs).
+KernelChoice kernel_choice(const std::string& kind);
+
 class Forward {
  public:
   // kv_tokens: pool slots per layer; max_pos: positions one sequence may hold (attention scratch);
-  // max_rows: tokens one forward() may carry; n_threads: 0 = hardware concurrency. Throws Error
-  // for an inconsistent model or bad counts.
-  Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n_threads);
+  // max_rows: tokens one forward() may carry; n_threads: 0 = the default (physical cores). Throws
+  // Error for an inconsistent model, bad counts or a weight type the kernels cannot compute.
+  Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n_threads,
+          KernelChoice kernels);
 
   const ModelConfig& config() const { return c_; }
   int n_threads() const { return n_threads_; }
-  std::string device_name() const;  // the CPU's model name and thread count
+  bool fast() const { return fast_; }
+  // The CPU's model name, the thread count and, on the fast path, the kernels' level.
+  std::string device_name() const;
 
   // One token of a forward(): `token` (a valid id) at position pos (< max_pos) of a sequence
   // whose positions 0..pos live in the pool at slot(t) = pages[t / page_size] * page_size +
@@ -62,6 +77,15 @@ class Forward {
   int n_threads_ = 1;
   int kv_dim_ = 0;
   bool debug_ = false;
+  bool fast_ = false;
+
+  std::unique_ptr<Kernels> kern_;
+  // The matrices as the kernels prepared them: per layer, and the output head.
+  struct LayerIds {
+    WeightId wq, wk, wv, wo, gate, up, down;
+  };
+  std::vector<LayerIds> ids_;
+  WeightId out_id_ = -1;
 
   // Norm weights as f32 (any stored type), [dim] each; the optional ones (model.h's switches)
   // empty when the config does not use them: q/k norms [head_dim], biases [q_dim] / [kv_dim].
@@ -72,15 +96,15 @@ class Forward {
 
   // Activations, [max_rows][...] each (row-major, one row per token).
   int max_rows_ = 1;
-  std::vector<float> x_;        // [dim] residual stream
-  std::vector<float> xb_;       // [dim] normed input
-  std::vector<float> att_out_;  // [q_dim] attention output
-  std::vector<float> xb2_;      // [dim] projection output
-  std::vector<float> q_;        // [q_dim]
-  std::vector<float> k_, v_;    // [kv_dim] this step's K/V rows before they go to the pool
-  std::vector<float> hb_;       // [hidden_dim] gate, then silu(gate) * up
-  std::vector<float> hb2_;      // [hidden_dim] up
-  std::vector<float> att_;      // [max_pos] attention scores (one row at a time)
+  std::vector<float> x_;           // [dim] residual stream
+  std::vector<float> xb_;          // [dim] normed input
+  std::vector<float> att_out_;     // [q_dim] attention output
+  std::vector<float> xb2_;         // [dim] projection output
+  std::vector<float> q_;           // [q_dim]
+  std::vector<float> k_, v_;       // [kv_dim] this step's K/V rows before they go to the pool
+  std::vector<float> hb_;          // [hidden_dim] gate, then silu(gate) * up
+  std::vector<float> hb2_;         // [hidden_dim] up
+  std::vector<AttnRow> att_rows_;  // [max_rows] this layer's attention rows
   // The output matmul runs over groups of kLogitRows rows that want logits (a step may ask for
   // hundreds of rows; their logits need not be held at once).
   static constexpr int kLogitRows = 8;

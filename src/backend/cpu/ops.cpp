@@ -16,20 +16,6 @@ namespace smolrt::cpu {
 
 namespace {
 
-// Error unless w's type has a CPU kernel and its rows are whole blocks.
-void check_computable(const TensorView& w) {
-  const TypeInfo* ti = type_info(w.type);
-  if (!ti || !ti->computable) {
-    fail("tensor '", w.name, "' has type ", type_name(w.type),
-         " which the CPU backend cannot compute; use F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
-         "Q8_0, Q4_K, Q5_K or Q6_K (requantize with `smolrt quantize`)");
-  }
-  if (w.cols % ti->block_size != 0) {
-    fail("tensor '", w.name, "' has ", w.cols, " columns, not a multiple of the ", ti->name,
-         " block size ", ti->block_size);
-  }
-}
-
 // 32-wide dot product with 8 independent f32 accumulators so GCC can keep it in SIMD registers
 // without -ffast-math (the summation order is fixed, so results are reproducible).
 inline float dot32(const float* a, const float* b) {
@@ -238,6 +224,19 @@ void dispatch(float* out, const TensorView& w, const float* x, int n, int64_t r0
 }
 
 }  // namespace
+
+void check_computable(const TensorView& w) {
+  const TypeInfo* ti = type_info(w.type);
+  if (!ti || !ti->computable) {
+    fail("tensor '", w.name, "' has type ", type_name(w.type),
+         " which the CPU backend cannot compute; use F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+         "Q8_0, Q4_K, Q5_K or Q6_K (requantize with `smolrt quantize`)");
+  }
+  if (w.cols % ti->block_size != 0) {
+    fail("tensor '", w.name, "' has ", w.cols, " columns, not a multiple of the ", ti->name,
+         " block size ", ti->block_size);
+  }
+}
 
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
   float ss = 0.0f;

@@ -12,6 +12,10 @@ namespace smolrt::cpu {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n. out may alias x.
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 
+// Error unless w's type has a CPU kernel (oracle and fast path alike) and its rows are whole
+// blocks.
+void check_computable(const TensorView& w);
+
 // Row r of a weight in any computable type, dequantized to f32 (cols elements).
 void dequant_row(const TensorView& w, int64_t r, float* out);
 
