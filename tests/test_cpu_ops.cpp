@@ -2,8 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -467,6 +471,31 @@ TEST(ThreadPool, RunsEveryTaskOnceAndPropagatesErrors) {
   pool.parallel_for(5, [&](int) { n++; });
   EXPECT_EQ(n.load(), 5);
   EXPECT_EQ(&shared_thread_pool(2), &shared_thread_pool(2));  // persistent, not per call
+}
+
+// Calls back to back (workers still spinning) and calls after a pause (workers and the caller
+// asleep on their condition variables): every task runs once either way, and tasks of one call
+// really run on several threads.
+TEST(ThreadPool, SpinningAndSleepingHandOffs) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 400; ++round) {
+    if (round % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::vector<std::atomic<int>> hits(9);
+    // Task 0 outlasts the spin window on some rounds, so the caller sleeps while it waits.
+    pool.parallel_for(9, [&](int i) {
+      if (i == 0 && round % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      hits[i].fetch_add(1);
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "round " << round;
+  }
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  pool.parallel_for(3, [&](int) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // every thread takes one
+    std::lock_guard<std::mutex> lk(mu);
+    ids.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(ids.size(), 3u);
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
-// A small persistent thread pool for the CPU backend: workers are created once and sleep on a
-// condition variable between calls, so a matvec never pays for thread creation.
+// A small persistent thread pool for the CPU backend: workers are created once, so a matvec never
+// pays for thread creation. Between calls a worker spins for a short while (kSpin) before it
+// sleeps on a condition variable, and so does the caller waiting for the workers: a decode step
+// makes a few parallel calls per layer with microseconds of serial work between them, and a
+// futex wake-up each time cost more than the matvecs.
 #pragma once
 
 #include <atomic>
@@ -46,12 +49,18 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time
+  // The fast path is lock-free (the atomics below, sequentially consistent where a sleeper's flag
+  // meets the state it waits for); m_ is taken only to sleep, to wake a sleeper, or to record an
+  // exception.
   std::mutex m_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;  // bumped per call; workers wake when it changes
-  bool stop_ = false;
-  int busy_workers_ = 0;
+  std::atomic<uint64_t> generation_{0};  // bumped per call; workers start when it changes
+  std::atomic<bool> stop_{false};
+  std::atomic<int> busy_workers_{0};
+  std::atomic<int> sleepers_{0};           // workers asleep (or about to be) on wake_
+  std::atomic<bool> caller_waits_{false};  // the caller asleep (or about to be) on done_
+  std::atomic<bool> failed_{false};        // error_ is set
   TaskFn fn_;
   int n_tasks_ = 0;
   std::atomic<int> next_task_{0};

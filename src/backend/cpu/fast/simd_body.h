@@ -24,6 +24,11 @@ using F = typename V::F;
 
 constexpr int kL = V::kLanes;
 
+// How far ahead the weight stream is prefetched: decode reads every weight once per token from
+// memory, and the hardware prefetcher alone left a single thread at ~85 tok/s on SmolLM2-135M
+// Q4_0 where this gives ~110 (1 KiB to 4 KiB measured alike).
+constexpr int kPrefetchBytes = 2048;
+
 inline int32_t load_i32(const void* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
@@ -106,6 +111,11 @@ void panel(const PackedView& w, const QActs& a, int64_t p, int t0, float* out, i
     for (int64_t u = 0; u < w.units; ++u) {
       const uint8_t* sc = sbase + u * pi.scale_bytes;
       const uint8_t* qu = base + u * pi.subs * pi.sub_bytes + h * kL * 4;
+      if (h == 0) {  // the next passes find the panel in cache
+        for (int off = 0; off < pi.subs * pi.sub_bytes; off += 64)
+          __builtin_prefetch(qu + kPrefetchBytes + off);
+        __builtin_prefetch(sc + kPrefetchBytes * pi.scale_bytes / (pi.subs * pi.sub_bytes));
+      }
       if constexpr (kLegacy) {
         I ai[T], bi[T];
         const int8_t* xb[T];
