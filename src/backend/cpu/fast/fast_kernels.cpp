@@ -60,6 +60,7 @@ class FastKernels final : public Kernels {
     max_tasks_ = n_threads_ * kTasksPerThread;
     tasks_.reserve(size_t(3 * max_tasks_ + 8));
     scores_.resize(size_t(max_tasks_) * size_t(max_pos));
+    rows_.resize(scores_.size());
   }
 
   std::string name() const override { return cat("int8 ", isa_name(isa_)); }
@@ -123,7 +124,9 @@ class FastKernels final : public Kernels {
   const float* x_ = nullptr;
   int n_ = 0;
   fast::QActs acts_;
-  std::vector<float> scores_;  // [max_tasks][max_pos] attention scratch, one slice per task
+  // Attention scratch, [max_tasks][max_pos] each, one slice per task: scores, pool offsets.
+  std::vector<float> scores_;
+  std::vector<int64_t> rows_;
 };
 
 template <class Fn>
@@ -203,6 +206,7 @@ void FastKernels::attention(float* out, const float* q, const float* k_pool, con
     h.head_dim = hd;
     h.scale = scale;
     h.scores = scores_.data() + size_t(task) * size_t(max_pos_);
+    h.rows = rows_.data() + size_t(task) * size_t(max_pos_);
     for (int i = items * task / n_tasks; i < items * (task + 1) / n_tasks; ++i) {
       const int j = i / s.n_heads, head = i % s.n_heads;
       const int64_t kv_off = int64_t(head / group) * hd;

@@ -100,6 +100,7 @@ struct AttnHead {
   int head_dim = 0;
   float scale = 0.f;
   float* scores = nullptr;  // n_pos - first floats of scratch
+  int64_t* rows = nullptr;  // n_pos - first of scratch: the positions' pool offsets
 };
 
 // One SIMD level's kernels (simd_<level>.cpp).

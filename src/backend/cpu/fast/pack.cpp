@@ -4,8 +4,6 @@
 // 6-bit scale/min pairs unpacked to bytes), so a kernel computes with exactly the source values.
 #include "backend/cpu/fast/pack.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <cstring>
 
@@ -232,13 +230,9 @@ PackedWeight::PackedWeight(const TensorView& w) : rows_(w.rows) {
   panels_ = (w.rows + kPanel - 1) / kPanel;
   const int64_t qbytes = units_ * pi.subs * pi.sub_bytes;
   panel_bytes_ = (qbytes + units_ * pi.scale_bytes + 63) / 64 * 64;
-  // Whole 2 MiB pages, asked to be huge ones: decode streams every weight once per token, and with
-  // 4 KiB pages that is a TLB miss every 64 cache lines.
-  constexpr size_t kHuge = size_t(2) << 20;
-  const size_t total = (static_cast<size_t>(panels_ * panel_bytes_) + kHuge - 1) / kHuge * kHuge;
-  bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHuge, total)));
+  const size_t total = static_cast<size_t>(panels_ * panel_bytes_);
+  bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, total)));
   if (!bytes_) fail("out of memory repacking tensor '", w.name, "' (", total, " bytes)");
-  madvise(bytes_.get(), total, MADV_HUGEPAGE);  // advice only: no huge pages is fine
   std::memset(bytes_.get(), 0, total);
   const uint8_t* src = static_cast<const uint8_t*>(w.data);
   const size_t stride = w.row_stride();

@@ -349,41 +349,50 @@ void gelu_mul(float* gate, const float* up, int64_t n) {
 
 // --- attention, one query head ------------------------------------------------------------------
 
+// Positions whose K or V row is prefetched ahead of use: the rows of a head are 4 * kv_dim bytes
+// apart, a stride the hardware prefetcher does not follow across pages.
+constexpr int kRowsAhead = 4;
+
 inline float dot_f(const float* a, const float* b, int n) {
-  F acc = V::zerof();
+  F acc0 = V::zerof(), acc1 = V::zerof();
   int i = 0;
-  for (; i + kL <= n; i += kL) acc = V::fma(V::ldf(a + i), V::ldf(b + i), acc);
-  float s = V::hsum(acc);
+  for (; i + 2 * kL <= n; i += 2 * kL) {
+    acc0 = V::fma(V::ldf(a + i), V::ldf(b + i), acc0);
+    acc1 = V::fma(V::ldf(a + i + kL), V::ldf(b + i + kL), acc1);
+  }
+  if (i + kL <= n) {
+    acc0 = V::fma(V::ldf(a + i), V::ldf(b + i), acc0);
+    i += kL;
+  }
+  float s = V::hsum(V::add(acc0, acc1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
-inline void axpy_f(float* y, float p, const float* x, int n) {
-  const F pv = V::setf(p);
-  int i = 0;
-  for (; i + kL <= n; i += kL) V::stf(y + i, V::fma(pv, V::ldf(x + i), V::ldf(y + i)));
-  for (; i < n; ++i) y[i] += p * x[i];
-}
-
-// Visits positions first..n_pos-1 in order with their pool row offset, page by page.
-template <class Fn>
-inline void each_position(const AttnHead& h, Fn&& fn) {
+// The pool offsets of positions first..n_pos-1, page by page, into rows[].
+inline void position_rows(const AttnHead& h, int64_t* rows) {
+  int n = 0;
   for (int i = h.first / h.page_size, t0 = i * h.page_size; t0 < h.n_pos; t0 += h.page_size, ++i) {
     const int64_t base = int64_t(h.pages[i]) * h.page_size;
-    const int n = h.n_pos - t0 < h.page_size ? h.n_pos - t0 : h.page_size;
-    for (int r = h.first > t0 ? h.first - t0 : 0; r < n; ++r) fn(t0 + r, (base + r) * h.stride);
+    const int m = h.n_pos - t0 < h.page_size ? h.n_pos - t0 : h.page_size;
+    for (int r = h.first > t0 ? h.first - t0 : 0; r < m; ++r) rows[n++] = (base + r) * h.stride;
   }
 }
 
 void attention_head(const AttnHead& h) {
   const int hd = h.head_dim, n = h.n_pos - h.first;
   float* sc = h.scores;
+  int64_t* rows = h.rows;
+  position_rows(h, rows);
   float mx = -3.0e38f;
-  each_position(h, [&](int t, int64_t row) {
-    const float s = dot_f(h.q, h.k + row, hd) * h.scale;
-    sc[t - h.first] = s;
+  for (int i = 0; i < n; ++i) {
+    if (i + kRowsAhead < n) {
+      for (int d = 0; d < hd; d += 16) __builtin_prefetch(h.k + rows[i + kRowsAhead] + d);
+    }
+    const float s = dot_f(h.q, h.k + rows[i], hd) * h.scale;
+    sc[i] = s;
     mx = s > mx ? s : mx;
-  });
+  }
   const F mv = V::setf(mx);
   F sum = V::zerof();
   int i = 0;
@@ -401,9 +410,28 @@ void attention_head(const AttnHead& h) {
     __builtin_memcpy(sc + i, tb, static_cast<size_t>(4 * (n - i)));
   }
   const float inv = 1.0f / total;
-  for (int d = 0; d < hd; ++d) h.out[d] = 0.0f;
-  each_position(h,
-                [&](int t, int64_t row) { axpy_f(h.out, sc[t - h.first] * inv, h.v + row, hd); });
+  for (int j = 0; j < n; ++j) sc[j] *= inv;
+  // out = sum of p_t v_t, one kLanes column chunk at a time with the positions inner (two
+  // accumulators), so the sum stays in registers; a tail of columns through padded copies.
+  int d = 0;
+  for (; d + kL <= hd; d += kL) {
+    F a0 = V::zerof(), a1 = V::zerof();
+    int t = 0;
+    for (; t + 2 <= n; t += 2) {
+      if (d == 0 && t + kRowsAhead < n) {
+        for (int e = 0; e < hd; e += 16) __builtin_prefetch(h.v + rows[t + kRowsAhead] + e);
+      }
+      a0 = V::fma(V::setf(sc[t]), V::ldf(h.v + rows[t] + d), a0);
+      a1 = V::fma(V::setf(sc[t + 1]), V::ldf(h.v + rows[t + 1] + d), a1);
+    }
+    if (t < n) a0 = V::fma(V::setf(sc[t]), V::ldf(h.v + rows[t] + d), a0);
+    V::stf(h.out + d, V::add(a0, a1));
+  }
+  for (; d < hd; ++d) {
+    float o = 0.0f;
+    for (int t = 0; t < n; ++t) o += sc[t] * h.v[rows[t] + d];
+    h.out[d] = o;
+  }
 }
 
 // --- the level's table
