@@ -18,7 +18,7 @@ namespace {
 
 struct V {
   static constexpr int kLanes = 16;
-  static constexpr int kTok = 4;
+  static constexpr int kTok = 8;
 #if defined(__AVX512VNNI__)
   static constexpr int kQ8Off = 128;  // dot8 dots the stored q + 128 as unsigned bytes
 #else
