@@ -324,6 +324,18 @@ TEST(CpuOps, RopeExtNeoxAndFreqFactorsMatchDouble) {
   cpu::rope(a.data(), 9, 64, 64, 123, 100000.f);
   cpu::rope_ext(b.data(), 9, 64, 64, 123, 100000.f, false, nullptr);
   EXPECT_EQ(a, b);
+  // rope_angles + rope_apply (angles shared by a step's layers) is rope_ext, bit for bit.
+  const std::vector<float> ff = {1.f, 1.5f, 4.f, 32.f};
+  for (bool neox : {false, true}) {
+    for (const float* f : {static_cast<const float*>(nullptr), ff.data()}) {
+      auto c = randn(3 * 32, 8), d = c;
+      std::vector<float> cs(8);
+      cpu::rope_ext(c.data(), 3, 32, 8, 4097, 500000.f, neox, f);
+      cpu::rope_angles(cs.data(), 8, 4097, 500000.f, f);
+      cpu::rope_apply(d.data(), 3, 32, 8, neox, cs.data());
+      EXPECT_EQ(c, d) << "neox " << neox << " factors " << (f != nullptr);
+    }
+  }
 }
 
 TEST(CpuOps, HeadRmsNormMatchesDouble) {

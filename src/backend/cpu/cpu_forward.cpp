@@ -97,6 +97,7 @@ Forward::Forward(const Model& m, int kv_tokens, int max_pos, int max_rows, int n
   hb_.resize(rows * c_.hidden_dim);
   hb2_.resize(rows * c_.hidden_dim);
   att_rows_.resize(rows);
+  rope_cs_.resize(rows * 2 * size_t(c_.rope_dim));
   xo_.resize(size_t(kLogitRows) * c_.dim);
   logits_.resize(size_t(kLogitRows) * c_.vocab_size);
   const size_t kv = size_t(c_.n_layers) * kv_tokens_ * kv_dim_;
@@ -143,7 +144,15 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     }
   }
   record(-1, "embed", &x_[size_t(last) * dim], dim);
+  // Each row's RoPE angles, once per step for all layers: [row][local?][rope_dim] (cos, sin pairs).
   const float* freq_factors = c_.rope_freq_factors.empty() ? nullptr : c_.rope_freq_factors.data();
+  const int rd = c_.rope_dim;
+  for (int j = 0; j < n; ++j) {
+    rope_angles(&rope_cs_[size_t(2 * j) * rd], rd, rows[j].pos, c_.rope_base, freq_factors);
+    if (!c_.swa_layers.empty())
+      rope_angles(&rope_cs_[size_t(2 * j + 1) * rd], rd, rows[j].pos, c_.rope_base_swa,
+                  freq_factors);
+  }
   auto add_bias = [n](float* y, const std::vector<float>& b) {
     const size_t m = b.size();
     for (int j = 0; j < n; ++j) {
@@ -154,7 +163,7 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     const LayerIds& id = ids_[size_t(l)];
     float* k_layer = k_cache_.get() + layer_offset(l);
     float* v_layer = v_cache_.get() + layer_offset(l);
-    const float base = c_.layer_rope_base(l);
+    const size_t local = c_.is_swa(l) ? 1 : 0;  // which angles: layer_rope_base(l)
     // --- attention
     for (int j = 0; j < n; ++j)
       rmsnorm(&xb_[size_t(j) * dim], &x_[size_t(j) * dim], attn_norm_[l].data(), dim, c_.norm_eps);
@@ -175,8 +184,9 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
         head_rmsnorm(q, c_.n_heads, hd, q_norm_[l].data(), c_.norm_eps);
         head_rmsnorm(k, c_.n_kv_heads, hd, k_norm_[l].data(), c_.norm_eps);
       }
-      rope_ext(q, c_.n_heads, hd, c_.rope_dim, rows[j].pos, base, c_.rope_neox, freq_factors);
-      rope_ext(k, c_.n_kv_heads, hd, c_.rope_dim, rows[j].pos, base, c_.rope_neox, freq_factors);
+      const float* cs = &rope_cs_[(size_t(2 * j) + local) * rd];
+      rope_apply(q, c_.n_heads, hd, rd, c_.rope_neox, cs);
+      rope_apply(k, c_.n_kv_heads, hd, rd, c_.rope_neox, cs);
       const size_t s = slot(rows[j]) * kv_dim_;
       std::copy_n(k, kv_dim_, k_layer + s);
       std::copy_n(&v_[size_t(j) * kv_dim_], kv_dim_, v_layer + s);

@@ -105,6 +105,7 @@ class Forward {
   std::vector<float> hb_;          // [hidden_dim] gate, then silu(gate) * up
   std::vector<float> hb2_;         // [hidden_dim] up
   std::vector<AttnRow> att_rows_;  // [max_rows] this layer's attention rows
+  std::vector<float> rope_cs_;     // [max_rows][2][rope_dim] RoPE cos/sin: global, local base
   // The output matmul runs over groups of kLogitRows rows that want logits (a step may ask for
   // hundreds of rows; their logits need not be held at once).
   static constexpr int kLogitRows = 8;

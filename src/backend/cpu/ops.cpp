@@ -290,23 +290,50 @@ void rope(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base
   rope_ext(v, n_heads, head_dim, rope_dim, pos, base, false, nullptr);
 }
 
+namespace {
+
+// cos and sin of RoPE pair i's angle pos * base^(-2i/rope_dim) / freq_factors[i].
+void pair_angle(int i, int rope_dim, int pos, float base, const float* freq_factors, float& c,
+                float& s) {
+  // Angles in double: the oracle should not lose precision at large positions.
+  double theta = pos * std::pow(static_cast<double>(base), -2.0 * i / rope_dim);
+  if (freq_factors) theta /= static_cast<double>(freq_factors[i]);
+  c = static_cast<float>(std::cos(theta));
+  s = static_cast<float>(std::sin(theta));
+}
+
+// Rotates pair (i0, i1) of each of n_heads heads by the angle with cosine c and sine s.
+void rotate_pair(float* v, int n_heads, int head_dim, int i0, int i1, float c, float s) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* p = v + static_cast<size_t>(h) * head_dim;
+    const float a = p[i0], b = p[i1];
+    p[i0] = a * c - b * s;
+    p[i1] = a * s + b * c;
+  }
+}
+
+}  // namespace
+
 void rope_ext(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base, bool neox,
               const float* freq_factors) {
   const int half = rope_dim / 2;
   for (int i = 0; i < half; ++i) {
-    // Angles in double: the oracle should not lose precision at large positions.
-    double theta = pos * std::pow(static_cast<double>(base), -2.0 * i / rope_dim);
-    if (freq_factors) theta /= static_cast<double>(freq_factors[i]);
-    const float c = static_cast<float>(std::cos(theta));
-    const float s = static_cast<float>(std::sin(theta));
-    const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-    for (int h = 0; h < n_heads; ++h) {
-      float* p = v + static_cast<size_t>(h) * head_dim;
-      const float a = p[i0], b = p[i1];
-      p[i0] = a * c - b * s;
-      p[i1] = a * s + b * c;
-    }
+    float c, s;
+    pair_angle(i, rope_dim, pos, base, freq_factors, c, s);
+    rotate_pair(v, n_heads, head_dim, neox ? i : 2 * i, neox ? i + half : 2 * i + 1, c, s);
   }
+}
+
+void rope_angles(float* cs, int rope_dim, int pos, float base, const float* freq_factors) {
+  for (int i = 0; i < rope_dim / 2; ++i)
+    pair_angle(i, rope_dim, pos, base, freq_factors, cs[2 * i], cs[2 * i + 1]);
+}
+
+void rope_apply(float* v, int n_heads, int head_dim, int rope_dim, bool neox, const float* cs) {
+  const int half = rope_dim / 2;
+  for (int i = 0; i < half; ++i)
+    rotate_pair(v, n_heads, head_dim, neox ? i : 2 * i, neox ? i + half : 2 * i + 1, cs[2 * i],
+                cs[2 * i + 1]);
 }
 
 void head_rmsnorm(float* v, int n_heads, int head_dim, const float* w, float eps) {

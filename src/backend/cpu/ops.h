@@ -41,6 +41,12 @@ void rope(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base
 void rope_ext(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base, bool neox,
               const float* freq_factors);
 
+// rope_ext in two halves, for callers that rotate many vectors at one position and base (every
+// layer of a forward step): rope_angles writes cs[2i] = cos, cs[2i + 1] = sin of pair i's angle
+// (i < rope_dim / 2), rope_apply rotates with them. Together bit-identical to rope_ext.
+void rope_angles(float* cs, int rope_dim, int pos, float base, const float* freq_factors);
+void rope_apply(float* v, int n_heads, int head_dim, int rope_dim, bool neox, const float* cs);
+
 // Per-head RMSNorm (gemma3's q/k norm): each of n_heads vectors of head_dim values (contiguous)
 // becomes rmsnorm(v_h, w, eps) with the one weight w [head_dim]. In place.
 void head_rmsnorm(float* v, int n_heads, int head_dim, const float* w, float eps);
