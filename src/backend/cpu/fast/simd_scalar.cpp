@@ -12,7 +12,7 @@ namespace {
 
 struct V {
   static constexpr int kLanes = 16;
-  static constexpr int kTok = 4;
+  static constexpr int kTok = 2;
   static constexpr int kQ8Off = 128;  // dot8 dots the stored q + 128 as unsigned bytes
   struct B {
     uint8_t v[64];
