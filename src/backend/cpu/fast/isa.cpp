@@ -10,17 +10,8 @@ constexpr Isa kAll[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni};
 }  // namespace
 
 const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::Scalar:
-      return "scalar";
-    case Isa::Avx2:
-      return "avx2";
-    case Isa::Avx512:
-      return "avx512";
-    case Isa::Avx512Vnni:
-      return "avx512vnni";
-  }
-  return "unknown";
+  constexpr const char* kNames[] = {"scalar", "avx2", "avx512", "avx512vnni"};  // Isa order
+  return kNames[static_cast<int>(isa)];
 }
 
 bool isa_supported(Isa isa) {

@@ -31,12 +31,14 @@ B block_at(const uint8_t* row, int64_t u) {
   return b;
 }
 
-// The 5-bit quants of a Q5_0/Q5_1 block, as dequant_block_q5_0 reads them.
-void q5_quants(const uint8_t* qs, const uint8_t* qh_bytes, uint8_t* q) {
-  const uint32_t qh = load_qh(qh_bytes);
+// The scale and 5-bit quants of a Q5_0/Q5_1 block, as dequant_block_q5_0 reads them.
+template <typename B>
+void decode_q5(const B& b, Unit& o) {
+  o.d = b.d;
+  const uint32_t qh = load_qh(b.qh);
   for (int j = 0; j < 16; ++j) {
-    q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10));
-    q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+    o.q[j] = static_cast<uint8_t>((b.qs[j] & 0x0f) | (((qh >> j) << 4) & 0x10));
+    o.q[j + 16] = static_cast<uint8_t>((b.qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
   }
 }
 
@@ -54,19 +56,11 @@ void decode(PackFmt f, const uint8_t* row, int64_t u, Unit& o) {
       }
       return;
     }
-    case kQ5_0: {
-      const BlockQ5_0 b = block_at<BlockQ5_0>(row, u);
-      o.d = b.d;
-      q5_quants(b.qs, b.qh, o.q);
-      return;
-    }
-    case kQ5_1: {
-      const BlockQ5_1 b = block_at<BlockQ5_1>(row, u);
-      o.d = b.d;
-      o.m = b.m;
-      q5_quants(b.qs, b.qh, o.q);
-      return;
-    }
+    case kQ5_0:
+      return decode_q5(block_at<BlockQ5_0>(row, u), o);
+    case kQ5_1:
+      o.m = block_at<BlockQ5_1>(row, u).m;
+      return decode_q5(block_at<BlockQ5_1>(row, u), o);
     case kQ8_0: {
       const BlockQ8_0 b = block_at<BlockQ8_0>(row, u);
       o.d = b.d;
@@ -177,39 +171,21 @@ void write_scales(PackFmt f, const Unit* units, uint8_t* dst) {
 }  // namespace
 
 int pack_fmt(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0:
-      return kQ4_0;
-    case GgmlType::Q4_1:
-      return kQ4_1;
-    case GgmlType::Q5_0:
-      return kQ5_0;
-    case GgmlType::Q5_1:
-      return kQ5_1;
-    case GgmlType::Q8_0:
-      return kQ8_0;
-    case GgmlType::Q4_K:
-      return kQ4_K;
-    case GgmlType::Q5_K:
-      return kQ5_K;
-    case GgmlType::Q6_K:
-      return kQ6_K;
-    default:
-      return -1;
+  constexpr GgmlType kTypes[kPackFmts] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                          GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                                          GgmlType::Q5_K, GgmlType::Q6_K};  // PackFmt order
+  for (int f = 0; f < kPackFmts; ++f) {
+    if (kTypes[f] == t) return f;
   }
+  return -1;
 }
 
 int float_fmt(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-      return kF32;
-    case GgmlType::F16:
-      return kF16;
-    case GgmlType::BF16:
-      return kBF16;
-    default:
-      return -1;
+  constexpr GgmlType kTypes[kFloatFmts] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16};
+  for (int f = 0; f < kFloatFmts; ++f) {
+    if (kTypes[f] == t) return f;
   }
+  return -1;
 }
 
 void PackedWeight::Free::operator()(uint8_t* p) const {
