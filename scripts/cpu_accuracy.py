@@ -9,7 +9,10 @@ argmax agrees. Where the greedy texts part, the position is checked in float64
 top-2 gap at that position is printed beside both backends' choices.
 
   scripts/cpu_accuracy.py --smolrt build/smolrt -m MODEL [-m MODEL...] [--gen 64] [--json OUT]
-Prints one line per model; --json appends one JSON object per model to OUT (JSON lines).
+      [--llama-completion BIN]
+Prints one line per model; --json appends one JSON object per model to OUT (JSON lines). With
+--llama-completion (llama.cpp's greedy completion tool) its text is set beside the oracle's too:
+the length of the common prefix, in characters, for the fast path and for llama.cpp.
 """
 import argparse
 import json
@@ -30,7 +33,20 @@ def run(binary, model, backend, prompt, n):
            "--backend", backend]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     j = json.loads(r.stdout)
-    return j["prompt_ids"], j["generated_ids"]
+    return j["prompt_ids"], j["generated_ids"], j["text"]
+
+
+def llama_text(binary, model, prompt, n):
+    cmd = [binary, "-m", model, "-p", prompt, "-n", str(n), "--temp", "0", "-no-cnv",
+           "--no-display-prompt", "-t", "2"]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
+def common_prefix(a, b):
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def logits(binary, model, backend, ids):
@@ -55,11 +71,12 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--json", help="append JSON lines here")
     ap.add_argument("--no-f64", action="store_true", help="skip the float64 check where greedy parts")
+    ap.add_argument("--llama-completion", help="llama.cpp's llama-completion, for its greedy text")
     a = ap.parse_args()
     for model in a.model:
         prompt = GEMMA_PROMPT if "gemma" in os.path.basename(model).lower() else PROMPT
-        p_ids, ref_gen = run(a.smolrt, model, "cpu-ref", prompt, a.gen)
-        _, fast_gen = run(a.smolrt, model, "cpu", prompt, a.gen)
+        p_ids, ref_gen, ref_text = run(a.smolrt, model, "cpu-ref", prompt, a.gen)
+        _, fast_gen, fast_text = run(a.smolrt, model, "cpu", prompt, a.gen)
         same = 0
         while same < len(ref_gen) and same < len(fast_gen) and ref_gen[same] == fast_gen[same]:
             same += 1
@@ -76,6 +93,13 @@ def main():
         line = (f"{rec['model']}: greedy identical for {same}/{len(ref_gen)} tokens; "
                 f"logits rel L2 median {rec['rel_l2_median']:.2e} max {rec['rel_l2_max']:.2e} "
                 f"over {len(ids)} positions; argmax agrees at {100 * top_same:.1f}%")
+        rec["text_chars"] = len(ref_text)
+        rec["fast_text_common_chars"] = common_prefix(fast_text, ref_text)
+        line += f"\n  text: fast = oracle for {rec['fast_text_common_chars']}/{len(ref_text)} chars"
+        if a.llama_completion:
+            lt = llama_text(a.llama_completion, model, prompt, a.gen)
+            rec["llama_text_common_chars"] = common_prefix(lt, ref_text)
+            line += f", llama.cpp = oracle for {rec['llama_text_common_chars']} chars"
         if same < len(ref_gen):
             pos = len(p_ids) + same - 1  # the position whose logits chose differently
             r_row, f_row = ref[pos], fast[pos]
@@ -88,8 +112,9 @@ def main():
             if not a.no_f64:
                 want = f64_at(model, ids[:pos + 1])
                 rec["f64_gap"] = float(want[a_ref] - want[a_fast])
-                line += (f"; float64: {a_ref} - {a_fast} = {rec['f64_gap']:.4f} "
-                         f"({'a near-tie' if abs(rec['f64_gap']) < 0.05 else 'not a tie'})")
+                better = a_ref if rec["f64_gap"] > 0 else a_fast
+                line += (f"; float64 logits: {a_ref} - {a_fast} = {rec['f64_gap']:.4f} "
+                         f"(float64 picks {better})")
         print(line, flush=True)
         if a.json:
             with open(a.json, "a") as f:
