@@ -29,12 +29,6 @@ constexpr int kL = V::kLanes;
 // Q4_0 where this gives ~110 (1 KiB to 4 KiB measured alike).
 constexpr int kPrefetchBytes = 2048;
 
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return v;
-}
-
 // --- quants of a sub-block: quad C (lo) and quad C + 4 (hi) of this pass's rows ---------------
 
 template <int kBits, int C>
