@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Benchmark the fast CPU path on a shared machine: waits for a quiet moment, then runs
-`smolrt bench --json --backend cpu` (and llama.cpp's llama-bench on the same files when given)
-several times, and appends one JSON line per run and prompt length to OUT with the machine, the
-1-minute load average before and after, and the repeat index. Report medians over the repeats.
+"""Benchmark the fast CPU path on a shared machine: waits for a quiet moment (the CPUs at least
+--min-idle idle over the last 3 seconds), then runs `smolrt bench --json --backend cpu` (and
+llama.cpp's llama-bench on the same files when given) several times, and appends one JSON line per
+run and prompt length to OUT with the machine, the idle fraction before, the 1-minute load average
+before and after, and the repeat index. Report medians over the repeats.
 
   scripts/cpu_bench.py --smolrt build/smolrt -m MODEL [-m MODEL...] --out bench/results/cpu-DATE.jsonl
-      [--repeats 5] [--max-load 1.0] [--wait 600] [--threads 2]
+      [--repeats 5] [--min-idle 0.9] [--wait 600] [--threads 2]
       [--llama-bench /work/llama.cpp/build-native/bin/llama-bench --llama-label native ...]
 """
 import argparse
@@ -22,11 +23,26 @@ def load1():
         return float(f.read().split()[0])
 
 
-def wait_quiet(max_load, wait_s):
+def cpu_times():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[3] + v[4], sum(v)  # idle + iowait, total
+
+
+def idle_fraction(seconds=3.0):
+    i0, t0 = cpu_times()
+    time.sleep(seconds)
+    i1, t1 = cpu_times()
+    return (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_quiet(min_idle, wait_s):
+    """Idle fraction of the last 3 s once it reaches min_idle (or wait_s has passed)."""
     end = time.time() + wait_s
-    while load1() > max_load and time.time() < end:
-        time.sleep(5)
-    return load1()
+    while True:
+        idle = idle_fraction()
+        if idle >= min_idle or time.time() > end:
+            return idle
 
 
 def cpu_model():
@@ -43,8 +59,8 @@ def main():
     ap.add_argument("-m", "--model", action="append", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--max-load", type=float, default=1.0)
-    ap.add_argument("--wait", type=float, default=600, help="seconds to wait for --max-load")
+    ap.add_argument("--min-idle", type=float, default=0.9)
+    ap.add_argument("--wait", type=float, default=600, help="seconds to wait for --min-idle")
     ap.add_argument("--threads", type=int, default=0, help="0: smolrt's default (physical cores)")
     ap.add_argument("--prompt-lengths", default="32,128")
     ap.add_argument("--gen", type=int, default=64)
@@ -58,7 +74,8 @@ def main():
     with open(a.out, "a") as out:
         for rep in range(a.repeats):
             for model in a.model:
-                before = wait_quiet(a.max_load, a.wait)
+                idle = wait_quiet(a.min_idle, a.wait)
+                before = load1()
                 cmd = [a.smolrt, "bench", "-m", model, "--backend", "cpu", "--json",
                        "--prompt-lengths", a.prompt_lengths, "--gen-length", str(a.gen),
                        "--iterations", "3"]
@@ -69,14 +86,16 @@ def main():
                 for line in r.stdout.splitlines():
                     j = json.loads(line)
                     j.update({"engine": "smolrt", "machine": machine, "repeat": rep,
-                              "load_1m_before": before, "load_1m_after": after})
+                              "idle_before": idle, "load_1m_before": before,
+                              "load_1m_after": after})
                     out.write(json.dumps(j) + "\n")
                     print(f"smolrt {os.path.basename(model)} pp{j['prompt_length']}: prefill "
                           f"{j['prefill_tok_s']['median']:.0f} decode "
-                          f"{j['decode_tok_s']['median']:.1f} tok/s (load {before:.2f} -> "
-                          f"{after:.2f})", flush=True)
+                          f"{j['decode_tok_s']['median']:.1f} tok/s (idle {idle:.2f}, load "
+                          f"{before:.2f} -> {after:.2f})", flush=True)
                 for lb, label in zip(a.llama_bench, a.llama_label or a.llama_bench):
-                    before = wait_quiet(a.max_load, a.wait)
+                    idle = wait_quiet(a.min_idle, a.wait)
+                    before = load1()
                     cmd = [lb, "-m", model, "-p", a.prompt_lengths, "-n", str(a.gen), "-r", "3",
                            "-t", str(threads), "-o", "jsonl"]
                     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -87,7 +106,8 @@ def main():
                         j = json.loads(line)
                         rec = {"engine": "llama.cpp", "build": label, "model":
                                os.path.basename(model), "machine": machine, "repeat": rep,
-                               "load_1m_before": before, "load_1m_after": after,
+                               "idle_before": idle, "load_1m_before": before,
+                               "load_1m_after": after,
                                "n_prompt": j.get("n_prompt"), "n_gen": j.get("n_gen"),
                                "avg_ts": j.get("avg_ts"), "stddev_ts": j.get("stddev_ts"),
                                "llama_build_commit": j.get("build_commit"),
@@ -95,7 +115,8 @@ def main():
                         out.write(json.dumps(rec) + "\n")
                         what = f"pp{rec['n_prompt']}" if rec["n_prompt"] else f"tg{rec['n_gen']}"
                         print(f"llama.cpp[{label}] {rec['model']} {what}: {rec['avg_ts']:.1f} "
-                              f"tok/s (load {before:.2f} -> {after:.2f})", flush=True)
+                              f"tok/s (idle {idle:.2f}, load {before:.2f} -> {after:.2f})",
+                              flush=True)
     return 0
 
 
