@@ -31,6 +31,14 @@ void add_backend_flags(CLI::App& sub, BackendOptions& o) {
   sub.add_option("--threads", o.n_threads, "CPU threads (0 = all cores)")
       ->check(non_negative("give a count >= 0 (0 = all cores)"))
       ->capture_default_str();
+  add_f16_weights_flag(sub, o.f16_weights);
+}
+
+void add_f16_weights_flag(CLI::App& sub, bool& f16_weights) {
+  sub.add_flag_callback(
+      "--no-f16-weights", [&f16_weights] { f16_weights = false; },
+      "CUDA: keep no fp16 copy of the weights (saves 2 bytes per weight of GPU memory; prompts "
+      "and batches of many rows then run on the slower quantized GEMM)");
 }
 
 }  // namespace smolrt::app

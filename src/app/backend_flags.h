@@ -10,5 +10,7 @@ namespace smolrt::app {
 
 // A negative --ctx or --threads is a parse error naming the flag and the fix.
 void add_backend_flags(CLI::App& sub, BackendOptions& o);
+// --no-f16-weights (BackendOptions / BatchOptions::f16_weights), for commands without the rest.
+void add_f16_weights_flag(CLI::App& sub, bool& f16_weights);
 
 }  // namespace smolrt::app

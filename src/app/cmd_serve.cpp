@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "app/backend_flags.h"
 #include "app/command.h"
 #include "backend/batch.h"
 #include "core/build_info.h"
@@ -189,6 +190,7 @@ REGISTER_COMMAND(Command{
       sub.add_option("--backend", a->batch.kind, "cpu | cuda | auto (cuda when a GPU is present)")
           ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
           ->capture_default_str();
+      add_f16_weights_flag(sub, a->batch.f16_weights);
       sub.add_option("--api-key", a->http.api_key,
                      "require 'Authorization: Bearer KEY' (all endpoints but /health)");
       sub.add_option("--queue", a->queue,

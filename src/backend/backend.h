@@ -78,6 +78,13 @@ struct BackendOptions {
   std::string kind = "auto";  // "cpu" | "cuda" | "auto" (cuda when a GPU is present)
   int n_ctx = 0;              // 0: the model's training context
   int n_threads = 0;          // CPU backend: 0 = hardware concurrency
+  // CUDA: keep fp16 copies of the layer matrices (two bytes per weight more) so that batches of
+  // many tokens run on cuBLASLt's tensor-core GEMMs (cuda/dense_gemm.h); false: every batch on the
+  // quantized GEMM (less memory, slower prompts and served steps from ~0.5B parameters on).
+  bool f16_weights = true;
+  // Rows from which prompt chunks take the dense GEMMs: 0 = measured at start-up
+  // (cuda::measure_dense_rows); n > 0 forces n (tests).
+  int dense_rows = 0;
 };
 
 // Resolves a backend kind ("cpu" | "cuda" | "auto"): true for CUDA. Throws Error for an unknown

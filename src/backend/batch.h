@@ -45,6 +45,10 @@ struct BatchOptions {
   // CUDA: fp16 KV pool (halves attention bytes; llama.cpp's and vLLM's default too), else fp32.
   // CPU ignores it.
   bool kv_half = true;
+  // CUDA: fp16 weight copies for the large-batch GEMMs (BackendOptions::f16_weights), and the rows
+  // from which a step takes them: 0 = measured at start-up, n > 0 forces n (tests).
+  bool f16_weights = true;
+  int dense_rows = 0;
 };
 
 // BatchOptions resolved against a model, shared by the implementations so their defaults agree:

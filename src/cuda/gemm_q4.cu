@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/env.h"
@@ -667,12 +668,14 @@ void dispatch(const Params& p, GgmlType type, int mtiles, cudaStream_t s) {
 // tokens of 576 columns on an H100: 64 blocks, a memory round trip per loop trip.
 constexpr int kActThreads = 128, kActMaxNV = 8;
 
-template <int NV>
+template <int NV, bool kFrag>
 __global__ void __launch_bounds__(kActThreads)
     act_f16_kernel(const float* x, int ldx, int k, const float* nw, float eps, uint16_t* out,
                    int ldh) {
   __shared__ float red[kActThreads / 32];
-  const int tok = blockIdx.x, tid = threadIdx.x, q4 = k / 4, qh = ldh / 4;
+  // Fragment order fills the pad columns [k, ldh) with zeros (the GEMM reads whole 64-column
+  // chunks); row-major rows end at k (the dense GEMM reads k columns).
+  const int tok = blockIdx.x, tid = threadIdx.x, q4 = k / 4, qh = kFrag ? ldh / 4 : q4;
   const float4* xr = reinterpret_cast<const float4*>(x + (size_t)tok * ldx);
   const float4* w4 = reinterpret_cast<const float4*>(nw);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -713,11 +716,17 @@ __global__ void __launch_bounds__(kActThreads)
   }
   auto put = [&](int q, float4 u, float4 wq) {
     if (nw) u = norm_scaled(u, scale, wq);
-    uint2 h;  // fragment order: k, k+2 | k+1, k+3
-    h.x = pack_half2(u.x, u.z);
-    h.y = pack_half2(u.y, u.w);
     const int c = 4 * q;
-    *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + (c & ~63) + gemm_frag_pos(c & 63)) = h;
+    uint2 h;
+    if constexpr (kFrag) {  // fragment order: k, k+2 | k+1, k+3
+      h.x = pack_half2(u.x, u.z);
+      h.y = pack_half2(u.y, u.w);
+      *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + (c & ~63) + gemm_frag_pos(c & 63)) = h;
+    } else {
+      h.x = pack_half2(u.x, u.y);
+      h.y = pack_half2(u.z, u.w);
+      *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + c) = h;
+    }
   };
   if constexpr (NV > 0) {
 #pragma unroll
@@ -791,9 +800,10 @@ void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_
 }
 
 void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
-                uint16_t* out, int ldh, cudaStream_t s) {
-  if (!x || !out || t <= 0 || k <= 0 || k % 4 || ldx < k || ldx % 4 || ldh % 64 || ldh < k ||
-      !aligned16(x) || !aligned16(out) || (norm_w && !aligned16(norm_w)))
+                uint16_t* out, int ldh, cudaStream_t s, F16Order order) {
+  const bool frag = order == F16Order::kFragment;
+  if (!x || !out || t <= 0 || k <= 0 || k % 4 || ldx < k || ldx % 4 || ldh % (frag ? 64 : 8) ||
+      ldh < k || !aligned16(x) || !aligned16(out) || (norm_w && !aligned16(norm_w)))
     fail("act_to_f16: bad arguments t=", t, " k=", k, " ldx=", ldx, " ldh=", ldh);
   auto go = [&](auto kern) {
     static bool configured = false;  // per instantiation, once
@@ -804,12 +814,20 @@ void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, floa
     launch_kernel_pdl(s != nullptr, kern, dim3(t), dim3(kActThreads), 0, s, x, ldx, k, norm_w, eps,
                       out, ldh);
   };
-  const int per_thread = (ldh / 4 + kActThreads - 1) / kActThreads;  // float4s covering ldh
-  if (per_thread <= 1) return go(act_f16_kernel<1>);
-  if (per_thread <= 2) return go(act_f16_kernel<2>);
-  if (per_thread <= 4) return go(act_f16_kernel<4>);
-  if (per_thread <= kActMaxNV) return go(act_f16_kernel<kActMaxNV>);
-  go(act_f16_kernel<0>);
+  auto pick = [&](auto frag_tag) {
+    constexpr bool F = decltype(frag_tag)::value;
+    const int cover = F ? ldh : k;                                       // columns written
+    const int per_thread = (cover / 4 + kActThreads - 1) / kActThreads;  // float4s per thread
+    if (per_thread <= 1) return go(act_f16_kernel<1, F>);
+    if (per_thread <= 2) return go(act_f16_kernel<2, F>);
+    if (per_thread <= 4) return go(act_f16_kernel<4, F>);
+    if (per_thread <= kActMaxNV) return go(act_f16_kernel<kActMaxNV, F>);
+    go(act_f16_kernel<0, F>);
+  };
+  if (frag)
+    pick(std::true_type{});
+  else
+    pick(std::false_type{});
 }
 
 }  // namespace smolrt::cuda

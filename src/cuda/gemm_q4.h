@@ -89,11 +89,15 @@ __host__ __device__ constexpr int gemm_frag_pos(int r) {
   return (2 * wi + hi) * 16 + (2 * b + h) * 4 + pe;
 }
 
-// Rows of fp32 activations -> fp16 in the fragment order gemm_q4 reads (xh): out[i][.] = x[i][.] *
-// (norm_w ? norm_w / sqrt(mean(x[i]^2) + eps) : 1), columns [k, ldh) zero. One block per row.
-// k a multiple of 4, ldh a multiple of 64 >= k.
+// Layouts of fp16 activation rows: the fragment order gemm_q4 reads (xh), or plain row-major
+// (the dense GEMMs' input, dense_gemm.h).
+enum class F16Order { kFragment, kRowMajor };
+
+// Rows of fp32 activations -> fp16: out[i][.] = x[i][.] * (norm_w ? norm_w / sqrt(mean(x[i]^2) +
+// eps) : 1); in fragment order columns [k, ldh) zero, row-major ones left as they are. One block
+// per row. k a multiple of 4; ldh >= k, a multiple of 64 (fragment order) or 8 (row-major).
 void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
-                uint16_t* out, int ldh, cudaStream_t stream);
+                uint16_t* out, int ldh, cudaStream_t stream, F16Order order = F16Order::kFragment);
 
 // Batches of at least this many tokens should use the fp16 path (act_to_f16 + xh): measured
 // crossover (H200, whole prefill: fp32 path faster up to 256 tokens, 1.44 vs 1.65 ms at 256;

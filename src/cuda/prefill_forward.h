@@ -11,11 +11,13 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "backend/cuda/device_weights.h"
 #include "cuda/attention_paged.h"
+#include "cuda/dense_gemm.h"
 #include "cuda/dev_mat.h"
 #include "model/model.h"
 #include "quant/formats.h"
@@ -32,6 +34,7 @@ struct PrefillLayerWeights : DevLayer {
   // > 0: a sliding-window layer's cache is a ring of this many rows (position p at row p % ring,
   // see attention_decode.h); its layer never takes the fused QKV epilogue.
   int ring = 0;
+  DenseLayer dense;
 };
 
 struct PrefillWeights {
@@ -45,6 +48,11 @@ struct PrefillWeights {
   DevMat output;                        // lm_head (any type the decode gemv takes)
   const float* rope_factors = nullptr;  // [rope_dim / 2] llama3 frequency factors, or nullptr
   std::vector<PrefillLayerWeights> layers;
+  // The dense path (layers[].dense set): fp16 [vocab][dim] lm_head, and the row count from which
+  // a chunk's or step's GEMMs run on it (0: never; the engines set measure_dense_rows()).
+  const uint16_t* dense_output = nullptr;
+  int dense_rows = 0;
+  bool dense() const { return dense_rows > 0; }
 };
 
 // Activation buffers for one chunk; allocated once, grown by reserve(), reused across calls.
@@ -59,6 +67,10 @@ class PrefillWorkspace {
   void reserve(const ModelConfig& c, int max_tokens, int max_logit_rows);
   int capacity() const { return cap_tokens_; }
   int logit_capacity() const { return cap_logits_; }
+  // Also the dense path's buffers (xd, qkv, gu, hd) when dense.
+  void reserve_dense(const ModelConfig& c, int max_tokens, int max_logit_rows);
+  bool has_dense() const { return dense_ != nullptr; }
+  DenseGemm& dense() { return *dense_; }
   // Bumped by every reallocation: anything that baked in the buffer addresses (a captured graph)
   // is stale once it changes. (A new buffer may land at an old address, so comparing pointers
   // does not tell.)
@@ -79,6 +91,12 @@ class PrefillWorkspace {
   uint16_t* xh = nullptr;  // [cap][ldh()] normalized x or attention output
   uint16_t* hh = nullptr;  // [cap][ldh()] silu(gate)*up
   int ldh() const { return ldh_; }
+  // The dense path: fp16 row-major GEMM inputs and outputs.
+  uint16_t* xd = nullptr;  // [cap][ldd()] normalized x or attention output
+  float* qkv = nullptr;    // [cap][q_dim + 2 kv_dim] the QKV product (q finished in place)
+  uint16_t* gu = nullptr;  // [cap][2 hidden_dim] gate | up products
+  uint16_t* hd = nullptr;  // [cap][ldd()] act(gate) * up
+  int ldd() const { return ldd_; }
   float* logits = nullptr;  // [cap_logits][vocab]
   int* tokens = nullptr;    // [cap] token ids of the chunk
   int* argmax = nullptr;    // [cap_logits] argmax of each logits row
@@ -88,7 +106,21 @@ class PrefillWorkspace {
   int cap_tokens_ = 0, cap_logits_ = 0;
   unsigned long generation_ = 0;
   int dim_ = 0, q_dim_ = 0, kv_dim_ = 0, heads_ = 0, hd_ = 0, hidden_ = 0, vocab_ = 0, ldh_ = 0;
+  int ldd_ = 0;
+  bool want_dense_ = false;
+  std::unique_ptr<DenseGemm> dense_;
 };
+
+// Rows from which a batch's layers run faster on the dense fp16 weights (cuBLASLt) than on the
+// quantized GEMM (gemm_q4), measured on this GPU for this model: the layer stack of both paths
+// timed as CUDA graphs at 2, 8, 32, 128 and 512 rows (those <= max_rows and <= w.n_ctx); the
+// smallest probe from which the dense path wins at every larger probe, or INT_MAX. The crossover
+// depends on the format (how fast gemm_q4 decodes it) and the widths (how well the tensor cores
+// fill). w needs its dense
+// copies; ws room for max_rows rows with the dense buffers. Writes KV rows [0, probe) of the
+// layers' caches (free at start-up) and clobbers ws. Synchronizes s.
+int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_rows,
+                       cudaStream_t stream);
 
 // Where the rows of a multi-sequence step go (device arrays [n]; the layers' k_cache/v_cache are
 // then a paged pool's [slots][kv_dim] per layer): row i is token ws.tokens[i] of the sequence
@@ -116,10 +148,10 @@ struct StepRows {
   }
 };
 
-// Attention of a multi-sequence step's n rows for one layer: ws.q (roped) -> ws.att over the
-// paged pool in the layer's k_cache / v_cache (attention_paged).
-void attention_rows(const PrefillWeights& w, int layer, PrefillWorkspace& ws, int n,
-                    const StepRows& rows, cudaStream_t stream);
+// Attention of a multi-sequence step's n rows for one layer: roped queries q (pitch ldq) -> ws.att
+// over the paged pool in the layer's k_cache / v_cache (attention_paged).
+void attention_rows(const PrefillWeights& w, int layer, const float* q, int ldq,
+                    PrefillWorkspace& ws, int n, const StepRows& rows, cudaStream_t stream);
 
 // One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
 // logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.

@@ -61,7 +61,8 @@ bool prefill_fits(const ModelConfig& c, const Weights& w) {
   return true;
 }
 
-PrefillModel::PrefillModel(const ModelConfig& c, const Weights& w, int n_ctx, bool kv_half) {
+PrefillModel::PrefillModel(const ModelConfig& c, const Weights& w, int n_ctx, bool kv_half,
+                           bool dense) {
   if (!prefill_fits(c, w))
     fail("prefill: model shape/types not supported by the batched prefill kernels (layer type ",
          w.layers.empty() ? "none" : type_name(w.layers[0].wq.type), ", head_dim ", c.head_dim,
@@ -76,6 +77,12 @@ PrefillModel::PrefillModel(const ModelConfig& c, const Weights& w, int n_ctx, bo
     v.push_back(base + (2 * l + 1) * per);
   }
   pw_ = prefill_view(c, dw_, n_ctx, kv_half, k, v);
+  if (dense) {
+    dense_ = make_dense(dw_, c);
+    for (int l = 0; l < c.n_layers; ++l) pw_.layers[l].dense = dense_.layers[l];
+    pw_.dense_output = dense_.output;
+    pw_.dense_rows = 1;  // every chunk on the dense path (tests and benchmarks compare them)
+  }
 }
 
 }  // namespace smolrt::cuda

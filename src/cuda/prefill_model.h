@@ -27,14 +27,16 @@ bool prefill_fits(const ModelConfig& c, const Weights& w);
 class PrefillModel {
  public:
   // Uploads w (upload_weights: Error naming a tensor without a CUDA kernel) and allocates a KV
-  // cache of n_ctx positions per layer (fp16 or fp32). Throws smolrt::Error when prefill cannot
-  // run the model's shapes.
-  PrefillModel(const ModelConfig& c, const Weights& w, int n_ctx, bool kv_half);
+  // cache of n_ctx positions per layer (fp16 or fp32); dense: also the fp16 copies the dense
+  // GEMMs read (device_weights.h make_dense), taken by every chunk (weights().dense_rows 1). Throws
+  // smolrt::Error when prefill cannot run the model's shapes.
+  PrefillModel(const ModelConfig& c, const Weights& w, int n_ctx, bool kv_half, bool dense = false);
 
   const PrefillWeights& weights() const { return pw_; }
 
  private:
   DeviceWeights dw_;
+  DenseWeights dense_;
   DeviceBuffer kv_;
   PrefillWeights pw_;
 };

@@ -6,6 +6,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/argmax_block.cuh"
+#include "cuda/device_common.cuh"
 #include "cuda/launch.cuh"
 
 namespace smolrt::cuda {
@@ -33,7 +34,41 @@ __global__ void gather_rows_kernel(const float* x, int ld, const int* idx, int c
   for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) dst[i] = src[i];
 }
 
+// Eight outputs per thread: 16-byte loads of the gate and the up halves, one 16-byte store.
+__global__ void gated_act_kernel(const uint16_t* gu, int ldgu, int hid, int act, uint16_t* out,
+                                 int ldo) {
+  detail::pdl_wait();  // gu comes from the gate/up GEMM
+  detail::pdl_trigger();
+  const int row = blockIdx.y, c = 8 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= hid) return;
+  const uint16_t* g = gu + (size_t)row * ldgu + c;
+  const uint4 gv = *reinterpret_cast<const uint4*>(g);
+  const uint4 uv = *reinterpret_cast<const uint4*>(g + hid);
+  const __half2* gh = reinterpret_cast<const __half2*>(&gv);
+  const __half2* uh = reinterpret_cast<const __half2*>(&uv);
+  uint4 o;
+  uint32_t* op = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 gf = __half22float2(gh[i]), uf = __half22float2(uh[i]);
+    op[i] = pack_half2(gate_act(gf.x, act) * uf.x, gate_act(gf.y, act) * uf.y);
+  }
+  *reinterpret_cast<uint4*>(out + (size_t)row * ldo + c) = o;
+}
+
 }  // namespace
+
+void gated_act(const uint16_t* gu, int ldgu, int n, int hid, int act, uint16_t* out, int ldo,
+               cudaStream_t s) {
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (n <= 0 || hid <= 0 || hid % 8 || ldgu % 8 || ldgu < 2 * hid || ldo % 8 || ldo < hid || !gu ||
+      !out || !aligned(gu) || !aligned(out))
+    fail("gated_act: bad arguments rows=", n, " hid=", hid, " ldgu=", ldgu, " ldo=", ldo);
+  constexpr int kThreads = 128;
+  const int per_row = hid / 8;
+  detail::launch_pdl(gated_act_kernel, dim3((per_row + kThreads - 1) / kThreads, n), dim3(kThreads),
+                     s, gu, ldgu, hid, act, out, ldo);
+}
 
 void gather_rows(const float* x, int ld, const int* idx, int m, int cols, float* out,
                  cudaStream_t s) {

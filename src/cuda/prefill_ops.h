@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace smolrt::cuda {
 
 // out[i] = argmax of logits[i*ld + 0 .. n_cols): ties -> lowest index, NaN never wins
@@ -15,5 +17,11 @@ void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out,
 // per row; ld and cols multiples of 4, 16-byte aligned rows.
 void gather_rows(const float* x, int ld, const int* idx, int m, int cols, float* out,
                  cudaStream_t stream);
+
+// out[i][j] = act(g) * u for the fp16 output of the dense gate/up GEMM, gu[i] = [gate | up]
+// (hid columns each, pitch ldgu): out [n][ldo] fp16 row-major, the down GEMM's input. act as
+// ModelConfig::act (0 SiLU, 1 GELU-tanh), computed in fp32. hid, ldgu, ldo multiples of 8.
+void gated_act(const uint16_t* gu, int ldgu, int n, int hid, int act, uint16_t* out, int ldo,
+               cudaStream_t stream);
 
 }  // namespace smolrt::cuda

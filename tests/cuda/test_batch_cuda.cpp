@@ -193,15 +193,28 @@ std::vector<int> prompt_of(int n, int vocab, unsigned seed) {
   return t;
 }
 
-std::unique_ptr<BatchBackend> make_batch(const Model& m, bool kv_half = false) {
+// Which GEMMs a multi-row step takes: the measured choice, the quantized GEMM always (no fp16
+// copies), or the dense fp16 path always (from 2 rows: one row is the decode GEMVs).
+enum class Gemms { kMeasured, kQuantized, kDense };
+
+std::unique_ptr<BatchBackend> make_batch(const Model& m, bool kv_half = false,
+                                         Gemms g = Gemms::kMeasured) {
   BatchOptions o;
   o.kind = "cuda";
   o.max_seqs = 16;
   o.seq_ctx = 512;
   o.kv_tokens = 4096;
   o.kv_half = kv_half;
+  o.f16_weights = g != Gemms::kQuantized;
+  if (g == Gemms::kDense) o.dense_rows = 2;
   return make_cuda_batch_backend(m, o);
 }
+
+class CudaBatchGemms : public ::testing::TestWithParam<Gemms> {};
+INSTANTIATE_TEST_SUITE_P(Paths, CudaBatchGemms, ::testing::Values(Gemms::kQuantized, Gemms::kDense),
+                         [](const auto& i) {
+                           return std::string(i.param == Gemms::kDense ? "dense" : "quantized");
+                         });
 
 SeqStep greedy(int seq, std::span<const int> toks, int logits = 1) {
   SeqStep s;
@@ -233,10 +246,10 @@ std::vector<std::vector<float>> single_path(const Model& m, const std::vector<in
 // relative L2 per logits row over 30 layers, applies.
 constexpr double kVsSingle = 2e-2;
 
-TEST(CudaBatch, SharedStepMatchesSingleSequencePath) {
+TEST_P(CudaBatchGemms, SharedStepMatchesSingleSequencePath) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
-  auto b = make_batch(model);
+  auto b = make_batch(model, false, GetParam());
   const int ns = 6;
   std::vector<std::vector<int>> prompts;
   std::vector<int> ids;
@@ -287,11 +300,11 @@ TEST(CudaBatch, SharedStepMatchesSingleSequencePath) {
 // A sequence alone in its steps vs the same sequence sharing every step with others (and its
 // prompt split into chunks while the others decode); alone, its decode steps take the one-row
 // GEMV path, checked against the single-sequence backend.
-TEST(CudaBatch, NeighboursDoNotChangeASequence) {
+TEST_P(CudaBatchGemms, NeighboursDoNotChangeASequence) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
   const std::vector<int> prompt = prompt_of(37, V, 7);
-  auto alone = make_batch(model);
+  auto alone = make_batch(model, false, GetParam());
   const int a = alone->add_sequence();
   std::vector<std::vector<float>> ref;
   std::vector<int> toks;
@@ -305,7 +318,7 @@ TEST(CudaBatch, NeighboursDoNotChangeASequence) {
       toks.push_back(r[0].token);
     }
   }
-  auto b = make_batch(model);
+  auto b = make_batch(model, false, GetParam());
   std::vector<int> others;
   for (int i = 0; i < 5; ++i) others.push_back(b->add_sequence());
   const int x = b->add_sequence();

@@ -95,6 +95,7 @@ class CudaBackend final : public CudaBackendApi {
       fail("n_heads ", cfg_.n_heads, " is not a multiple of n_kv_heads ", cfg_.n_kv_heads);
     }
     w_ = cuda::upload_weights(m.weights, cfg_);
+    if (opt.f16_weights) dense_ = cuda::make_dense(w_, cfg_);
 
     // A sliding-window layer's KV cache is a ring of window + prefill-chunk rows (the last
     // `window` keys any query reads, plus the chunk written before its attention runs), when
@@ -122,7 +123,9 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
     std::vector<void*> kc, vc;
     for (int l = 0; l < cfg_.n_layers; ++l) kc.push_back(kcache(l)), vc.push_back(vcache(l));
-    prefill_ = cuda::CudaPrefill::create(m, w_, kc, vc, ring_, n_ctx_);  // nullptr: per token
+    prefill_ =
+        cuda::CudaPrefill::create(m, w_, kc, vc, ring_, n_ctx_,
+                                  opt.f16_weights ? &dense_ : nullptr);  // nullptr: per token
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
     // [4]: the id of the odd-parity step graph (speculative steps alternate, see speculate).
@@ -132,6 +135,7 @@ class CudaBackend final : public CudaBackendApi {
     logits_host_ = cuda::PinnedBuffer(sizeof(float) * cfg_.vocab_size, "logits readback");
     hist_host_ = cuda::PinnedBuffer(sizeof(int) * n_ctx_, "sampling history");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (prefill_) prefill_->set_dense_rows(opt.dense_rows, prefill_chunk(), stream_);
     debug_ = env_flag("SMOLRT_DEBUG_ACTIVATIONS", false);
     for (cudaEvent_t& e : step_done_) {
       CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -635,6 +639,7 @@ class CudaBackend final : public CudaBackendApi {
   int ring_chunk_ = 0;          // the prefill chunk the rings were sized with
   int pos_ = 0;
   cuda::DeviceWeights w_;
+  cuda::DenseWeights dense_;  // fp16 copies (BackendOptions::f16_weights), else empty
   cuda::DeviceBuffer scratch_;
   Scratch s_ = {};
   std::unique_ptr<cuda::CudaPrefill> prefill_;  // batched prefill; nullptr: not supported

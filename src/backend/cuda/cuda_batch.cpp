@@ -94,6 +94,7 @@ class CudaBatchBackend final : public BatchBackend {
   int table_stride_ = 0;
   std::unique_ptr<KvPages> kv_;
   cuda::DeviceWeights dw_;
+  cuda::DenseWeights dense_;  // fp16 copies (BatchOptions::f16_weights), else empty
   // K and V per layer: [slots + page][kv_dim] each, or for a sliding-window layer with rings
   // [(max_seqs + 1) * ring rows][kv_dim]
   cuda::DeviceBuffer pool_;
@@ -146,6 +147,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
         "format its GEMM takes (all but F32) and dim a multiple of 4; use --backend cpu");
   const int cap = bucket(max_step_);
   dw_ = cuda::upload_weights(m.weights, c_);
+  // The dense copies come before the KV pool is sized from the memory left.
+  if (opt.f16_weights) dense_ = cuda::make_dense(dw_, c_);
 
   // KV pool: what was asked, else every sequence's full context, capped by half the free memory
   // left after the weights and the step's workspace.
@@ -190,8 +193,15 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     v.push_back(static_cast<char*>(pool_.get()) + (at[l] + at[l + 1]) / 2);
   }
   pw_ = cuda::prefill_view(c_, dw_, seq_ctx, opt.kv_half, k, v);
-  pw_.token_embd = cuda::DevMat{};         // step() embeds from its own staging
-  ws_.reserve(c_, std::max(cap, 2), cap);  // one-row steps: row 1 of x is the residual's 2nd buffer
+  pw_.token_embd = cuda::DevMat{};  // step() embeds from its own staging
+  // one-row steps: row 1 of x is the residual's 2nd buffer
+  if (opt.f16_weights) {
+    for (int l = 0; l < c_.n_layers; ++l) pw_.layers[l].dense = dense_.layers[l];
+    pw_.dense_output = dense_.output;
+    ws_.reserve_dense(c_, std::max(cap, 2), cap);
+  } else {
+    ws_.reserve(c_, std::max(cap, 2), cap);
+  }
 
   const size_t tables = size_t(opt.max_seqs + 1) * table_stride_;
   cuda::Carver sizer;
@@ -240,6 +250,9 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   const CudaOptions co = cuda_options_from_env();  // the switches the decode backend honours
   use_graph_ = co.use_graph;
   pdl_ = co.pdl;
+  if (opt.f16_weights)
+    pw_.dense_rows =
+        opt.dense_rows > 0 ? opt.dense_rows : cuda::measure_dense_rows(pw_, ws_, cap, stream_);
 }
 
 CudaBatchBackend::~CudaBatchBackend() {
@@ -323,6 +336,14 @@ void CudaBatchBackend::forward(int nb, int mb, int splits) {
   }
   cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, stream_, &rows);
   cuda::gather_rows(ws_.x, c_.dim, d_st_ + 4 * nb, mb, c_.dim, d_xo_, stream_);
+  if (pw_.dense() && mb >= pw_.dense_rows && c_.vocab_size % 4 == 0) {
+    cuda::act_to_f16(d_xo_, c_.dim, mb, c_.dim, dw_.output_norm, c_.norm_eps, ws_.xd, ws_.ldd(),
+                     stream_, cuda::F16Order::kRowMajor);
+    ws_.dense().run(pw_.dense_output, c_.vocab_size, c_.dim, ws_.xd, ws_.ldd(), mb,
+                    {ws_.logits, c_.vocab_size, false, false}, stream_);
+    cuda::argmax_rows(ws_.logits, c_.vocab_size, c_.vocab_size, mb, out_host_, stream_);
+    return;
+  }
   cuda::GemmQ4Args h;
   h.t = mb, h.w0 = dw_.output, h.x = d_xo_, h.ldx = c_.dim, h.norm_w = dw_.output_norm;
   h.eps = c_.norm_eps;
@@ -374,6 +395,10 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   if (use_graph_) {
     cudaGraphExec_t& g = graphs_[{nb, mb, splits}];
     if (!g) {
+      // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
+      // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
+      // and ids are written again by the replay).
+      forward(nb, mb, splits);
       cudaGraph_t graph;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       forward(nb, mb, splits);

@@ -17,7 +17,8 @@ namespace smolrt::cuda {
 std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWeights& dw,
                                                  const std::vector<void*>& k,
                                                  const std::vector<void*>& v,
-                                                 const std::vector<int>& rings, int n_ctx) {
+                                                 const std::vector<int>& rings, int n_ctx,
+                                                 const DenseWeights* dense) {
   if (!prefill_fits(m.config, m.weights) || dw.layers.size() != m.weights.layers.size())
     return nullptr;
   const ModelConfig& c = m.config;
@@ -27,6 +28,11 @@ std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWei
   if (rings.size() != p->pw_.layers.size()) fail("CudaPrefill: one ring size per layer");
   for (size_t l = 0; l < rings.size(); ++l) p->pw_.layers[l].ring = rings[l];
   p->pw_.token_embd = DevMat{};  // embedded by chunk() (ids staged from pinned memory)
+  if (dense) {
+    for (size_t l = 0; l < p->pw_.layers.size(); ++l) p->pw_.layers[l].dense = dense->layers[l];
+    p->pw_.dense_output = dense->output;
+    p->dense_ = true;
+  }
   return p;
 }
 
@@ -53,6 +59,24 @@ void CudaPrefill::head_row(int i, float* logits, cudaStream_t s) {
        /*accumulate=*/false, s);
 }
 
+void CudaPrefill::set_dense_rows(int rows, int chunk, cudaStream_t s) {
+  if (!dense_) return;
+  if (rows > 0) {
+    pw_.dense_rows = rows;
+    return;
+  }
+  pw_.dense_rows = 1;  // reserve() adds the dense buffers
+  reserve(chunk, 1);
+  pw_.dense_rows = measure_dense_rows(pw_, ws_, chunk, s);
+}
+
+void CudaPrefill::reserve(int tokens, int logit_rows) {
+  if (pw_.dense())
+    ws_.reserve_dense(pw_.cfg, tokens, logit_rows);
+  else
+    ws_.reserve(pw_.cfg, tokens, logit_rows);
+}
+
 CudaPrefill::~CudaPrefill() {
   drop_graphs();
 }
@@ -77,7 +101,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
   const int n = (int)tokens.size();
   if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
   const int cs = std::min(chunk_size, n);
-  ws_.reserve(pw_.cfg, cs, 1);
+  reserve(cs, 1);
   const int* h = stage_tokens(tokens, s);
   if (graph && n <= cs) {
     const std::pair<unsigned long, const void*> key{ws_.generation(), h};
@@ -142,7 +166,7 @@ std::vector<float> CudaPrefill::run_all(std::span<const int> tokens, int pos0, i
   const int n = (int)tokens.size();
   if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
   const int cs = std::min({chunk_size, n, kAllLogitsChunk});
-  ws_.reserve(pw_.cfg, cs, cs);
+  reserve(cs, cs);
   const int* h = stage_tokens(tokens, s);
   const size_t V = pw_.cfg.vocab_size;
   std::vector<float> all((size_t)n * V);

@@ -41,10 +41,13 @@ class CudaPrefill {
   // dw: the decode weights (embedding, norms, lm_head are used from there; must outlive this).
   // k, v: each layer's fp32 decode KV cache; rings: per layer 0 (n_ctx rows) or the rows of a
   // sliding-window layer's ring cache (prefill_forward.h PrefillLayerWeights::ring).
+  // dense: fp16 weight copies for the chunk GEMMs (device_weights.h), or nullptr; must outlive
+  // this.
   static std::unique_ptr<CudaPrefill> create(const Model& m, const DeviceWeights& dw,
                                              const std::vector<void*>& k,
                                              const std::vector<void*>& v,
-                                             const std::vector<int>& rings, int n_ctx);
+                                             const std::vector<int>& rings, int n_ctx,
+                                             const DenseWeights* dense);
 
   // Tokens at positions [pos0, pos0 + n) in chunks of at most `chunk_size`; the caller has
   // validated the ids and pos0 + n <= n_ctx. Logits of the last token only, into
@@ -62,6 +65,10 @@ class CudaPrefill {
   static constexpr int kAllLogitsChunk = 128;
   static constexpr int kGraphs = 4;
 
+  // With dense copies: chunks of `rows` rows or more take the dense GEMMs; rows 0 measures it
+  // (cuda::measure_dense_rows, chunks of up to `chunk` rows). Call once before the first prompt.
+  void set_dense_rows(int rows, int chunk, cudaStream_t s);
+
   // Destroys the captured prompt graphs (they bake in the options of the launches they recorded:
   // the caller calls this when those change).
   void drop_graphs();
@@ -75,6 +82,9 @@ class CudaPrefill {
 
  private:
   CudaPrefill() = default;
+  // The workspace for chunks of `tokens` rows (with the dense buffers when pw_.dense()).
+  void reserve(int tokens, int logit_rows);
+  bool dense_ = false;  // dense copies given to create()
   // Copies tokens into pinned staging memory (grown on demand) for async H2D chunk copies.
   const int* stage_tokens(std::span<const int> tokens, cudaStream_t s);
   // H2D ids of tokens [i0, i0 + m), embedding into ws_.x, the layers.
