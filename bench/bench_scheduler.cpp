@@ -30,30 +30,22 @@ using Clock = std::chrono::steady_clock;
 // Every step returns token 3 + (position % 200): no arithmetic, no logits.
 class NullBatch : public BatchBackend {
  public:
-  NullBatch(int n_vocab, int max_seqs, int kv_tokens, int seq_ctx)
-      : pages_(kv_tokens / 16, 16, max_seqs, seq_ctx) {
+  NullBatch(int n_vocab, int max_seqs, int kv_tokens, int seq_ctx) {
+    kv_ = std::make_unique<KvPages>(kv_tokens / 16, 16, max_seqs, seq_ctx);
     cfg_.vocab_size = n_vocab;
   }
   std::string name() const override { return "null"; }
   std::string device_name() const override { return "none"; }
   const ModelConfig& config() const override { return cfg_; }
-  int max_seqs() const override { return pages_.max_seqs(); }
-  int seq_ctx() const override { return pages_.seq_ctx(); }
   int max_step_tokens() const override { return 512; }
-  int page_size() const override { return pages_.page_size(); }
-  int kv_pages_total() const override { return pages_.pages_total(); }
-  int kv_pages_free() const override { return pages_.pages_free(); }
-  int add_sequence() override { return pages_.add(); }
-  void free_sequence(int seq) override { pages_.remove(seq); }
-  int position(int seq) const override { return pages_.position(seq); }
-  void rollback(int seq, int pos) override { pages_.truncate(seq, pos); }
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override {
     const auto t0 = Clock::now();
     if (step_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(step_us));
     std::vector<SeqResult> out(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
-      pages_.grow(batch[i].seq, static_cast<int>(batch[i].tokens.size()));
-      out[i].token = 3 + pages_.position(batch[i].seq) % 200;
+      std::vector<PageCopy> copies;
+      kv_->grow(batch[i].seq, batch[i].tokens, copies);
+      out[i].token = 3 + kv_->position(batch[i].seq) % 200;
     }
     ++steps;
     in_step += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -64,7 +56,6 @@ class NullBatch : public BatchBackend {
   double in_step = 0;  // seconds inside step() (bookkeeping of the fake itself)
 
  private:
-  KvPages pages_;
   ModelConfig cfg_;
 };
 

@@ -29,29 +29,33 @@ int next_token(std::span<const int> h) {
 class FakeBatch : public BatchBackend {
  public:
   FakeBatch(int n_vocab, int max_seqs, int kv_tokens, int max_step, int seq_ctx = 256)
-      : pages_(kv_tokens / 16, 16, max_seqs, seq_ctx), max_step_(max_step), hist_(max_seqs) {
+      : max_step_(max_step), hist_(max_seqs) {
+    kv_ = std::make_unique<KvPages>(kv_tokens / 16, 16, max_seqs, seq_ctx);
     cfg_.vocab_size = n_vocab;
   }
   std::string name() const override { return "fake"; }
   std::string device_name() const override { return "fake"; }
   const ModelConfig& config() const override { return cfg_; }
-  int max_seqs() const override { return pages_.max_seqs(); }
-  int seq_ctx() const override { return pages_.seq_ctx(); }
   int max_step_tokens() const override { return max_step_; }
-  int page_size() const override { return pages_.page_size(); }
-  int kv_pages_total() const override { return pages_.pages_total(); }
-  int kv_pages_free() const override { return pages_.pages_free(); }
   int add_sequence() override {
     if (fail_add.exchange(false)) fail("fake: add_sequence fails");
     ++adds;
-    const int s = pages_.add();
+    const int s = kv_->add();
     hist_[s].clear();
     return s;
   }
-  void free_sequence(int seq) override { pages_.remove(seq); }
-  int position(int seq) const override { return pages_.position(seq); }
+  int match_prefix(int seq, std::span<const int> tokens) override {
+    const int n = kv_->match_prefix(seq, tokens);
+    hist_[seq].assign(tokens.begin(), tokens.begin() + n);
+    return n;
+  }
+  int fork_sequence(int seq) override {
+    const int f = kv_->fork(seq);
+    hist_[f] = hist_[seq];
+    return f;
+  }
   void rollback(int seq, int pos) override {
-    pages_.truncate(seq, pos);
+    kv_->truncate(seq, pos);
     hist_[seq].resize(pos);
   }
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override {
@@ -67,11 +71,12 @@ class FakeBatch : public BatchBackend {
       need += pages_needed(s.seq, static_cast<int>(s.tokens.size()));
       total += static_cast<int>(s.tokens.size());
     }
-    if (need > pages_.pages_free() || total > max_step_) fail("fake: the step does not fit");
+    if (need > kv_->pages_free() || total > max_step_) fail("fake: the step does not fit");
     std::vector<SeqResult> out;
     std::vector<std::pair<int, int>> shape;
     for (const SeqStep& s : batch) {
-      pages_.grow(s.seq, static_cast<int>(s.tokens.size()));
+      std::vector<PageCopy> copies;
+      kv_->grow(s.seq, s.tokens, copies);
       SeqResult r;
       std::vector<int>& h = hist_[s.seq];
       for (size_t i = 0; i < s.tokens.size(); ++i) {
@@ -86,6 +91,7 @@ class FakeBatch : public BatchBackend {
       shape.emplace_back(s.seq, static_cast<int>(s.tokens.size()));
       out.push_back(std::move(r));
     }
+    for (const SeqStep& s : batch) kv_->publish(s.seq);
     std::lock_guard lk(mu);
     steps.push_back(std::move(shape));
     return out;
@@ -116,7 +122,6 @@ class FakeBatch : public BatchBackend {
   std::vector<std::vector<std::pair<int, int>>> steps;  // (seq, tokens) per step
 
  private:
-  KvPages pages_;
   int max_step_;
   ModelConfig cfg_;
   std::vector<std::vector<int>> hist_;

@@ -1,7 +1,9 @@
 // argmax_rows (see prefill_ops.h).
 #include "cuda/prefill_ops.h"
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -56,7 +58,31 @@ __global__ void gated_act_kernel(const uint16_t* gu, int ldgu, int hid, int act,
   *reinterpret_cast<uint4*>(out + (size_t)row * ldo + c) = o;
 }
 
+// One thread per (row, token) over a grid-stride loop; rows without a mask return at once.
+__global__ void mask_logits_kernel(float* logits, int ld, int vocab, const int* mask_idx,
+                                   const uint32_t* masks, int words) {
+  detail::pdl_wait();  // logits come from the lm_head
+  detail::pdl_trigger();
+  const int r = blockIdx.y, m = mask_idx[r];
+  if (m < 0) return;
+  const uint32_t* mk = masks + (size_t)m * words;
+  float* row = logits + (size_t)r * ld;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < vocab; t += gridDim.x * blockDim.x)
+    if (!((mk[t >> 5] >> (t & 31)) & 1u)) row[t] = -INFINITY;
+}
+
 }  // namespace
+
+void mask_logits(float* logits, int ld, int vocab, int rows, const int* mask_idx,
+                 const uint32_t* masks, int words, cudaStream_t s) {
+  if (!logits || !mask_idx || !masks || rows <= 0 || vocab <= 0 || ld < vocab ||
+      words < (vocab + 31) / 32)
+    fail("mask_logits: bad arguments rows=", rows, " vocab=", vocab, " words=", words);
+  constexpr int kThreads = 256;
+  const int blocks = std::min((vocab + kThreads - 1) / kThreads, 32);
+  detail::launch_pdl(mask_logits_kernel, dim3(blocks, rows), dim3(kThreads), s, logits, ld, vocab,
+                     mask_idx, masks, words);
+}
 
 void gated_act(const uint16_t* gu, int ldgu, int n, int hid, int act, uint16_t* out, int ldo,
                cudaStream_t s) {

@@ -455,6 +455,112 @@ TEST(CudaBatch, FreedPagesAreReused) {
   EXPECT_LT(rel_l2(r3[0].logits.data(), r1[0].logits.data(), V), 2e-3);
 }
 
+// A prompt whose first pages a finished sequence left in the prefix cache: the rest of it and the
+// greedy continuation as without the cache (the bound: a chunk of other length runs other GEMM
+// tiles over the same rows).
+TEST(CudaBatch, PrefixCachedPromptMatchesUncached) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  const std::vector<int> prompt = prompt_of(41, V, 61);
+  const int a = b->add_sequence();
+  auto ra = b->step(std::vector<SeqStep>{greedy(a, prompt)});
+  std::vector<int> want = {ra[0].token};
+  for (int i = 0; i < 4; ++i)
+    want.push_back(
+        b->step(std::vector<SeqStep>{greedy(a, std::span<const int>(&want.back(), 1))})[0].token);
+  b->free_sequence(a);
+  const int c = b->add_sequence();
+  ASSERT_EQ(b->match_prefix(c, prompt), 32);
+  EXPECT_EQ(b->prefix_stats().cached_tokens, 32);
+  const auto rc =
+      b->step(std::vector<SeqStep>{greedy(c, std::span<const int>(prompt).subspan(32))});
+  EXPECT_LT(rel_l2(rc[0].logits.data(), ra[0].logits.data(), V), 5e-3);
+  std::vector<int> got = {rc[0].token};
+  for (int i = 0; i < 4; ++i)
+    got.push_back(
+        b->step(std::vector<SeqStep>{greedy(c, std::span<const int>(&got.back(), 1))})[0].token);
+  EXPECT_EQ(got, want);
+}
+
+// n > 1: a forked sequence shares the prompt's pages; both write into the shared last page
+// (copied first) and each continues as a fresh sequence with its tokens would.
+TEST(CudaBatch, ForkedSequencesMatchFreshOnes) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  const std::vector<int> prompt = prompt_of(13, V, 71);
+  const int a = b->add_sequence();
+  SeqStep s = greedy(a, prompt, 0);
+  s.sample = false;
+  b->step(std::vector<SeqStep>{s});
+  const int f = b->fork_sequence(a);
+  EXPECT_EQ(b->position(f), 13);
+  const int x = 5, y = 9;
+  const auto r = b->step(std::vector<SeqStep>{greedy(a, std::span<const int>(&x, 1)),
+                                              greedy(f, std::span<const int>(&y, 1))});
+  for (const auto& [tok, res] : {std::pair{x, r[0]}, std::pair{y, r[1]}}) {
+    std::vector<int> full = prompt;
+    full.push_back(tok);
+    const int q = b->add_sequence();
+    const auto fresh = b->step(std::vector<SeqStep>{greedy(q, full)});
+    b->free_sequence(q);
+    EXPECT_LT(rel_l2(res.logits.data(), fresh[0].logits.data(), V), 5e-3) << "token " << tok;
+    EXPECT_EQ(res.token, fresh[0].token);
+  }
+}
+
+// Structured output's allowed-token mask, on the one-row path and on a shared step: the token is
+// the best allowed one, the others' logits -inf, the allowed ones as without a mask.
+TEST(CudaBatch, AllowedTokenMaskConstrainsTheSample) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  std::vector<uint32_t> mask((V + 31) / 32, 0);
+  for (int t = 0; t < V; t += 7) mask[t / 32] |= 1u << (t % 32);
+  for (int others : {0, 3}) {
+    const std::vector<int> prompt = prompt_of(11, V, 81 + others);
+    std::vector<float> plain;
+    for (bool masked : {false, true}) {
+      // Prompts first (no mask), then the compared step: one token each, a's masked.
+      std::vector<int> ids;
+      std::vector<std::vector<int>> op;
+      std::vector<SeqStep> st;
+      const int a = b->add_sequence();
+      for (int i = 0; i < others; ++i) {
+        ids.push_back(b->add_sequence());
+        op.push_back(prompt_of(5 + i, V, 90 + i));
+      }
+      st.push_back(greedy(a, prompt, 0));
+      for (int i = 0; i < others; ++i) st.push_back(greedy(ids[i], op[i], 0));
+      b->step(st);
+      const int one = 3;
+      st.clear();
+      st.push_back(greedy(a, std::span<const int>(&one, 1)));
+      if (masked) st[0].allowed = mask;
+      for (int i = 0; i < others; ++i) st.push_back(greedy(ids[i], std::span<const int>(&one, 1)));
+      const auto r = b->step(st);
+      b->free_sequence(a);
+      for (int id : ids) b->free_sequence(id);
+      if (!masked) {
+        plain = r[0].logits;
+        continue;
+      }
+      int best = -1;
+      for (int t = 0; t < V; ++t) {
+        if (t % 7 == 0) {
+          EXPECT_NEAR(r[0].logits[t], plain[t], 1e-4f * (1 + std::fabs(plain[t])));
+          if (best < 0 || r[0].logits[t] > r[0].logits[best]) best = t;
+        } else {
+          ASSERT_EQ(r[0].logits[t], -INFINITY) << "token " << t;
+        }
+      }
+      EXPECT_EQ(r[0].token, best) << others << " neighbours";
+      for (int i = 0; i < others; ++i) EXPECT_GE(r[1 + i].token, 0);
+    }
+  }
+}
+
 TEST(CudaBatch, BadStepsAreRefusedWithoutChange) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
