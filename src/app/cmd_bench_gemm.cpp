@@ -23,7 +23,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/dense_gemm.h"
-#include "cuda/prefill_model.h"
+#include "backend/cuda/prefill_model.h"
 #include "model/model.h"
 
 namespace smolrt::app {

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/sampling.h"
+#include "core/sampling.h"
 #include "model/model.h"
 
 namespace smolrt {

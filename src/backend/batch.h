@@ -18,7 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/kv_pages.h"
-#include "backend/sampling.h"
+#include "core/sampling.h"
 #include "model/model.h"
 
 namespace smolrt {

@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int HD>
 void launch_hd(float* out, const float* q, const void* k, const void* v, const int* pos, int n_ctx,
                int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnPages& pg,
-               cudaStream_t s, int window, float scale, int ring) {
+               const Launch& s, int window, float scale, int ring) {
   const int splits = attn_splits(n_ctx);
   auto go = [&](auto kern, auto* kc, auto* vc) {
     launch_kernel(kern, dim3(n_heads, splits), dim3(kThreads), 0, s, out, q, kc, vc, pos, n_heads,
@@ -274,7 +274,7 @@ void launch_hd(float* out, const float* q, const void* k, const void* v, const i
 
 void attention_decode(float* out, const float* q, const void* k_cache, const void* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
-                      const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages,
+                      const AttnScratch& scratch, const Launch& s, const AttnPages& pages,
                       int window, float scale, int ring) {
   if (pages.tables && (!pages.seq || !is_pow2(pages.page) || pages.stride <= 0))
     fail(

@@ -327,7 +327,7 @@ long wave_of(K kern, int threads, int smem) {
 }
 
 template <int HD, int G, bool HALF>
-void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
+void launch_t(const PagedAttnArgs& a, const Launch& s) {
   constexpr int smem = (int)smem_bytes<HD>();
   constexpr int smem_wide = (int)smem_bytes<HD, kWideWarps>();
   constexpr int smem_narrow = (int)smem_bytes<HD, kNarrowWarps>();
@@ -351,21 +351,19 @@ void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
   if constexpr (kWideBuild<HD, G>) {
     const int z = a.splits / 2;
     if (z >= 1 && pairs * z <= waves.wide)
-      return launch_kernel_pdl(s != nullptr, attention_paged_wide_kernel<HD, G, HALF>,
-                               dim3(a.n, a.n_kv_heads, z), dim3(32 * kWideWarps), smem_wide, s, a,
-                               a.partials, a.counters);
+      return launch_kernel(attention_paged_wide_kernel<HD, G, HALF>, dim3(a.n, a.n_kv_heads, z),
+                           dim3(32 * kWideWarps), smem_wide, s, a, a.partials, a.counters);
   }
   if (pairs * a.splits > waves.latency)
-    return launch_kernel_pdl(s != nullptr, attention_paged_narrow_kernel<HD, G, HALF>,
-                             dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kNarrowWarps),
-                             smem_narrow, s, a, a.partials, a.counters);
-  launch_kernel_pdl(s != nullptr, attention_paged_kernel<HD, G, HALF>,
-                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem, s, a, a.partials,
-                    a.counters);
+    return launch_kernel(attention_paged_narrow_kernel<HD, G, HALF>,
+                         dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kNarrowWarps), smem_narrow, s,
+                         a, a.partials, a.counters);
+  launch_kernel(attention_paged_kernel<HD, G, HALF>, dim3(a.n, a.n_kv_heads, a.splits),
+                dim3(32 * kWarps), smem, s, a, a.partials, a.counters);
 }
 
 template <int HD, int G>
-void launch_g(const PagedAttnArgs& a, cudaStream_t s) {
+void launch_g(const PagedAttnArgs& a, const Launch& s) {
   if (a.kv_half) {
     launch_t<HD, G, true>(a, s);
   } else {
@@ -374,7 +372,7 @@ void launch_g(const PagedAttnArgs& a, cudaStream_t s) {
 }
 
 template <int HD>
-void launch_hd(const PagedAttnArgs& a, cudaStream_t s) {
+void launch_hd(const PagedAttnArgs& a, const Launch& s) {
   switch (a.n_heads / a.n_kv_heads) {
     case 1:
       return launch_g<HD, 1>(a, s);
@@ -410,7 +408,7 @@ int attn_paged_splits(int max_pos, int pairs, int sms) {
   return z;
 }
 
-void attention_paged(const PagedAttnArgs& a, cudaStream_t s) {
+void attention_paged(const PagedAttnArgs& a, const Launch& s) {
   if (!a.q || !a.k_pool || !a.v_pool || !a.out || !a.row_pos || !a.row_seq || !a.tables ||
       !a.partials || !a.counters)
     fail("attention_paged: null pointer");

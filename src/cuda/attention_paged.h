@@ -24,6 +24,8 @@
 
 #include <bit>
 
+#include "cuda/launch.h"
+
 namespace smolrt::cuda {
 
 // A page of the paged pools holds a power of two of rows, so the kernels find a position's row
@@ -62,7 +64,7 @@ struct PagedAttnArgs {
   int* counters = nullptr;
 };
 
-void attention_paged(const PagedAttnArgs& a, cudaStream_t stream);
+void attention_paged(const PagedAttnArgs& a, const Launch& stream);
 
 // The splits worth launching for a step of `pairs` (row, KV head) pairs whose longest context is
 // max_pos + 1 positions, on a GPU of `sms` SMs: one per 4 tiles of 32 positions, rounded up to a

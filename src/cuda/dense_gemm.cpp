@@ -59,7 +59,7 @@ DenseGemm::~DenseGemm() {
 // stored as a cols x rows column-major matrix (its rows are contiguous) and transposed: the
 // "TN" layout, the tensor cores' native one.
 const DenseGemm::Plan& DenseGemm::plan(const Key& k, const uint16_t* w, const uint16_t* x,
-                                       cudaStream_t s) {
+                                       const Launch& s) {
   auto& slot = plans_[k];
   if (slot) return *slot;
   const auto [rows, cols, t, ldx, ldy, half, acc] = k;
@@ -92,7 +92,7 @@ const DenseGemm::Plan& DenseGemm::plan(const Key& k, const uint16_t* w, const ui
   // Several candidates and a stream not being captured: time each (best of two runs after one
   // warm-up) into a scratch output, so the real one (a residual stream) is not touched.
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+  CUDA_CHECK(cudaStreamIsCapturing(s.stream, &cap));
   if (found > 1 && cap == cudaStreamCaptureStatusNone) {
     void* y = nullptr;
     CUDA_CHECK(cudaMalloc(&y, size_t(t) * ldy * (half ? 2 : 4)));
@@ -104,11 +104,11 @@ const DenseGemm::Plan& DenseGemm::plan(const Key& k, const uint16_t* w, const ui
     for (int i = 0; i < found; ++i) {
       float ms = INFINITY;
       for (int r = 0; r < 3; ++r) {
-        CUDA_CHECK(cudaEventRecord(e0, s));
+        CUDA_CHECK(cudaEventRecord(e0, s.stream));
         const cublasStatus_t rs =
             cublasLtMatmul(lt(handle_), p->op, &alpha, w, p->a, x, p->b, &beta, y, p->c, y, p->c,
-                           &res[i].algo, workspace_, workspace_bytes_, s);
-        CUDA_CHECK(cudaEventRecord(e1, s));
+                           &res[i].algo, workspace_, workspace_bytes_, s.stream);
+        CUDA_CHECK(cudaEventRecord(e1, s.stream));
         CUDA_CHECK(cudaEventSynchronize(e1));
         if (rs != CUBLAS_STATUS_SUCCESS) break;  // a candidate that cannot run here
         float m = 0;
@@ -126,7 +126,7 @@ const DenseGemm::Plan& DenseGemm::plan(const Key& k, const uint16_t* w, const ui
 }
 
 void DenseGemm::run(const uint16_t* w, int rows, int cols, const uint16_t* x, int ldx, int t,
-                    const DenseOut& o, cudaStream_t s) {
+                    const DenseOut& o, const Launch& s) {
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (!w || !x || !o.y || rows <= 0 || cols <= 0 || t <= 0)
     fail("dense GEMM: null pointer or empty shape (", rows, " x ", cols, ", ", t, " rows)");
@@ -139,7 +139,7 @@ void DenseGemm::run(const uint16_t* w, int rows, int cols, const uint16_t* x, in
   const Plan& p = plan({rows, cols, t, ldx, o.ldy, o.half, o.accumulate}, w, x, s);
   const float alpha = 1.f, beta = o.accumulate ? 1.f : 0.f;
   check(cublasLtMatmul(lt(handle_), p.op, &alpha, w, p.a, x, p.b, &beta, o.y, p.c, o.y, p.c,
-                       &p.algo, workspace_, workspace_bytes_, s),
+                       &p.algo, workspace_, workspace_bytes_, s.stream),
         "matmul");
 }
 

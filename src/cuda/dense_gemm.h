@@ -19,6 +19,8 @@
 #include <memory>
 #include <tuple>
 
+#include "cuda/launch.h"
+
 namespace smolrt::cuda {
 
 // fp16 copies of a layer's matrices for the dense GEMMs, row-major; nullptr when the engine keeps
@@ -48,12 +50,12 @@ class DenseGemm {
   // (ldx a multiple of 8, >= cols); out as DenseOut says (ldy a multiple of 8 for fp16, of 4 for
   // fp32, >= rows). Throws Error naming the bad argument.
   void run(const uint16_t* w, int rows, int cols, const uint16_t* x, int ldx, int t,
-           const DenseOut& out, cudaStream_t stream);
+           const DenseOut& out, const Launch& stream);
 
  private:
   struct Plan;
   using Key = std::tuple<int, int, int, int, int, bool, bool>;
-  const Plan& plan(const Key& k, const uint16_t* w, const uint16_t* x, cudaStream_t s);
+  const Plan& plan(const Key& k, const uint16_t* w, const uint16_t* x, const Launch& s);
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

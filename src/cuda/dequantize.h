@@ -8,10 +8,11 @@
 #include <cstdint>
 
 #include "cuda/dev_mat.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
 // out[r * ldo + c] = fp16(W[r][c]) for r < m.rows, c < m.cols (ldo >= m.cols).
-void dequantize_f16(const DevMat& m, uint16_t* out, int ldo, cudaStream_t stream);
+void dequantize_f16(const DevMat& m, uint16_t* out, int ldo, const Launch& stream);
 
 }  // namespace smolrt::cuda

@@ -18,7 +18,6 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "cuda/device_common.cuh"
 #include "cuda/launch.h"
@@ -540,7 +539,7 @@ void check_args(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o) {
 
 // mw x kw warps per block (<= 16), z K splits across blocks.
 template <GgmlType T, GemmEpilogue E, int NT, bool H, GgmlType TV = T>
-void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
+void launch(Params p, int mtiles, int mw, int kw, int z, const Launch& s) {
   constexpr int BN = 8 * NT;
   const int nw = mw * kw;
   int gx = (mtiles + mw - 1) / mw;
@@ -563,7 +562,7 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
     configure_prefill_kernel(kern, kMaxBlockSmem);
     configured = true;
   }
-  launch_kernel_pdl(s != nullptr, kern, dim3(gx, gy, z), dim3(32 * nw), (size_t)smem, s, p);
+  launch_kernel(kern, dim3(gx, gy, z), dim3(32 * nw), (size_t)smem, s, p);
 }
 
 // Tile shapes.
@@ -583,19 +582,10 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
 constexpr int kLargeChunksInFlight = 8;
 
 // Residual GEMMs also split K across blocks (at most kMaxKw warps along K, more blocks to fill the
-// SMs) and add atomically: measured on an H200 (30-layer prefill) 0.640 vs 0.697 ms at 32 tokens,
-// 2.05 vs 2.59 ms at 512. With SMOLRT_GEMM_SPLITK=0 (or gemm_q4_set_split_k(0)) every output is
+// SMs) and add atomically when the launch allows it (Launch::split_k); otherwise every output is
 // summed by one block in a fixed order and results are bit-identical from run to run.
 constexpr int kMaxKw = 12;
 
-// Residual GEMMs may split K across blocks and add atomically (the default; SMOLRT_GEMM_SPLITK=0
-// turns it off): the order of the adds, and so the last bits of the residual stream, then vary
-// from run to run.
-int g_split_k = -1;  // -1: the environment's choice
-bool split_k() {
-  static const bool env = env_flag("SMOLRT_GEMM_SPLITK", true);
-  return g_split_k < 0 ? env : g_split_k != 0;
-}
 // Warps per block at most (fp32/small-batch shapes): 16 measured best (H200, 32-token prefill:
 // 8 warps 0.708 ms, 12 warps 0.647, 4 warps 0.775, 16 warps 0.645).
 constexpr int kMaxWarps = 16;
@@ -603,7 +593,7 @@ constexpr int kMaxWarps = 16;
 constexpr double kStageBudget = 4096.0 * 1024.0;
 
 template <GgmlType T, GemmEpilogue E, bool H, GgmlType TV = T>
-void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
+void dispatch_small(const Params& p, int mtiles, bool split, const Launch& s) {
   const int t = p.a.t;
   // One 8-token tile per block up to 32 tokens (more blocks, less staging per SM: measured on an
   // H200, whole 30-layer prefill at 32 tokens 0.640 ms vs 0.651 with 16-token and 0.707 with
@@ -626,8 +616,8 @@ void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
 }
 
 template <GgmlType T, GemmEpilogue E, GgmlType TV = T>
-void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
-  const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && split_k();
+void dispatch_t(const Params& p, int mtiles, const Launch& s) {
+  const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && s.split_k;
   const int t = p.a.t;
   if (p.a.xh && t >= kGemmF16MinTokens) {
     int z = 1;
@@ -654,7 +644,7 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
 
 // The one dispatch place from the weight type to the kernel template (qformat.h's table).
 template <GemmEpilogue E>
-void dispatch(const Params& p, GgmlType type, int mtiles, cudaStream_t s) {
+void dispatch(const Params& p, GgmlType type, int mtiles, const Launch& s) {
   dispatch_format(type, [&](auto tag) {
     constexpr GgmlType T = decltype(tag)::value;
     if constexpr (T != GgmlType::F32) dispatch_t<T, E>(p, mtiles, s);
@@ -742,11 +732,7 @@ __global__ void __launch_bounds__(kActThreads)
 
 }  // namespace
 
-void gemm_q4_set_split_k(int on) {
-  g_split_k = on < 0 ? -1 : on != 0;
-}
-
-void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream) {
+void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, const Launch& stream) {
   check_args(a, ep, o);
   Params p;
   p.a = a;
@@ -800,7 +786,7 @@ void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_
 }
 
 void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
-                uint16_t* out, int ldh, cudaStream_t s, F16Order order) {
+                uint16_t* out, int ldh, const Launch& s, F16Order order) {
   const bool frag = order == F16Order::kFragment;
   if (!x || !out || t <= 0 || k <= 0 || k % 4 || ldx < k || ldx % 4 || ldh % (frag ? 64 : 8) ||
       ldh < k || !aligned16(x) || !aligned16(out) || (norm_w && !aligned16(norm_w)))
@@ -811,8 +797,7 @@ void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, floa
       configure_prefill_kernel(kern, 0);
       configured = true;
     }
-    launch_kernel_pdl(s != nullptr, kern, dim3(t), dim3(kActThreads), 0, s, x, ldx, k, norm_w, eps,
-                      out, ldh);
+    launch_kernel(kern, dim3(t), dim3(kActThreads), 0, s, x, ldx, k, norm_w, eps, out, ldh);
   };
   auto pick = [&](auto frag_tag) {
     constexpr bool F = decltype(frag_tag)::value;

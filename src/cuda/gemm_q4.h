@@ -13,7 +13,7 @@
 // them with the chunk's activations, which the block staged once in shared memory as fp16 in
 // fragment order (one 8-byte load per B fragment, no conflicts). Accumulation in fp32. Warps of a
 // block split K and add their partial tiles in a fixed order (deterministic); residual GEMMs with
-// few tiles also split K across blocks and add atomically.
+// few tiles also split K across blocks and add atomically when the Launch allows it.
 //
 // Fused prologue / epilogues (no launch of their own):
 //   norm_w != nullptr : x'[t] = x[t] / sqrt(mean(x[t]^2) + eps) * norm_w   (RMSNorm), else x' = x
@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "cuda/dev_mat.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
@@ -97,7 +98,7 @@ enum class F16Order { kFragment, kRowMajor };
 // eps) : 1); in fragment order columns [k, ldh) zero, row-major ones left as they are. One block
 // per row. k a multiple of 4; ldh >= k, a multiple of 64 (fragment order) or 8 (row-major).
 void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
-                uint16_t* out, int ldh, cudaStream_t stream, F16Order order = F16Order::kFragment);
+                uint16_t* out, int ldh, const Launch& stream, F16Order order = F16Order::kFragment);
 
 // Batches of at least this many tokens should use the fp16 path (act_to_f16 + xh): measured
 // crossover (H200, whole prefill: fp32 path faster up to 256 tokens, 1.44 vs 1.65 ms at 256;
@@ -107,14 +108,8 @@ constexpr int kGemmF16MinTokens = 512;
 // converted in the GEMM's staging).
 constexpr int kDownF16MinTokens = 33;
 
-// Checks shapes and types (throws smolrt::Error naming the bad field), launches (PDL on a
-// non-default stream), checks the launch.
-void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream);
-
-// Split-K residual GEMMs with atomic adds: faster (more blocks), but the last bits of the
-// residual stream vary from run to run (~3e-4 relative in the logits after 30 layers). On by
-// default; SMOLRT_GEMM_SPLITK=0 or gemm_q4_set_split_k(0) gives bit-reproducible results;
-// gemm_q4_set_split_k(-1) restores the environment's choice. Process-wide.
-void gemm_q4_set_split_k(int on);
+// Checks shapes and types (throws smolrt::Error naming the bad field), launches as the Launch
+// says (PDL, split K), checks the launch.
+void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, const Launch& stream);
 
 }  // namespace smolrt::cuda

@@ -755,7 +755,7 @@ Plan plan_launch(bool heavy, bool pairs, int n_items, int cols, int max_blocks) 
 }
 
 template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV, bool I8>
-void launch_nx(GemvParams p, const Plan& pl, cudaStream_t s) {
+void launch_nx(GemvParams p, const Plan& pl, const Launch& s) {
   const int cols = p.m0.cols;
   const size_t smem = xs_bytes<T>(cols) + (I8 ? xq_bytes(cols) : 0);
   p.slices = C == Cols::One ? 1 : pl.slices;
@@ -770,7 +770,7 @@ void launch_nx(GemvParams p, const Plan& pl, cudaStream_t s) {
 }
 
 template <GgmlType T, int NX, Epi E, GgmlType TV, bool I8>
-void launch_cols(const GemvParams& p, const Plan& pl, cudaStream_t s) {
+void launch_cols(const GemvParams& p, const Plan& pl, const Launch& s) {
   const int passes = (p.m0.cols + pass_cols<NX>() - 1) / pass_cols<NX>();
   if (passes == 1) {
     launch_nx<T, NX, E, Cols::One, TV, I8>(p, pl, s);
@@ -782,7 +782,7 @@ void launch_cols(const GemvParams& p, const Plan& pl, cudaStream_t s) {
 }
 
 template <GgmlType T, Epi E, GgmlType TV = T>
-void launch_t(const GemvParams& p, cudaStream_t s, int max_blocks) {
+void launch_t(const GemvParams& p, const Launch& s, int max_blocks) {
   const Plan pl = plan_launch(kHeavy<T, TV>, kI8<T, TV>, p.n_items, p.m0.cols, max_blocks);
   if constexpr (kI8<T, TV>) {
     if (pl.i8) return launch_cols<T, kI8Nx, E, TV, true>(p, pl, s);
@@ -798,7 +798,7 @@ void launch_t(const GemvParams& p, cudaStream_t s, int max_blocks) {
 
 // The one dispatch place from runtime weight type to kernel template (qformat.h's table).
 template <Epi E>
-void dispatch(const GemvParams& p, cudaStream_t s, int max_blocks = 0) {
+void dispatch(const GemvParams& p, const Launch& s, int max_blocks = 0) {
   const bool ok = dispatch_format(
       p.m0.type, [&](auto tag) { launch_t<decltype(tag)::value, E>(p, s, max_blocks); });
   if (!ok) {
@@ -841,11 +841,6 @@ GemvParams base_params(const float* x, const float* norm_w, float eps) {
 
 }  // namespace
 
-bool& pdl_enabled() {
-  static bool on = false;
-  return on;
-}
-
 bool gemv_int8_x(GgmlType t) {
   bool r = false;
   dispatch_format(t, [&](auto tag) { r = has_pairs<decltype(tag)::value>(); });
@@ -863,7 +858,7 @@ int sm_count() {
 }
 
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s) {
+          bool accumulate, const Launch& s) {
   check_mat(w, "W");
   if (x == nullptr || out == nullptr) fail("gemv: null x or out");
   if (!accumulate && head_kernel_takes(w)) {  // lm_head shapes: gemv_head.h
@@ -879,7 +874,7 @@ void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float
 }
 
 int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-                float* part_v, int* part_i, cudaStream_t s) {
+                float* part_v, int* part_i, const Launch& s) {
   check_mat(w, "W");
   if (x == nullptr || out == nullptr || part_v == nullptr || part_i == nullptr) {
     fail("gemv_argmax: null x, out or argmax partials");
@@ -904,7 +899,7 @@ int gemv_argmax_parts(const DevMat& w) {
       .grid;
 }
 
-void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
+void gemv_qkv(const QkvArgs& a, const Launch& s) {
   check_mat(a.wq, "Wq");
   check_mat(a.wk, "Wk");
   check_mat(a.wv, "Wv");
@@ -975,7 +970,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
 }
 
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, int act, const ResidualIn& res) {
+                  float eps, float* out, const Launch& s, int act, const ResidualIn& res) {
   check_mat(wg, "W_gate");
   check_mat(wu, "W_up");
   if (wg.rows != wu.rows || wg.cols != wu.cols || wg.type != wu.type) {

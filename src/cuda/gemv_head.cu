@@ -223,7 +223,7 @@ int head_grid(const DevMat& w, int max_blocks) {
   return blocks < cap ? blocks : cap;
 }
 
-int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s) {
+int head_gemv(const HeadArgs& a, int max_blocks, const Launch& s) {
   const int grid = head_grid(a.w, max_blocks);
   const int cols = a.w.cols;
   const size_t smem = head_x_bytes(cols) + sizeof(float) * kHW * kHeadRows * (cols / 16);

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/gemv.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
@@ -41,6 +42,6 @@ struct HeadArgs {
 };
 
 // Launches the kernel; returns its grid size.
-int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s);
+int head_gemv(const HeadArgs& a, int max_blocks, const Launch& s);
 
 }  // namespace smolrt::cuda

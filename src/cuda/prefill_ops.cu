@@ -74,7 +74,7 @@ __global__ void mask_logits_kernel(float* logits, int ld, int vocab, const int* 
 }  // namespace
 
 void mask_logits(float* logits, int ld, int vocab, int rows, const int* mask_idx,
-                 const uint32_t* masks, int words, cudaStream_t s) {
+                 const uint32_t* masks, int words, const Launch& s) {
   if (!logits || !mask_idx || !masks || rows <= 0 || vocab <= 0 || ld < vocab ||
       words < (vocab + 31) / 32)
     fail("mask_logits: bad arguments rows=", rows, " vocab=", vocab, " words=", words);
@@ -85,7 +85,7 @@ void mask_logits(float* logits, int ld, int vocab, int rows, const int* mask_idx
 }
 
 void gated_act(const uint16_t* gu, int ldgu, int n, int hid, int act, uint16_t* out, int ldo,
-               cudaStream_t s) {
+               const Launch& s) {
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (n <= 0 || hid <= 0 || hid % 8 || ldgu % 8 || ldgu < 2 * hid || ldo % 8 || ldo < hid || !gu ||
       !out || !aligned(gu) || !aligned(out))
@@ -97,13 +97,13 @@ void gated_act(const uint16_t* gu, int ldgu, int n, int hid, int act, uint16_t* 
 }
 
 void gather_rows(const float* x, int ld, const int* idx, int m, int cols, float* out,
-                 cudaStream_t s) {
+                 const Launch& s) {
   if (m <= 0 || cols <= 0 || cols % 4 != 0 || ld % 4 != 0 || ld < cols || !x || !idx || !out)
     fail("gather_rows: bad arguments rows=", m, " cols=", cols, " ld=", ld);
   detail::launch_pdl(gather_rows_kernel, dim3(m), dim3(128), s, x, ld, idx, cols, out);
 }
 
-void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out, cudaStream_t s) {
+void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out, const Launch& s) {
   if (n_rows <= 0 || n_cols <= 0 || ld < n_cols || !logits || !out)
     fail("argmax_rows: bad arguments rows=", n_rows, " cols=", n_cols);
   detail::launch_pdl(argmax_rows_kernel, dim3(n_rows), dim3(1024), s, logits, ld, n_cols, out);

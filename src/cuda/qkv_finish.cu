@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kMaxHeadDim) qkv_finish_kernel(const QkvFinish
 
 }  // namespace
 
-void qkv_finish(const QkvFinishArgs& a, cudaStream_t s) {
+void qkv_finish(const QkvFinishArgs& a, const Launch& s) {
   if (!a.q || !a.k || !a.v || !a.k_cache || !a.v_cache) fail("qkv_finish: null pointer");
   if (a.n <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.head_dim <= 0 || a.head_dim % 2 ||
       a.head_dim > kMaxHeadDim || a.rope_dim < 0 || a.rope_dim % 2 || a.rope_dim > a.head_dim)

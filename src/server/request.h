@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/sampling.h"
+#include "core/sampling.h"
 #include "runtime/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

@@ -231,12 +231,6 @@ TEST(CudaPrefill, DecodeAfterPrefillMatchesDecodeAfterSequential) {
   }
 }
 
-// Bit-reproducible GEMMs (no split-K atomics) for the scope, so runs can be compared exactly.
-struct NoSplitK {
-  NoSplitK() { cuda::gemm_q4_set_split_k(0); }
-  ~NoSplitK() { cuda::gemm_q4_set_split_k(-1); }
-};
-
 // A prompt shape seen before is captured as a CUDA graph and replayed (CudaPrefill::run_last):
 // same logits as the eager run, and decode continues from the cache the replay wrote. A graph is
 // never replayed after the workspace it baked in was reallocated, or after the options changed.
@@ -244,7 +238,11 @@ TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
   auto gpu = make(m, true);
-  const NoSplitK bitwise;
+  {  // bit-reproducible GEMMs (no split-K atomics), so runs can be compared exactly
+    CudaOptions o = gpu->options();
+    o.split_k = false;
+    gpu->set_options(o);
+  }
   auto run = [&](int n, uint32_t seed, std::vector<int>* greedy = nullptr) {
     gpu->reset();
     std::span<const float> l = gpu->forward_prompt(prompt_of(n, V, seed));

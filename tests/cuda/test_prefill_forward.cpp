@@ -4,7 +4,7 @@
 #include <cmath>
 #include <memory>
 
-#include "cuda/prefill_model.h"
+#include "backend/cuda/prefill_model.h"
 #include "prefill_test_util.h"
 #include "test_util.h"
 

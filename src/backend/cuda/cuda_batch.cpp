@@ -24,20 +24,20 @@
 #include "backend/batch.h"
 #include "backend/cpu/sample.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/decode_layer.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/prefill_model.h"
 #include "backend/kv_pages.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
-#include "cuda/decode_layer.h"
+#include "cuda/device_buffer.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemm_q4.h"
 #include "cuda/gemv.h"
 #include "cuda/launch.h"
-#include "cuda/prefill_model.h"
 #include "cuda/prefill_ops.h"
 #include "cuda/sample.h"
 
@@ -128,7 +128,9 @@ class CudaBatchBackend final : public BatchBackend {
   cudaStream_t stream_ = nullptr;
   std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
-  bool pdl_ = true;
+  bool pdl_ = true, split_k_ = true;
+  // How this backend's kernels are launched (its stream and options).
+  cuda::Launch kernels() const { return {stream_, pdl_, split_k_}; }
   cpu::SampleScratch scratch_;
 };
 
@@ -258,9 +260,10 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   const CudaOptions co = cuda_options_from_env();  // the switches the decode backend honours
   use_graph_ = co.use_graph;
   pdl_ = co.pdl;
+  split_k_ = co.split_k;
   if (opt.f16_weights)
     pw_.dense_rows =
-        opt.dense_rows > 0 ? opt.dense_rows : cuda::measure_dense_rows(pw_, ws_, cap, stream_);
+        opt.dense_rows > 0 ? opt.dense_rows : cuda::measure_dense_rows(pw_, ws_, cap, kernels());
 }
 
 CudaBatchBackend::~CudaBatchBackend() {
@@ -320,6 +323,7 @@ void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
 }
 
 void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
+  const cuda::Launch k = kernels();
   cuda::StepRows rows;
   rows.pos = d_st(kPos, nb), rows.slot = d_st(kSlot, nb), rows.seq = d_st(kSeq, nb);
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
@@ -330,11 +334,10 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
   // Structured output: rows with a mask have the others' logits set to -inf before the argmax.
   auto mask_and_argmax = [&] {
     if (masked)
-      cuda::mask_logits(ws_.logits, V, V, mb, d_st(kMaskIdx, nb), d_masks_, mask_words_, stream_);
-    cuda::argmax_rows(ws_.logits, V, V, mb, out_host_, stream_);
+      cuda::mask_logits(ws_.logits, V, V, mb, d_st(kMaskIdx, nb), d_masks_, mask_words_, k);
+    cuda::argmax_rows(ws_.logits, V, V, mb, out_host_, k);
   };
-  cuda::embed_batch(dw_.token_embd, d_st(kTok, nb), nb, ws_.x, c_.dim, stream_, c_.embed_scale);
-  cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
+  cuda::embed_batch(dw_.token_embd, d_st(kTok, nb), nb, ws_.x, c_.dim, k, c_.embed_scale);
   if (nb == 1) {
     // One row: the decode step's kernels, GEMVs and the split decode attention over the row's
     // block table (built for latency: H200, synth SmolLM-135M, a step of one sequence took 0.74
@@ -349,37 +352,36 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
       const float* x = nullptr;
       cuda::ResidualIn ri = res.take(&x);
       cuda::step_qkv(c_, dw_, l, x, L.attn_norm, lr.pos, lr.slot, ws_.q, ws_.k, ws_.v, P.k_cache,
-                     P.v_cache, stream_, /*ring=*/0, pw_.kv_half, ri);
+                     P.v_cache, k, /*ring=*/0, pw_.kv_half, ri);
       cuda::attention_decode(
           ws_.att, ws_.q, P.k_cache, P.v_cache, lr.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
-          c_.head_dim, attn1_, stream_,
+          c_.head_dim, attn1_, k,
           cuda::AttnPages{lr.tables, lr.seq, lr.table_stride, lr.page_size, pw_.kv_half},
           c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
-      res.add(L.wo, ws_.att, L.post_attn_norm, stream_);
+      res.add(L.wo, ws_.att, L.post_attn_norm, k);
       ri = res.take(&x);
-      cuda::gemv_gate_up(L.w_gate, L.w_up, x, L.ffn_norm, eps, ws_.ffh, stream_,
-                         static_cast<int>(c_.act), ri);
-      res.add(L.w_down, ws_.ffh, L.post_ffn_norm, stream_);
+      cuda::gemv_gate_up(L.w_gate, L.w_up, x, L.ffn_norm, eps, ws_.ffh, k, static_cast<int>(c_.act),
+                         ri);
+      res.add(L.w_down, ws_.ffh, L.post_ffn_norm, k);
     }
-    res.flush(stream_);
+    res.flush(k);
     if (masked) {  // the logits first, masked, then their argmax
-      cuda::gemv(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits, /*accumulate=*/false,
-                 stream_);
+      cuda::gemv(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits, /*accumulate=*/false, k);
       return mask_and_argmax();
     }
     // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
     const int parts = cuda::gemv_argmax(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits,
-                                        d_part_v_, d_part_i_, stream_);
-    cuda::argmax_final(d_part_v_, d_part_i_, parts, out_host_, stream_);
+                                        d_part_v_, d_part_i_, k);
+    cuda::argmax_final(d_part_v_, d_part_i_, parts, out_host_, k);
     return;
   }
-  cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, stream_, &rows);
-  cuda::gather_rows(ws_.x, c_.dim, d_st(kOutRow, nb), mb, c_.dim, d_xo_, stream_);
+  cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, k, &rows);
+  cuda::gather_rows(ws_.x, c_.dim, d_st(kOutRow, nb), mb, c_.dim, d_xo_, k);
   if (pw_.dense() && mb >= pw_.dense_rows && c_.vocab_size % 4 == 0) {
-    cuda::act_to_f16(d_xo_, c_.dim, mb, c_.dim, dw_.output_norm, c_.norm_eps, ws_.xd, ws_.ldd(),
-                     stream_, cuda::F16Order::kRowMajor);
+    cuda::act_to_f16(d_xo_, c_.dim, mb, c_.dim, dw_.output_norm, c_.norm_eps, ws_.xd, ws_.ldd(), k,
+                     cuda::F16Order::kRowMajor);
     ws_.dense().run(pw_.dense_output, c_.vocab_size, c_.dim, ws_.xd, ws_.ldd(), mb,
-                    {ws_.logits, c_.vocab_size, false, false}, stream_);
+                    {ws_.logits, c_.vocab_size, false, false}, k);
     return mask_and_argmax();
   }
   cuda::GemmQ4Args h;
@@ -387,7 +389,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
   h.eps = c_.norm_eps;
   cuda::GemmOut o;
   o.y = ws_.logits, o.ldy = c_.vocab_size;
-  cuda::gemm_q4(h, cuda::GemmEpilogue::Store, o, stream_);
+  cuda::gemm_q4(h, cuda::GemmEpilogue::Store, o, k);
   mask_and_argmax();
 }
 
@@ -499,7 +501,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     const int r = outs[i].first + outs[i].second - 1;
     const int nh = (int)cpu::penalty_window(s.history, s.params).size();
     cuda::sample(ws_.logits + size_t(r) * V, V, s.params, s.u, d_hist_ + hist_off[i], nh,
-                 out_host_ + r, stream_);
+                 out_host_ + r, kernels());
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the ids are in out_host_
   for (const SeqStep& s : batch) kv_->publish(s.seq);

@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/cuda/prefill_model.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemv.h"
-#include "cuda/prefill_model.h"
 
 namespace smolrt::cuda {
 
@@ -36,9 +36,9 @@ std::unique_ptr<CudaPrefill> CudaPrefill::create(const Model& m, const DeviceWei
   return p;
 }
 
-const int* CudaPrefill::stage_tokens(std::span<const int> tokens, cudaStream_t s) {
+const int* CudaPrefill::stage_tokens(std::span<const int> tokens, const Launch& s) {
   // The previous call's async copies may still read the staging buffer.
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaStreamSynchronize(s.stream));
   const size_t need = tokens.size() * sizeof(int);
   if (tok_host_.size() < need) tok_host_ = PinnedBuffer(std::max(need, size_t{4096}), "prompt ids");
   int* h = static_cast<int*>(tok_host_.get());
@@ -46,20 +46,20 @@ const int* CudaPrefill::stage_tokens(std::span<const int> tokens, cudaStream_t s
   return h;
 }
 
-void CudaPrefill::chunk(const int* host_ids, int i0, int m, int pos0, cudaStream_t s) {
+void CudaPrefill::chunk(const int* host_ids, int i0, int m, int pos0, const Launch& s) {
   const int dim = pw_.cfg.dim;
-  CUDA_CHECK(
-      cudaMemcpyAsync(ws_.tokens, host_ids + i0, sizeof(int) * m, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(ws_.tokens, host_ids + i0, sizeof(int) * m, cudaMemcpyHostToDevice,
+                             s.stream));
   embed_batch(dw_->token_embd, ws_.tokens, m, ws_.x, dim, s, pw_.cfg.embed_scale);
   prefill_forward(pw_, ws_, m, pos0 + i0, /*logit_rows=*/0, s);
 }
 
-void CudaPrefill::head_row(int i, float* logits, cudaStream_t s) {
+void CudaPrefill::head_row(int i, float* logits, const Launch& s) {
   gemv(dw_->output, ws_.x + (size_t)i * pw_.cfg.dim, dw_->output_norm, pw_.cfg.norm_eps, logits,
        /*accumulate=*/false, s);
 }
 
-void CudaPrefill::set_dense_rows(int rows, int chunk, cudaStream_t s) {
+void CudaPrefill::set_dense_rows(int rows, int chunk, const Launch& s) {
   if (!dense_) return;
   if (rows > 0) {
     pw_.dense_rows = rows;
@@ -87,17 +87,17 @@ void CudaPrefill::drop_graphs() {
 }
 
 void CudaPrefill::one_chunk(const int* host_ids, int n, int pos0, const PrefillLastOut& out,
-                            cudaStream_t s) {
+                            const Launch& s) {
   chunk(host_ids, 0, n, pos0, s);
   head_last(n - 1, out, s);
 }
 
-void CudaPrefill::head_last(int i, const PrefillLastOut& out, cudaStream_t s) {
+void CudaPrefill::head_last(int i, const PrefillLastOut& out, const Launch& s) {
   head_row(i, out.host_logits != nullptr ? out.host_logits : out.logits, s);
 }
 
 void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size,
-                           const PrefillLastOut& out, cudaStream_t s, bool graph) {
+                           const PrefillLastOut& out, const Launch& s, bool graph) {
   const int n = (int)tokens.size();
   if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
   const int cs = std::min(chunk_size, n);
@@ -115,21 +115,21 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
       if (g.n == n && g.pos0 == pos0 && g.host_logits == out.host_logits) {
         g.last_use = uses_;
         ++launches_;
-        CUDA_CHECK(cudaGraphLaunch(g.exec, s));
+        CUDA_CHECK(cudaGraphLaunch(g.exec, s.stream));
         return;
       }
     const std::pair<int, int> shape{n, pos0};
     if (std::find(seen_.begin(), seen_.end(), shape) != seen_.end()) {
       cudaGraph_t cg = nullptr;
-      CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
       try {
         one_chunk(h, n, pos0, out, s);
       } catch (...) {
-        cudaStreamEndCapture(s, &cg);
+        cudaStreamEndCapture(s.stream, &cg);
         if (cg) cudaGraphDestroy(cg);
         throw;
       }
-      CUDA_CHECK(cudaStreamEndCapture(s, &cg));
+      CUDA_CHECK(cudaStreamEndCapture(s.stream, &cg));
       Graph g;
       g.n = n, g.pos0 = pos0, g.host_logits = out.host_logits, g.last_use = uses_;
       const cudaError_t e = cudaGraphInstantiate(&g.exec, cg, 0);
@@ -144,7 +144,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
       }
       graphs_.push_back(g);
       ++captures_, ++launches_;
-      CUDA_CHECK(cudaGraphLaunch(g.exec, s));
+      CUDA_CHECK(cudaGraphLaunch(g.exec, s.stream));
       return;
     }
     seen_.push_back(shape);
@@ -162,7 +162,7 @@ void CudaPrefill::run_last(std::span<const int> tokens, int pos0, int chunk_size
 }
 
 std::vector<float> CudaPrefill::run_all(std::span<const int> tokens, int pos0, int chunk_size,
-                                        cudaStream_t s) {
+                                        const Launch& s) {
   const int n = (int)tokens.size();
   if (n <= 0 || chunk_size <= 0) fail("batched prefill: empty prompt or chunk size ", chunk_size);
   const int cs = std::min({chunk_size, n, kAllLogitsChunk});
@@ -178,9 +178,9 @@ std::vector<float> CudaPrefill::run_all(std::span<const int> tokens, int pos0, i
     for (int i = 0; i < m; ++i) head_row(i, ws_.logits + (size_t)i * V, s);
     // Stream order keeps the next chunk's lm_head from overwriting ws_.logits before this copy.
     CUDA_CHECK(cudaMemcpyAsync(all.data() + (size_t)i0 * V, ws_.logits, sizeof(float) * m * V,
-                               cudaMemcpyDeviceToHost, s));
+                               cudaMemcpyDeviceToHost, s.stream));
   }
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaStreamSynchronize(s.stream));
   return all;
 }
 

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "backend/cuda/device_buffer.h"
 #include "cuda/dense_gemm.h"
 #include "cuda/dev_mat.h"
+#include "cuda/device_buffer.h"
 #include "model/model.h"
 
 namespace smolrt::cuda {

@@ -6,9 +6,9 @@
 
 #include <vector>
 
-#include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
-#include "cuda/prefill_forward.h"
+#include "backend/cuda/prefill_forward.h"
+#include "cuda/device_buffer.h"
 #include "model/model.h"
 
 namespace smolrt::cuda {

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/device_weights.h"
 #include "cuda/gemv.h"
+#include "cuda/launch.h"
 #include "model/model.h"
 
 namespace smolrt::cuda {
@@ -25,7 +26,7 @@ bool qkv_fused(const ModelConfig& c);
 // res: a pending residual update of x made in the matvec's staging (DecodeResidual::take).
 void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float* x,
               const float* norm_w, const int* pos, const int* slot, float* q, float* k_raw,
-              float* v_raw, void* k_cache, void* v_cache, cudaStream_t s, int ring = 0,
+              float* v_raw, void* k_cache, void* v_cache, const Launch& s, int ring = 0,
               bool kv_half = false, const ResidualIn& res = {});
 
 // The residual stream of a one-token decode step. add(): x += W·in, in the matvec's epilogue; with
@@ -40,11 +41,11 @@ class DecodeResidual {
   DecodeResidual(const ModelConfig& c, float* x, float* alt, float* tmp, bool fuse)
       : c_(c), x_(x), alt_(alt), tmp_(tmp), fuse_(fuse) {}
   float* x() const { return x_; }
-  void add(const DevMat& w, const float* in, const float* post_norm, cudaStream_t s);
+  void add(const DevMat& w, const float* in, const float* post_norm, const Launch& s);
   // For the next matvec on x(): the pending update (all null: none), after which x() is where
   // that matvec writes the updated stream. Call it once per such matvec, right before it.
   ResidualIn take(const float** x_in);
-  void flush(cudaStream_t s);
+  void flush(const Launch& s);
 
  private:
   const ModelConfig& c_;

@@ -1,16 +1,16 @@
 // Layer-major prefill driver (see prefill_forward.h): launches only, no allocation per chunk.
-#include "cuda/prefill_forward.h"
+#include "backend/cuda/prefill_forward.h"
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <utility>
 
+#include "backend/cuda/decode_layer.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/attention_paged.h"
 #include "cuda/attention_prefill.h"
-#include "cuda/decode_layer.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemm_q4.h"
 #include "cuda/gemv.h"
@@ -90,7 +90,7 @@ void PrefillWorkspace::reserve(const ModelConfig& c, int max_tokens, int max_log
 // --- forward -------------------------------------------------------------------------------------
 
 void attention_rows(const PrefillWeights& w, int l, const float* q, int ldq, PrefillWorkspace& ws,
-                    int n, const StepRows& rows, cudaStream_t s) {
+                    int n, const StepRows& rows, const Launch& s) {
   const ModelConfig& c = w.cfg;
   const PrefillLayerWeights& L = w.layers[l];
   PagedAttnArgs pa;
@@ -106,7 +106,7 @@ void attention_rows(const PrefillWeights& w, int l, const float* q, int ldq, Pre
 }
 
 int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_rows,
-                       cudaStream_t s) {
+                       const Launch& s) {
   if (!w.dense_output || w.layers.empty() || !w.layers[0].dense.qkv)
     fail("measure_dense_rows: the model has no dense copies");
   PrefillWeights quant = w, dense = w;
@@ -117,9 +117,9 @@ int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_ro
     prefill_forward(pw, ws, n, 0, 0, s);  // first use: cuBLASLt plans, kernel attributes
     cudaGraph_t g;
     cudaGraphExec_t e;
-    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
     prefill_forward(pw, ws, n, 0, 0, s);
-    CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    CUDA_CHECK(cudaStreamEndCapture(s.stream, &g));
     CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -129,10 +129,10 @@ int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_ro
       float ms = 0;
       // Activations of realistic magnitude (not zeros: they would time faster than real data),
       // reset before each replay (the residual stream accumulates in place).
-      CUDA_CHECK(cudaMemsetAsync(ws.x, 0x3c, sizeof(float) * size_t(n) * w.cfg.dim, s));
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      CUDA_CHECK(cudaGraphLaunch(e, s));
-      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaMemsetAsync(ws.x, 0x3c, sizeof(float) * size_t(n) * w.cfg.dim, s.stream));
+      CUDA_CHECK(cudaEventRecord(e0, s.stream));
+      CUDA_CHECK(cudaGraphLaunch(e, s.stream));
+      CUDA_CHECK(cudaEventRecord(e1, s.stream));
       CUDA_CHECK(cudaEventSynchronize(e1));
       CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
       best = std::min(best, ms);
@@ -150,7 +150,7 @@ int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_ro
     if (time_ms(dense, n) >= time_ms(quant, n)) break;
     rows = n;
   }
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaStreamSynchronize(s.stream));
   return rows;
 }
 
@@ -176,7 +176,7 @@ QkvFinishArgs finish_args(const PrefillWeights& w, int l, int n, int pos0, const
 }  // namespace
 
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
-                     cudaStream_t s, const StepRows* rows) {
+                     const Launch& s, const StepRows* rows) {
   const ModelConfig& c = w.cfg;
   if (n <= 0 || n > ws.capacity())
     fail("prefill_forward: chunk of ", n, " tokens exceeds the workspace (", ws.capacity(), ")");
@@ -328,7 +328,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
 
 std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
                                   std::span<const int> tokens, int pos0, int chunk, bool all_logits,
-                                  cudaStream_t s) {
+                                  const Launch& s) {
   const int n = (int)tokens.size();
   if (n == 0) fail("prefill_tokens: empty prompt");
   if (chunk <= 0) fail("prefill_tokens: chunk must be positive");
@@ -345,18 +345,18 @@ std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
   std::vector<float> out(all_logits ? (size_t)n * V : V);
   for (int i0 = 0; i0 < n; i0 += cs) {
     const int m = std::min(cs, n - i0);
-    CUDA_CHECK(
-        cudaMemcpyAsync(ws.tokens, tokens.data() + i0, sizeof(int) * m, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(ws.tokens, tokens.data() + i0, sizeof(int) * m,
+                               cudaMemcpyHostToDevice, s.stream));
     const bool last = i0 + m == n;
     const int rows = all_logits ? m : (last ? 1 : 0);
     prefill_forward(w, ws, m, pos0 + i0, rows, s);
     if (rows > 0) {
       float* dst = all_logits ? out.data() + (size_t)i0 * V : out.data();
-      CUDA_CHECK(
-          cudaMemcpyAsync(dst, ws.logits, sizeof(float) * rows * V, cudaMemcpyDeviceToHost, s));
+      CUDA_CHECK(cudaMemcpyAsync(dst, ws.logits, sizeof(float) * rows * V, cudaMemcpyDeviceToHost,
+                                 s.stream));
     }
   }
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaStreamSynchronize(s.stream));
   return out;
 }
 

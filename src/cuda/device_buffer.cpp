@@ -1,4 +1,4 @@
-#include "backend/cuda/device_buffer.h"
+#include "cuda/device_buffer.h"
 
 #include "core/error.h"
 

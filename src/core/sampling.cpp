@@ -1,4 +1,4 @@
-#include "backend/sampling.h"
+#include "core/sampling.h"
 
 #include <cmath>
 

@@ -19,6 +19,7 @@
 #include "cuda/attention_paged.h"
 #include "cuda/dense_gemm.h"
 #include "cuda/dev_mat.h"
+#include "cuda/launch.h"
 #include "model/model.h"
 #include "quant/formats.h"
 
@@ -120,7 +121,7 @@ class PrefillWorkspace {
 // copies; ws room for max_rows rows with the dense buffers. Writes KV rows [0, probe) of the
 // layers' caches (free at start-up) and clobbers ws. Synchronizes s.
 int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_rows,
-                       cudaStream_t stream);
+                       const Launch& stream);
 
 // Where the rows of a multi-sequence step go (device arrays [n]; the layers' k_cache/v_cache are
 // then a paged pool's [slots][kv_dim] per layer): row i is token ws.tokens[i] of the sequence
@@ -151,7 +152,7 @@ struct StepRows {
 // Attention of a multi-sequence step's n rows for one layer: roped queries q (pitch ldq) -> ws.att
 // over the paged pool in the layer's k_cache / v_cache (attention_paged).
 void attention_rows(const PrefillWeights& w, int layer, const float* q, int ldq,
-                    PrefillWorkspace& ws, int n, const StepRows& rows, cudaStream_t stream);
+                    PrefillWorkspace& ws, int n, const StepRows& rows, const Launch& stream);
 
 // One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
 // logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.
@@ -159,13 +160,13 @@ void attention_rows(const PrefillWeights& w, int layer, const float* q, int ldq,
 // rows != nullptr: a multi-sequence step placed by *rows (pos0 ignored; the context check is
 // the caller's, per sequence).
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
-                     cudaStream_t stream, const StepRows* rows = nullptr);
+                     const Launch& stream, const StepRows* rows = nullptr);
 
 // Whole prompt in chunks of at most `chunk` tokens starting at pos0 (the cache must already hold
 // [0, pos0)). Returns the logits: of the last token ([vocab]) or, when all_logits, of every token
 // ([n][vocab]). Synchronizes the stream.
 std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
                                   std::span<const int> tokens, int pos0, int chunk, bool all_logits,
-                                  cudaStream_t stream);
+                                  const Launch& stream);
 
 }  // namespace smolrt::cuda

@@ -1,5 +1,5 @@
 // See decode_layer.h.
-#include "cuda/decode_layer.h"
+#include "backend/cuda/decode_layer.h"
 
 #include <utility>
 
@@ -19,7 +19,7 @@ bool qkv_fused(const ModelConfig& c) {
 
 void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float* x,
               const float* norm_w, const int* pos, const int* slot, float* q, float* k_raw,
-              float* v_raw, void* k_cache, void* v_cache, cudaStream_t s, int ring, bool kv_half,
+              float* v_raw, void* k_cache, void* v_cache, const Launch& s, int ring, bool kv_half,
               const ResidualIn& res) {
   const DevLayer& L = dw.layers[l];
   const bool fused = qkv_fused(c);
@@ -45,7 +45,8 @@ void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float*
   qkv_finish(f, s);
 }
 
-void DecodeResidual::add(const DevMat& w, const float* in, const float* post_norm, cudaStream_t s) {
+void DecodeResidual::add(const DevMat& w, const float* in, const float* post_norm,
+                         const Launch& s) {
   flush(s);  // an update no matvec took (a profiling graph that leaves kernels out)
   if (!post_norm) {
     gemv(w, in, nullptr, c_.norm_eps, x_, /*accumulate=*/true, s);
@@ -65,7 +66,7 @@ ResidualIn DecodeResidual::take(const float** x_in) {
   return r;
 }
 
-void DecodeResidual::flush(cudaStream_t s) {
+void DecodeResidual::flush(const Launch& s) {
   if (!pending_norm_) return;
   rmsnorm_add(x_, c_.dim, tmp_, c_.dim, pending_norm_, c_.dim, 1, c_.norm_eps, s);
   pending_norm_ = nullptr;

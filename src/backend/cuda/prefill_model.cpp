@@ -1,5 +1,5 @@
 // PrefillModel and prefill_view (see header).
-#include "cuda/prefill_model.h"
+#include "backend/cuda/prefill_model.h"
 
 #include <algorithm>
 
