@@ -166,12 +166,16 @@ void Connection::read_next() {
   deadline_ = after(shared_.limits.idle_timeout_s);
   timed_out_ = false;
   head_ = false;
+  version_ = 11;  // until the next request line says otherwise (a 408 before it)
   method_ = path_ = "-";
   started_ = {};
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(shared_.limits.max_header_bytes));
   parser_->body_limit(shared_.limits.max_body_bytes);
   if (buffer_.size() > 0) return read_header();  // a pipelined request is here already
+  // An idle connection holds no read buffer (a read grows it to 64 KiB; thousands of kept-alive
+  // connections would hold that much each).
+  buffer_.shrink_to_fit();
   socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
     if (self->phase_ != Phase::kIdle) return;
     if (ec) return self->close();
@@ -546,6 +550,7 @@ void Connection::write_stream(std::string bytes, bool done) {
                      if (self->phase_ == Phase::kClosed) return;
                      if (ec) return self->client_gone();
                      if (!done) return self->pump();
+                     std::string().swap(self->out_);
                      self->end_generation();
                      self->after_response(self->keep_alive_ && self->version_ == 11);
                    });
