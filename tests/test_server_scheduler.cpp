@@ -255,7 +255,8 @@ TEST(ServerScheduler, NewsCallbackAndShutdown) {
   auto j = s.submit(env.request(env.prompt(4, 1), 5), [&] { ++news; });
   const Delta d = wait_done(*j);
   EXPECT_EQ(d.text, env.expected(env.prompt(4, 1), 5));
-  EXPECT_GE(news.load(), 1);
+  for (int i = 0; i < 100 && news.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_GE(news.load(), 1) << "the callback follows the condition variable's wake";
   EXPECT_TRUE(d.stop_reason.empty());
   Delta none;
   EXPECT_FALSE(j->take(none, 0ms)) << "news after the end";
