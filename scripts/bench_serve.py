@@ -171,7 +171,7 @@ def main():
     a = ap.parse_args()
     headers = {"Authorization": f"Bearer {a.api_key}"} if a.api_key else {}
     c = http.client.HTTPConnection(a.host, a.port, timeout=30)
-    c.request("GET", "/health")
+    c.request("GET", "/health", headers=headers)  # with --api-key, details need the key
     r = c.getresponse()
     if r.status != 200:
         sys.exit(f"bench_serve: GET /health answered {r.status}; is `smolrt serve` running?")

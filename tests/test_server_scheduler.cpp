@@ -241,11 +241,52 @@ TEST(ServerScheduler, QueueIsBoundedAndCancelFreesTheSequence) {
   EXPECT_EQ(s.waiting(), 1);
   a->cancel();
   be.set_hold(false);
-  EXPECT_EQ(wait_done(*a).finish_reason, "abort");
+  const Delta da = wait_done(*a);
+  EXPECT_EQ(da.finish_reason, "stop");
+  EXPECT_EQ(da.stop_reason, "cancelled");
   EXPECT_EQ(wait_done(*b).text, env.expected(env.prompt(4, 2), 3));
   for (int i = 0; i < 100 && !s.idle(); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(s.idle());
   EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
+}
+
+// The news callback fires for what a reader can take without blocking; abort_all ends running
+// and queued requests with finish_reason "stop" and stop_reason "shutdown".
+TEST(ServerScheduler, NewsCallbackAndShutdown) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 1, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  std::atomic<int> news{0};
+  auto j = s.submit(env.request(env.prompt(4, 1), 5), [&] { ++news; });
+  const Delta d = wait_done(*j);
+  EXPECT_EQ(d.text, env.expected(env.prompt(4, 1), 5));
+  for (int i = 0; i < 100 && news.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_GE(news.load(), 1) << "the callback follows the condition variable's wake";
+  EXPECT_TRUE(d.stop_reason.empty());
+  Delta none;
+  EXPECT_FALSE(j->take(none, 0ms)) << "news after the end";
+
+  int before = 0;
+  {
+    std::lock_guard lk(be.mu);
+    before = be.entered;
+  }
+  be.set_hold(true);
+  auto a = s.submit(env.request(env.prompt(4, 2), 100));
+  {
+    std::unique_lock lk(be.mu);
+    be.cv.wait(lk, [&] { return be.entered > before; });  // a runs (blocked in its step)
+  }
+  auto b = s.submit(env.request(env.prompt(4, 3), 100));  // queued behind a
+  s.abort_all();
+  be.set_hold(false);
+  const Delta da = wait_done(*a), db = wait_done(*b);
+  for (const Delta* dj : {&da, &db}) {
+    EXPECT_TRUE(dj->finished);
+    EXPECT_EQ(dj->finish_reason, "stop");
+    EXPECT_EQ(dj->stop_reason, "shutdown");
+  }
+  EXPECT_EQ(db.n_generated, 0);
 }
 
 TEST(ServerScheduler, EchoLogprobsScoreEveryPromptToken) {

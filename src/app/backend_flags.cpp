@@ -1,22 +1,15 @@
 #include "app/backend_flags.h"
 
+#include <climits>
 #include <string>
+
+#include "app/flag_checks.h"
 
 namespace smolrt::app {
 namespace {
 
-// A count >= 0, else an error naming the value and the fix (CLI11 prefixes the flag).
 CLI::Validator non_negative(const std::string& fix) {
-  return CLI::Validator(
-      [fix](std::string& v) -> std::string {
-        try {
-          size_t used = 0;
-          if (std::stoll(v, &used) >= 0 && used == v.size()) return {};
-        } catch (const std::exception&) {
-        }
-        return "'" + v + "' is invalid: " + fix;
-      },
-      "INT>=0");
+  return int_range(0, INT_MAX, fix);
 }
 
 }  // namespace

@@ -33,14 +33,19 @@ class Metrics {
   void request_duration(double seconds);
   void queue(int running, int waiting);
   void kv_pages(int used, int total);
+  // HTTP connections: open now; refused past --max-connections; closed by a deadline, by phase
+  // ("header", "body": the request did not arrive in time; "write": a reader stalled).
+  void connections(int open);
+  void connection_rejected();
+  void http_timeout(const std::string& phase);
 
   std::string serialize() const;  // text format 0.0.4
 
  private:
   std::shared_ptr<prometheus::Registry> reg_;
-  prometheus::Family<prometheus::Counter>* requests_;
-  prometheus::Counter *prompt_tokens_, *generated_tokens_, *preemptions_, *steps_;
-  prometheus::Gauge *running_, *waiting_, *kv_used_, *kv_total_, *kv_usage_;
+  prometheus::Family<prometheus::Counter>*requests_, *timeouts_;
+  prometheus::Counter *prompt_tokens_, *generated_tokens_, *preemptions_, *steps_, *rejected_;
+  prometheus::Gauge *running_, *waiting_, *kv_used_, *kv_total_, *kv_usage_, *connections_;
   prometheus::Histogram *batch_seqs_, *batch_tokens_, *step_seconds_, *ttft_, *itl_, *e2e_;
 };
 

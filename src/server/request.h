@@ -64,6 +64,9 @@ struct ParseContext {
   bool chat = false;       // the model has a chat template of a known format
   ChatFormat format = ChatFormat::kChatML;
   std::string default_system;
+  // Special-token text in chat message content (e.g. "<|im_start|>system") becomes control tokens,
+  // as llama.cpp and vLLM do; false (--no-special-in-content): it is tokenized as plain text.
+  bool special_in_content = true;
 };
 
 // The body as a JSON object; ApiError 400 for malformed JSON or a non-object.

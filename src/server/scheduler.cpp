@@ -49,18 +49,16 @@ TokenLogprob token_logprob(std::span<const float> row, int token, int top_n) {
 
 bool Job::take(Delta& out, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  if (!cv_.wait_for(lk, timeout, [&] { return news_; })) return false;
+  // No wait at all for a zero timeout (a condition variable's expired wait is still a syscall).
+  if (!news_ && (timeout.count() <= 0 || !cv_.wait_for(lk, timeout, [&] { return news_; })))
+    return false;
   out.text += pending_.text;
   for (std::vector<TokenLogprob> Delta::*v : {&Delta::logprobs, &Delta::prompt_logprobs}) {
     auto& src = pending_.*v;
     (out.*v).insert((out.*v).end(), std::make_move_iterator(src.begin()),
                     std::make_move_iterator(src.end()));
   }
-  out.finished = pending_.finished;
-  out.finish_reason = pending_.finish_reason;
-  out.error = pending_.error;
-  out.n_prompt = pending_.n_prompt;
-  out.n_generated = pending_.n_generated;
+  out.standing_from(pending_);
   pending_.text.clear();
   pending_.logprobs.clear();
   pending_.prompt_logprobs.clear();
@@ -68,8 +66,26 @@ bool Job::take(Delta& out, std::chrono::milliseconds timeout) {
   return true;
 }
 
-void Job::cancel() {
-  if (!cancelled_.exchange(true) && on_cancel_) on_cancel_();
+void Job::cancel(CancelReason why) {
+  CancelReason none = CancelReason::kNone;
+  if (cancel_reason_.compare_exchange_strong(none, why) && on_cancel_) on_cancel_();
+}
+
+std::string Job::stop_reason() const {
+  switch (cancel_reason_.load()) {
+    case CancelReason::kShutdown:
+      return "shutdown";
+    case CancelReason::kClient:
+      return "cancelled";
+    case CancelReason::kNone:
+      break;
+  }
+  return "";
+}
+
+void Job::wake() {
+  cv_.notify_all();
+  if (on_news_) on_news_();
 }
 
 bool Job::publish(const std::function<void(Delta&)>& f, bool wake) {
@@ -80,7 +96,7 @@ bool Job::publish(const std::function<void(Delta&)>& f, bool wake) {
     news_ = true;
     done_ = pending_.finished;
   }
-  if (wake) cv_.notify_all();
+  if (wake) this->wake();
   return !wake;
 }
 
@@ -137,12 +153,19 @@ Scheduler::~Scheduler() {
   }
   cv_.notify_all();
   thread_.join();
-  while (!running_.empty()) finish(*running_.back(), "abort");
-  for (auto& e : waiting_)
+  while (!running_.empty()) {
+    running_.back()->job->cancel(CancelReason::kShutdown);
+    finish(*running_.back(), "stop", "", running_.back()->job->stop_reason());
+  }
+  for (auto& e : waiting_) {
+    e->job->cancel(CancelReason::kShutdown);
     e->job->publish([&](Delta& d) {
       d.finished = true;
-      d.finish_reason = "abort";
+      d.finish_reason = "stop";
+      d.stop_reason = e->job->stop_reason();
+      d.n_prompt = e->n_prompt;
     });
+  }
   hand_wakes();
   {
     std::lock_guard lk(wake_mu_);
@@ -184,7 +207,7 @@ void Scheduler::notifier_loop() {
   }
 }
 
-std::shared_ptr<Job> Scheduler::submit(GenRequest r) {
+std::shared_ptr<Job> Scheduler::submit(GenRequest r, std::function<void()> on_news) {
   // The backend's geometry was read at construction: HTTP threads never call into the backend.
   const long long n = static_cast<long long>(r.prompt.size());
   if ((n + page_size_) / page_size_ > pages_total_) {
@@ -195,7 +218,7 @@ std::shared_ptr<Job> Scheduler::submit(GenRequest r) {
                    r.endpoint == Endpoint::kChat ? "messages" : "prompt",
                    "context_length_exceeded");
   }
-  auto job = std::make_shared<Job>(std::move(r));
+  auto job = std::make_shared<Job>(std::move(r), std::move(on_news));
   auto e = std::make_unique<Entry>(job, tok_);  // validates the sampling parameters
   e->max_gen = seq_ctx_ - e->n_prompt + 1;
   if (job->request().max_tokens >= 0) e->max_gen = std::min(e->max_gen, job->request().max_tokens);
@@ -243,8 +266,8 @@ void Scheduler::loop() {
       if (stop_) return;
       if (abort_) {
         abort_ = false;
-        for (auto& e : waiting_) e->job->cancel();
-        for (auto& e : running_) e->job->cancel();
+        for (auto& e : waiting_) e->job->cancel(CancelReason::kShutdown);
+        for (auto& e : running_) e->job->cancel(CancelReason::kShutdown);
       }
     }
     try {
@@ -293,7 +316,9 @@ bool Scheduler::reap() {
       if ((*it)->job->cancelled()) {
         post((*it)->job, [&](Delta& d) {
           d.finished = true;
-          d.finish_reason = "abort";
+          d.finish_reason = "stop";
+          d.stop_reason = (*it)->job->stop_reason();
+          d.n_prompt = (*it)->n_prompt;
         });
         it = waiting_.erase(it);
         any = true;
@@ -305,7 +330,7 @@ bool Scheduler::reap() {
   }
   for (size_t i = 0; i < running_.size();) {
     if (running_[i]->job->cancelled()) {
-      finish(*running_[i], "abort");  // erases running_[i]
+      finish(*running_[i], "stop", "", running_[i]->job->stop_reason());  // erases running_[i]
       any = true;
     } else {
       ++i;
@@ -360,11 +385,13 @@ void Scheduler::preempt(Entry& e) {
   n_waiting_ = static_cast<int>(waiting_.size());
 }
 
-void Scheduler::finish(Entry& e, const std::string& reason, const std::string& error) {
+void Scheduler::finish(Entry& e, const std::string& reason, const std::string& error,
+                       const std::string& stop_reason) {
   if (e.seq >= 0) be_.free_sequence(e.seq);
   e.seq = -1;
+  const bool complete = reason != "error" && stop_reason.empty();
   std::string tail;
-  if (reason != "abort" && reason != "error") {
+  if (complete) {
     tail = e.stop.push(e.dec.flush());
     tail += e.stop.flush();
   }
@@ -373,12 +400,12 @@ void Scheduler::finish(Entry& e, const std::string& reason, const std::string& e
     d.text += tail;
     d.finished = true;
     d.finish_reason = reason;
+    d.stop_reason = stop_reason;
     d.error = error;
     d.n_prompt = e.n_prompt;
     d.n_generated = n_gen;
   });
-  if (metrics_ && reason != "abort" && reason != "error")
-    metrics_->request_duration(since(e.job->arrived()));
+  if (metrics_ && complete) metrics_->request_duration(since(e.job->arrived()));
   auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == &e; });
   if (it != running_.end()) running_.erase(it);  // destroys e
 }
