@@ -196,6 +196,62 @@ TEST(ServerScheduler, FullPoolPreemptsTheYoungestAndRecomputesTheSameText) {
   EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
 }
 
+// A prompt whose leading pages an earlier request left in the prefix cache starts after them:
+// the same text, the cached tokens reported, and the first step carries only the rest.
+TEST(ServerScheduler, PrefixCacheSkipsThePagesAnEarlierRequestComputed) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 4, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  const std::vector<int> p = env.prompt(40, 3);
+  const Delta a = wait_done(*s.submit(env.request(p, 12)));
+  EXPECT_EQ(a.n_cached, 0);
+  be.steps.clear();
+  const Delta b = wait_done(*s.submit(env.request(p, 12)));
+  EXPECT_EQ(b.text, a.text);
+  EXPECT_EQ(b.text, env.expected(p, 12));
+  EXPECT_EQ(b.n_cached, 32);  // two whole pages of 16; the rest is computed
+  ASSERT_FALSE(be.steps.empty());
+  EXPECT_EQ(be.steps[0].size(), 1u);
+  EXPECT_EQ(be.steps[0][0].second, 8);
+  // A prompt that differs in its first page finds nothing.
+  std::vector<int> q = p;
+  q[0] += 1;
+  EXPECT_EQ(wait_done(*s.submit(env.request(q, 4))).n_cached, 0);
+  EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());  // cached pages count as free
+}
+
+// n > 1: the prompt is computed once; the other choices fork it and feed only its last token.
+TEST(ServerScheduler, ChoicesShareThePromptOfTheFirst) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 8, 4096, 256);
+  Scheduler s(be, env.tok, nullptr);
+  const std::vector<int> p = env.prompt(37, 5);
+  GenRequest r = env.request(p, 10);
+  r.n = 4;
+  be.set_hold(true);
+  const std::vector<std::shared_ptr<Job>> jobs = s.submit_n(r);
+  be.set_hold(false);
+  ASSERT_EQ(jobs.size(), 4u);
+  for (const auto& j : jobs) {
+    const Delta d = wait_done(*j);
+    EXPECT_EQ(d.text, env.expected(p, 10));  // the fake model is deterministic
+    EXPECT_EQ(d.n_generated, 10);
+    EXPECT_EQ(d.n_prompt, 37);
+  }
+  int prompt_rows = 0, one_token_prompts = 0;
+  for (const auto& st : be.steps)
+    for (const auto& [seq, n] : st) {
+      if (n > 1) prompt_rows += n;
+      if (n == 1) ++one_token_prompts;
+    }
+  EXPECT_EQ(prompt_rows, 37) << "the prompt was computed more than once";
+  EXPECT_GE(one_token_prompts, 3 + 3 * 9);
+  EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
+  EXPECT_THROW(s.submit(r), Error);  // submit takes one choice
+  r.n = 0;
+  EXPECT_THROW(s.submit_n(r), ApiError);
+}
+
 TEST(ServerScheduler, LongPromptsAreChunkedWhileDecodesKeepGoing) {
   Env env;
   FakeBatch be(env.tok.n_vocab(), 4, 4096, 16);

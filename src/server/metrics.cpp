@@ -48,6 +48,10 @@ Metrics::Metrics() : reg_(std::make_shared<prometheus::Registry>()) {
   rejected_ = &counter(r, "smolrt_http_connections_rejected_total",
                        "HTTP connections refused past --max-connections");
   prompt_tokens_ = &counter(r, "smolrt_prompt_tokens_total", "Prompt tokens of admitted requests");
+  cached_tokens_ = &counter(r, "smolrt_prompt_cached_tokens_total",
+                            "Prompt tokens whose KV pages came from the prefix cache");
+  prefix_hit_ = &gauge(r, "smolrt_prefix_cache_hit_ratio",
+                       "Prompt tokens found in the prefix cache over those looked up, 0..1");
   generated_tokens_ = &counter(r, "smolrt_generation_tokens_total", "Generated tokens");
   preemptions_ =
       &counter(r, "smolrt_preemptions_total", "Sequences preempted (freed, recomputed later)");
@@ -102,6 +106,14 @@ void Metrics::queue(int running, int waiting) {
   running_->Set(running);
   waiting_->Set(waiting);
 }
+void Metrics::cached_tokens(int n) {
+  cached_tokens_->Increment(n);
+}
+
+void Metrics::prefix_hit_ratio(double r) {
+  prefix_hit_->Set(r);
+}
+
 void Metrics::kv_pages(int used, int total) {
   kv_used_->Set(used);
   kv_total_->Set(total);

@@ -54,6 +54,9 @@ struct GenRequest {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Choices sampled from the prompt (OpenAI `n`): the scheduler prefills the prompt once and
+  // forks the others from it; choice i draws with seed + i when a seed is given.
+  int n = 1;
 };
 
 // What parsing needs from the served model.

@@ -63,6 +63,9 @@ struct Delta {
   std::string stop_reason;
   std::string error;  // when finish_reason == "error"
   int n_prompt = 0, n_generated = 0;
+  // Prompt tokens whose K/V came from the prefix cache (usage.prompt_tokens_details.cached_tokens;
+  // at the request's first admission).
+  int n_cached = 0;
 
   // Takes d's standing (finished, the reasons, error, counts): everything but text and logprobs.
   void standing_from(const Delta& d) {
@@ -72,6 +75,7 @@ struct Delta {
     error = d.error;
     n_prompt = d.n_prompt;
     n_generated = d.n_generated;
+    n_cached = d.n_cached;
   }
 };
 
@@ -134,8 +138,14 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request (on_news: see Job). nullptr when the waiting queue is full or the scheduler
-  // no longer accepts (draining); ApiError 400 when its prompt can never fit the KV pool.
+  // no longer accepts (draining); ApiError 400 when its prompt can never fit the KV pool. r.n must
+  // be 1 (submit_n takes more).
   std::shared_ptr<Job> submit(GenRequest r, std::function<void()> on_news = {});
+  // r.n choices of one prompt, one Job each (all announced through on_news): the first prefills
+  // the prompt, the others fork its sequence once the prompt is in (sharing its KV pages) and
+  // sample the last prompt token's successor with their own draws. Empty when the queue lacks room
+  // for all of them (or the scheduler no longer accepts).
+  std::vector<std::shared_ptr<Job>> submit_n(GenRequest r, std::function<void()> on_news = {});
 
   void stop_accepting() { accepting_ = false; }
   // Ends every request still queued or running: finish_reason "stop", stop_reason "shutdown".
@@ -148,6 +158,7 @@ class Scheduler {
 
  private:
   struct Entry;
+  struct Group;
   void loop();
   bool reap();  // drops cancelled entries; true when any was dropped
   void admit();
@@ -156,6 +167,9 @@ class Scheduler {
   void finish(Entry& e, const std::string& reason, const std::string& error = "",
               const std::string& stop_reason = "");
   void preempt(Entry& e);
+  // A choice group's leader stops being the source of forks (it is done with its prompt and every
+  // follower has forked, or it leaves): the followers it still holds join the queue's front.
+  void release_followers(Entry& leader);
   void on_token(Entry& e, int token, const std::vector<float>* logits, int row);
   void publish_counts();
   void recover(const std::string& what);
