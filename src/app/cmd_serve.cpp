@@ -138,7 +138,8 @@ int serve_main(const ServeArgs& a) {
                          {"kv_tokens", be->kv_tokens()},
                          {"kv_ring_rows", be->kv_ring_rows()},
                          {"commit", build_commit()},
-                         {"kv_type", be->name() == "cuda" && a.batch.kv_half ? "f16" : "f32"}};
+                         {"kv_type", be->name() == "cuda" && a.batch.kv_half ? "f16" : "f32"},
+                         {"prefix_cache", be->prefix_cache()}};
   server::Server srv(sched, metrics, pc, ho, info);
   const int port = srv.bind();
 
@@ -230,6 +231,9 @@ REGISTER_COMMAND(Command{
           ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
           ->capture_default_str();
       add_f16_weights_flag(sub, a->batch.f16_weights);
+      sub.add_flag("!--no-prefix-cache", a->batch.prefix_cache,
+                   "keep no KV pages of finished requests for later prompts that begin alike "
+                   "(the prefix cache is on by default)");
       sub.add_option("--api-key", a->http.api_key,
                      "require 'Authorization: Bearer KEY' (all endpoints but /health)");
       sub.add_option("--queue", a->queue,

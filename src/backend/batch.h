@@ -133,6 +133,7 @@ class BatchBackend {
   // shared one (copied first): n > 1 samples of one prompt. Error when max_seqs() exist.
   virtual int fork_sequence(int seq) { return kv_->fork(seq); }
   PrefixStats prefix_stats() const { return kv_->stats(); }
+  bool prefix_cache() const { return kv_->prefix_cache(); }
 
   // One step. Each sequence appears at most once; its tokens are valid ids; positions stay within
   // seq_ctx(); the total token count is <= max_step_tokens(); the pool has the pages (else Error,
