@@ -31,8 +31,13 @@ struct WalkStore {
   }
 };
 
+// The configuration after a trie node's prefix: one thread kept in the level itself (the common
+// case, stepped without touching the buffer), or the threads buf[begin, end). `end` is also
+// where the buffer is cut back to for the level's children; `nodes` the scratch nodes in use.
 struct Level {
-  size_t begin, end, nodes;
+  int32_t state;  // >= 0: the one thread (state, parent)
+  int32_t parent;
+  uint32_t begin, end, nodes;
 };
 
 struct Scratch {
@@ -52,44 +57,71 @@ void compute_mask(const Automaton& a, const TokenVocab& vocab, std::span<const T
   if (threads.empty()) return;
   thread_local Scratch sc;
   const TokenVocab::Trie& trie = vocab.trie();
+  const TokenVocab::TrieNode* tn = trie.nodes.data();
+  const int32_t* tokens = trie.tokens.data();
   sc.buf.assign(threads.begin(), threads.end());
   sc.nodes.clear();
   sc.levels.resize(static_cast<size_t>(trie.max_depth) + 1);
-  sc.levels[0] = {0, sc.buf.size(), 0};
+  const auto n0 = static_cast<uint32_t>(threads.size());
+  sc.levels[0] = threads.size() == 1 ? Level{threads[0].state, threads[0].parent, n0, n0, 0}
+                                     : Level{-1, -1, 0, n0, 0};
   WalkStore store{nodes, &sc.nodes};
   const auto nc = static_cast<size_t>(a.n_classes);
-  const size_t n = trie.byte.size();
+  const int32_t* next = a.next.data();
+  const uint8_t* flags = a.flags.data();
+  auto set_tokens = [&](size_t i) {
+    for (int32_t k = tn[i].tok_begin; k < tn[i + 1].tok_begin; ++k)
+      out[tokens[k] >> 6] |= uint64_t{1} << (tokens[k] & 63);
+  };
+  const size_t n = trie.n_nodes();
   for (size_t i = 0; i < n;) {
-    const size_t d = trie.depth[i];
-    const Level lv = sc.levels[d - 1];
+    const TokenVocab::TrieNode node = tn[i];
+    const Level lv = sc.levels[node.depth - 1u];
+    const size_t c = a.byte_class[node.byte];
+    int32_t s2 = -1;
+    if (lv.state >= 0) {  // the fast path: one thread, a plain step
+      s2 = next[static_cast<size_t>(lv.state) * nc + c];
+      if (s2 < 0) {
+        i = static_cast<size_t>(node.skip);
+        continue;
+      }
+      if (flags[s2] & kPlain) {
+        set_tokens(i);
+        sc.levels[node.depth] = {s2, lv.parent, lv.end, lv.end, lv.nodes};
+        ++i;
+        continue;
+      }
+    }
     sc.buf.resize(lv.end);
     sc.nodes.resize(lv.nodes);
     store.level_base = lv.nodes;
     const size_t begin = sc.buf.size();
-    const size_t c = a.byte_class[trie.byte[i]];
     bool ends = false;  // the prefix completes the grammar
-    for (size_t k = lv.begin; k < lv.end; ++k) {
-      const Thread t = sc.buf[k];
-      const int32_t s2 = a.next[static_cast<size_t>(t.state) * nc + c];
-      if (s2 < 0) continue;
-      if (a.flags[static_cast<size_t>(s2)] & kPlain) {
-        push_unique(sc.buf, begin, {s2, t.parent});
-      } else {
-        ends = close_into(a, store, {s2, t.parent}, sc.buf, begin, sc.work, sc.seen) || ends;
+    if (lv.state >= 0) {
+      ends = close_into(a, store, {s2, lv.parent}, sc.buf, begin, sc.work, sc.seen);
+    } else {
+      for (size_t k = lv.begin; k < lv.end; ++k) {
+        const Thread t = sc.buf[k];
+        const int32_t to = next[static_cast<size_t>(t.state) * nc + c];
+        if (to < 0) continue;
+        if (flags[to] & kPlain) {
+          push_unique(sc.buf, begin, {to, t.parent});
+        } else {
+          ends = close_into(a, store, {to, t.parent}, sc.buf, begin, sc.work, sc.seen) || ends;
+        }
       }
     }
-    const bool alive = sc.buf.size() > begin;
-    if (alive || ends) {
-      for (int32_t k = trie.tok_begin[i]; k < trie.tok_begin[i + 1]; ++k) {
-        const int32_t id = trie.tokens[static_cast<size_t>(k)];
-        out[id >> 6] |= uint64_t{1} << (id & 63);
-      }
-    }
+    const size_t alive = sc.buf.size() - begin;
+    if (alive || ends) set_tokens(i);
     if (!alive) {  // nothing can follow this prefix: skip the longer tokens under it
-      i = static_cast<size_t>(trie.skip[i]);
+      i = static_cast<size_t>(node.skip);
       continue;
     }
-    sc.levels[d] = {begin, sc.buf.size(), sc.nodes.size()};
+    const auto b = static_cast<uint32_t>(begin), e = static_cast<uint32_t>(sc.buf.size());
+    const auto used = static_cast<uint32_t>(sc.nodes.size());
+    sc.levels[node.depth] = alive == 1
+                                ? Level{sc.buf[begin].state, sc.buf[begin].parent, b, b, used}
+                                : Level{-1, -1, b, e, used};
     ++i;
   }
 }

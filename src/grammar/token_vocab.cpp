@@ -53,24 +53,22 @@ TokenVocab::TokenVocab(const Tokenizer& tok, size_t max_masks) {
       while (lcp < m && (*prev)[lcp] == s[lcp]) ++lcp;
     }
     while (path.size() > lcp) {
-      trie_.skip[static_cast<size_t>(path.back())] = static_cast<int32_t>(trie_.byte.size());
+      trie_.nodes[static_cast<size_t>(path.back())].skip = static_cast<int32_t>(trie_.nodes.size());
       path.pop_back();
     }
     if (s.size() > 65535) fail("token ", id, " is longer than 65535 bytes");
     for (size_t d = lcp; d < s.size(); ++d) {
-      path.push_back(static_cast<int32_t>(trie_.byte.size()));
-      trie_.byte.push_back(static_cast<uint8_t>(s[d]));
-      trie_.depth.push_back(static_cast<uint16_t>(d + 1));
-      trie_.skip.push_back(-1);
-      trie_.tok_begin.push_back(static_cast<int32_t>(trie_.tokens.size()));
+      path.push_back(static_cast<int32_t>(trie_.nodes.size()));
+      trie_.nodes.push_back({-1, static_cast<int32_t>(trie_.tokens.size()),
+                             static_cast<uint16_t>(d + 1), static_cast<uint8_t>(s[d])});
     }
     trie_.tokens.push_back(id);  // belongs to the last node created: its string is s
     trie_.max_depth = std::max(trie_.max_depth, static_cast<int>(s.size()));
     prev = &s;
   }
   for (int32_t node : path)
-    trie_.skip[static_cast<size_t>(node)] = static_cast<int32_t>(trie_.byte.size());
-  trie_.tok_begin.push_back(static_cast<int32_t>(trie_.tokens.size()));
+    trie_.nodes[static_cast<size_t>(node)].skip = static_cast<int32_t>(trie_.nodes.size());
+  trie_.nodes.push_back({-1, static_cast<int32_t>(trie_.tokens.size()), 0, 0});  // the sentinel
 
   const size_t mask_bytes = static_cast<size_t>(mask_words()) * 8;
   if (max_masks == 0)

@@ -38,16 +38,21 @@ class TokenVocab {
   bool is_eog(int id) const { return eog_[static_cast<size_t>(id)]; }
   const std::vector<int>& eog_ids() const { return eog_ids_; }
 
-  // The token trie in preorder. Node i (0-based) spells its parent's bytes plus byte[i]; depth[i]
-  // is its length (1 = a child of the root); skip[i] is the index just past its subtree; the
-  // tokens spelling exactly its bytes are tokens[tok_begin[i] .. tok_begin[i + 1]).
+  // The token trie in preorder, one packed node per entry (the mask walk streams through it).
+  // Node i spells its parent's bytes plus `byte`; `depth` is its length (1 = a child of the
+  // root); `skip` is the index just past its subtree; the tokens spelling exactly its bytes are
+  // tokens[nodes[i].tok_begin .. nodes[i + 1].tok_begin). A last sentinel node (depth 0) ends it.
+  struct TrieNode {
+    int32_t skip;
+    int32_t tok_begin;
+    uint16_t depth;
+    uint8_t byte;
+  };
   struct Trie {
-    std::vector<uint8_t> byte;
-    std::vector<uint16_t> depth;
-    std::vector<int32_t> skip;
-    std::vector<int32_t> tok_begin;
+    std::vector<TrieNode> nodes;  // n_nodes() + 1 (the sentinel)
     std::vector<int32_t> tokens;
     int max_depth = 0;
+    size_t n_nodes() const { return nodes.size() - 1; }
   };
   const Trie& trie() const { return trie_; }
 
