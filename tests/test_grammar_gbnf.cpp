@@ -159,6 +159,27 @@ TEST(GrammarGbnf, SemanticErrors) {
   EXPECT_NE(error_of("root ::= ([a-z]{10000}){50}").find("grammar too large"), std::string::npos);
 }
 
+TEST(GrammarMatcher, AmbiguousGrammarsKeepMasksExact) {
+  // Every 'x' can open one or two more levels: the stacks multiply (capped), and the mask must
+  // still say exactly what the matcher accepts.
+  const auto g = gbnf(R"(root ::= a "."
+a ::= "x" a | "x" a a | "y" | "")");
+  GrammarMatcher m(g);
+  const TokenVocab& v = g->vocab();
+  for (const char* step : {"x", "x", "x", "x", "x", "x", "x", "x", "y", "x"}) {
+    const uint64_t* bits = m.mask();
+    const std::vector<uint64_t> mask(bits, bits + v.mask_words());
+    for (int id = 0; id < v.n_vocab(); ++id) {
+      const bool ok = m.accept_token(id);
+      if (ok) m.rollback(1);
+      ASSERT_EQ(ok, ((mask[id >> 6] >> (id & 63)) & 1) != 0) << "token " << id;
+    }
+    ASSERT_TRUE(m.accept_text(step));
+  }
+  EXPECT_TRUE(m.accept_text("."));
+  EXPECT_TRUE(m.can_end());
+}
+
 TEST(GrammarGbnf, DeadBranchesArePrunedSoTheMatcherNeverStrandsAWalk) {
   // "a" leads only into a rule that never ends: the compiled grammar must not offer it.
   const auto g = gbnf("root ::= \"a\" loop | \"b\"\nloop ::= \"x\" loop");

@@ -57,6 +57,22 @@ TEST(GrammarSchema, OptionalPropertiesKeepOrderAndCommas) {
   EXPECT_FALSE(matches(none, R"({"b":true,"a":null})"));
 }
 
+TEST(GrammarSchema, ManyOptionalPropertiesStayLinearInSize) {
+  // Each optional property's tail is shared (called), not copied per possible first property:
+  // twice the properties, twice the states (copies would make it four times).
+  auto optional_props = [](int n) {
+    std::string props;
+    for (int i = 0; i < n; ++i)
+      props += cat(i ? ", " : "", "\"p", i, "\": {\"type\": \"integer\"}");
+    return schema("{\"type\": \"object\", \"properties\": {" + props + "}}");
+  };
+  const auto g = optional_props(100);
+  EXPECT_LT(g->n_states(), optional_props(50)->n_states() * 2.2);
+  EXPECT_TRUE(matches(g, R"({"p3":1,"p50":2, "p99":3})"));
+  EXPECT_TRUE(matches(g, R"({})"));
+  EXPECT_FALSE(matches(g, R"({"p50":2,"p3":1})"));
+}
+
 TEST(GrammarSchema, MapsAnyObjectsAndEmptyObjects) {
   const auto map = schema(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
   EXPECT_TRUE(matches(map, R"({"x":1,"y z":2})"));

@@ -21,6 +21,7 @@ namespace {
 constexpr int kInlineMaxStates = 3000;  // a rule inlined at each use when its NFA is this small
 constexpr int kInlineMaxDepth = 600;    // emission recursion depth beyond which rules are called
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
+constexpr size_t kMaxSubsetWork = size_t{4} << 20;  // NFA states summed over the DFA states
 
 // --- UTF-8 byte-range sequences for a code-point range ------------------------------------------
 
@@ -297,7 +298,7 @@ class NfaBuilder {
 
   int emit_ref(int rule, int from, int depth) {
     const auto rs = static_cast<size_t>(rule);
-    if (!recursive_[rs] && inline_[rs] >= 0 && depth < kInlineMaxDepth) {
+    if (!recursive_[rs] && !g_.rules[rs].no_inline && inline_[rs] >= 0 && depth < kInlineMaxDepth) {
       const size_t mark = out.size();
       const int fresh = new_state();
       eps(from, fresh);
@@ -389,6 +390,7 @@ class Determinizer {
   std::vector<std::vector<int32_t>> sets_;
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids_;
   std::vector<Automaton::Call> calls_;
+  size_t work_ = 0;  // NFA states over all DFA states: bounds time and memory
 
   // Byte equivalence classes: bytes no edge range tells apart share a class.
   void classes() {
@@ -434,10 +436,11 @@ class Determinizer {
   int32_t intern(std::vector<int32_t> set) {
     auto it = ids_.find(set);
     if (it != ids_.end()) return it->second;
-    if (sets_.size() >= static_cast<size_t>(kMaxDfaStates)) {
-      throw GrammarError(cat("grammar too large: its automaton exceeds ", kMaxDfaStates,
-                             " states (large repetition counts, many alternatives, or long "
-                             "enumerations)"));
+    work_ += set.size();
+    if (sets_.size() >= static_cast<size_t>(kMaxDfaStates) || work_ > kMaxSubsetWork) {
+      throw GrammarError(cat("grammar too large: its automaton would exceed ", kMaxDfaStates,
+                             " states (large repetition counts, many alternatives, long "
+                             "enumerations, or heavy ambiguity)"));
     }
     const auto id = static_cast<int32_t>(sets_.size());
     ids_.emplace(set, id);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/automaton.h"
@@ -18,10 +19,15 @@
 
 namespace smolrt::grammar::detail {
 
+// Threads per configuration at most: only highly ambiguous grammars get near it; beyond it the
+// later threads are dropped, the same way in the matcher and in the mask walk (both step the
+// threads in the same order with the same hash-consed stacks), so masks stay exact.
+inline constexpr size_t kMaxThreads = 512;
+
 inline void push_unique(std::vector<Thread>& out, size_t begin, Thread t) {
   for (size_t i = begin; i < out.size(); ++i)
     if (out[i] == t) return;
-  out.push_back(t);
+  if (out.size() - begin < kMaxThreads) out.push_back(t);
 }
 
 // Store: int32_t add(int32_t state, int32_t parent) (the node id, -1 when too deep) and
@@ -67,10 +73,17 @@ bool close_into(const Automaton& a, Store& store, Thread seed, std::vector<Threa
   return can_end;
 }
 
-// The allowed-token bits (vocab.mask_words() words) of the configuration `threads` over `nodes`:
-// a token is allowed when its bytes keep some thread alive; end-of-generation tokens when
-// can_end.
+// (state, parent) -> node id of a store's nodes: stacks are hash-consed.
+using NodeIds = std::unordered_map<uint64_t, int32_t>;
+inline uint64_t node_key(int32_t state, int32_t parent) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) |
+         static_cast<uint32_t>(parent);
+}
+
+// The allowed-token bits (vocab.mask_words() words) of the configuration `threads` over the
+// matcher's `nodes` (and their ids): a token is allowed when its bytes keep some thread alive;
+// end-of-generation tokens when can_end.
 void compute_mask(const Automaton& a, const TokenVocab& vocab, std::span<const Thread> threads,
-                  std::span<const Node> nodes, bool can_end, uint64_t* out);
+                  std::span<const Node> nodes, const NodeIds& ids, bool can_end, uint64_t* out);
 
 }  // namespace smolrt::grammar::detail

@@ -63,6 +63,9 @@ Expr plus(Expr item);
 struct Rule {
   std::string name;
   Expr body;
+  // Always called, never copied into its callers: for rules used from many places whose copies
+  // would multiply (a hint for the compiler; the language is the same).
+  bool no_inline = false;
 };
 
 struct Grammar {

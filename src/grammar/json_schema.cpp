@@ -455,12 +455,15 @@ Expr JsonSchemaConverter::object(const ordered_json& s, const std::string& ptr) 
   }
   // Optional properties, in order: tail[i] = the properties from i on after at least one was
   // written (each then starts with a comma); the object starts at the first property written.
+  // Every start shares its tail: the tails are called, not copied (copies would grow with the
+  // square of the number of properties).
   std::vector<int> tail(n + 1, -1);
   for (size_t i = n; i-- > 0;) {
     Expr item = seq({lit(","), ws(), kv[i]});
     if (!req[i]) item = opt(std::move(item));
     Expr rest = tail[i + 1] >= 0 ? ref(tail[i + 1]) : lit("");
     tail[i] = g_.add_rule(fresh_name("props"), seq({std::move(item), std::move(rest)}));
+    g_.rules[static_cast<size_t>(tail[i])].no_inline = true;
   }
   std::vector<Expr> firsts;
   bool all_optional = true;

@@ -8,12 +8,12 @@ namespace smolrt::grammar::detail {
 
 namespace {
 
-// Nodes of the matcher (read-only, ids below base) plus nodes made during the walk; those are
-// truncated as the walk backtracks, and deduplicated within the current trie level.
+// Nodes of the matcher (read-only, ids below base) plus nodes made on the walk's current path
+// (truncated as it backtracks), hash-consed across both exactly as the matcher's store would.
 struct WalkStore {
   std::span<const Node> base;
+  const NodeIds* base_ids;
   std::vector<Node>* scratch;
-  size_t level_base = 0;
 
   Node at(int32_t id) const {
     const auto i = static_cast<size_t>(id);
@@ -22,7 +22,11 @@ struct WalkStore {
   int32_t add(int32_t state, int32_t parent) {
     const int32_t depth = parent < 0 ? 1 : at(parent).depth + 1;
     if (depth > GrammarMatcher::kMaxStackDepth) return -1;
-    for (size_t i = level_base; i < scratch->size(); ++i) {
+    if (parent < static_cast<int32_t>(base.size())) {
+      if (auto it = base_ids->find(node_key(state, parent)); it != base_ids->end())
+        return it->second;
+    }
+    for (size_t i = 0; i < scratch->size(); ++i) {
       const Node& n = (*scratch)[i];
       if (n.state == state && n.parent == parent) return static_cast<int32_t>(base.size() + i);
     }
@@ -49,7 +53,7 @@ struct Scratch {
 }  // namespace
 
 void compute_mask(const Automaton& a, const TokenVocab& vocab, std::span<const Thread> threads,
-                  std::span<const Node> nodes, bool can_end, uint64_t* out) {
+                  std::span<const Node> nodes, const NodeIds& ids, bool can_end, uint64_t* out) {
   std::fill(out, out + vocab.mask_words(), 0);
   if (can_end) {
     for (int id : vocab.eog_ids()) out[id >> 6] |= uint64_t{1} << (id & 63);
@@ -65,7 +69,7 @@ void compute_mask(const Automaton& a, const TokenVocab& vocab, std::span<const T
   const auto n0 = static_cast<uint32_t>(threads.size());
   sc.levels[0] = threads.size() == 1 ? Level{threads[0].state, threads[0].parent, n0, n0, 0}
                                      : Level{-1, -1, 0, n0, 0};
-  WalkStore store{nodes, &sc.nodes};
+  WalkStore store{nodes, &ids, &sc.nodes};
   const auto nc = static_cast<size_t>(a.n_classes);
   const int32_t* next = a.next.data();
   const uint8_t* flags = a.flags.data();
@@ -94,7 +98,6 @@ void compute_mask(const Automaton& a, const TokenVocab& vocab, std::span<const T
     }
     sc.buf.resize(lv.end);
     sc.nodes.resize(lv.nodes);
-    store.level_base = lv.nodes;
     const size_t begin = sc.buf.size();
     bool ends = false;  // the prefix completes the grammar
     if (lv.state >= 0) {

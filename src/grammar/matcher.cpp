@@ -20,17 +20,14 @@ constexpr size_t kMaxCachedConfigs = 1 << 18;
 // The matcher's node store: hash-consed, so equal stacks are equal ids.
 struct MatcherStore {
   std::vector<Node>& nodes;
-  std::unordered_map<uint64_t, int32_t>& ids;
+  detail::NodeIds& ids;
 
-  static uint64_t key(int32_t state, int32_t parent) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) |
-           static_cast<uint32_t>(parent);
-  }
   Node at(int32_t id) const { return nodes[static_cast<size_t>(id)]; }
   int32_t add(int32_t state, int32_t parent) {
     const int32_t depth = parent < 0 ? 1 : at(parent).depth + 1;
     if (depth > GrammarMatcher::kMaxStackDepth) return -1;
-    auto [it, fresh] = ids.try_emplace(key(state, parent), static_cast<int32_t>(nodes.size()));
+    auto [it, fresh] =
+        ids.try_emplace(detail::node_key(state, parent), static_cast<int32_t>(nodes.size()));
     if (fresh) nodes.push_back({state, parent, depth});
     return it->second;
   }
@@ -108,7 +105,7 @@ void GrammarMatcher::push_snapshot(size_t n_nodes) {
 
 void GrammarMatcher::truncate_nodes(size_t n) {
   for (size_t i = n; i < nodes_.size(); ++i)
-    node_ids_.erase(MatcherStore::key(nodes_[i].state, nodes_[i].parent));
+    node_ids_.erase(detail::node_key(nodes_[i].state, nodes_[i].parent));
   nodes_.resize(n);
 }
 
@@ -214,7 +211,8 @@ void GrammarMatcher::build_key() {
 }
 
 void GrammarMatcher::compute_bits() {
-  detail::compute_mask(g_->automaton(), g_->vocab(), threads_, nodes_, can_end_, bits_.data());
+  detail::compute_mask(g_->automaton(), g_->vocab(), threads_, nodes_, node_ids_, can_end_,
+                       bits_.data());
 }
 
 int32_t GrammarMatcher::mask_id() {
