@@ -73,11 +73,12 @@ void parse_reply(ToolFormat f, std::string_view text, size_t split) {
   ToolCallParser p(f, 1);
   std::string content;
   int calls = 0;
-  for (size_t at = 0; at <= text.size(); at += split) {
-    const ReplyDelta d = at < text.size() ? p.push(text.substr(at, split)) : p.finish();
+  auto take = [&](const ReplyDelta& d) {
     content += d.content;
     for (const ToolCallDelta& t : d.tool_calls) calls = std::max(calls, t.index + 1);
-  }
+  };
+  for (size_t at = 0; at < text.size(); at += split) take(p.push(text.substr(at, split)));
+  take(p.finish());
   if (!whole.tool_calls.empty()) {
     check(p.calls_ok());
     check(content == whole.content);
