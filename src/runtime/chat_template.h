@@ -11,9 +11,18 @@
 
 namespace smolrt {
 
+// One tool call an assistant message made (OpenAI's message.tool_calls[i]).
+struct ChatToolCall {
+  std::string id;         // "call_..."
+  std::string name;       // the function
+  std::string arguments;  // its arguments as JSON text (OpenAI sends them as a string)
+};
+
 struct ChatMessage {
-  std::string role;     // "system" | "user" | "assistant"
+  std::string role;     // "system" | "user" | "assistant" | "tool" (runtime/tools.h renders tools)
   std::string content;  // plain text, no template markers
+  std::vector<ChatToolCall> tool_calls = {};  // assistant: the calls it made
+  std::string tool_call_id = {};              // tool: the call this message answers
 };
 
 enum class ChatFormat { kChatML, kGemma, kLlama3 };

@@ -245,6 +245,13 @@ std::string Tokenizer::decode(std::span<const int> ids, bool special) const {
   return out;
 }
 
+std::string Tokenizer::token_text(int id) const {
+  std::string out;
+  bool at_start = false;
+  detail::decode_token(impl_->v, id, /*special=*/false, out, at_start);
+  return out;
+}
+
 const std::string& Tokenizer::piece(int id) const {
   if (id < 0 || id >= n_vocab()) {
     fail("token id ", id, " is out of range (vocab has ", n_vocab(), " tokens)");

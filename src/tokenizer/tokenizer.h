@@ -71,6 +71,10 @@ class Tokenizer {
                           std::span<const std::pair<size_t, size_t>> plain = {}) const;
   // Exact inverse of encoding (control tokens render as their text only when `special` is true).
   std::string decode(std::span<const int> ids, bool special = false) const;
+  // The bytes token `id` adds to the text after an ordinary token (mid-text: SPM's "▁" is a
+  // space here); "" for control, unknown and unused tokens. What a grammar matcher compares with
+  // grammar text. Error for an out-of-range id.
+  std::string token_text(int id) const;
   // The piece for display (e.g. "Ġthe"); Error for an out-of-range id.
   const std::string& piece(int id) const;
 
