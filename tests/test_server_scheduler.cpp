@@ -12,6 +12,7 @@
 
 #include "backend/kv_pages.h"
 #include "core/error.h"
+#include "grammar/grammar_cache.h"
 #include "model/synth.h"
 #include "server/scheduler.h"
 
@@ -87,7 +88,14 @@ class FakeBatch : public BatchBackend {
           r.logits.insert(r.logits.end(), row.begin(), row.end());
         }
       }
-      if (s.sample) r.token = next_token(h);
+      if (s.sample) {
+        r.token = next_token(h);
+        // Structured output: the first allowed token from the model's choice on.
+        auto allowed = [&](int t) { return (s.allowed[t / 32] >> (t % 32)) & 1u; };
+        if (!s.allowed.empty())
+          for (int k = 0; k < cfg_.vocab_size && !allowed(r.token); ++k)
+            r.token = (r.token + 1) % cfg_.vocab_size;
+      }
       shape.emplace_back(s.seq, static_cast<int>(s.tokens.size()));
       out.push_back(std::move(r));
     }
@@ -250,6 +258,21 @@ TEST(ServerScheduler, ChoicesShareThePromptOfTheFirst) {
   EXPECT_THROW(s.submit(r), Error);  // submit takes one choice
   r.n = 0;
   EXPECT_THROW(s.submit_n(r), ApiError);
+}
+
+// Structured output: every token comes from the grammar's mask and the request ends, "stop", as
+// soon as the text is complete (the fake model would otherwise run on to max_tokens).
+TEST(ServerScheduler, GrammarConstrainsTheTokensAndEndsTheRequest) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 4, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  grammar::GrammarCache cache(std::make_shared<const grammar::TokenVocab>(env.tok));
+  GenRequest r = env.request(env.prompt(9, 4), 50);
+  r.grammar = cache.gbnf("root ::= \"{\\\"ok\\\": \" (\"true\" | \"false\") \"}\"");
+  const Delta d = wait_done(*s.submit(r));
+  EXPECT_TRUE(d.text == "{\"ok\": true}" || d.text == "{\"ok\": false}") << d.text;
+  EXPECT_EQ(d.finish_reason, "stop");
+  EXPECT_LT(d.n_generated, 50);
 }
 
 TEST(ServerScheduler, LongPromptsAreChunkedWhileDecodesKeepGoing) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/sampling.h"
+#include "grammar/matcher.h"
 #include "runtime/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,6 +58,9 @@ struct GenRequest {
   // Choices sampled from the prompt (OpenAI `n`): the scheduler prefills the prompt once and
   // forks the others from it; choice i draws with seed + i when a seed is given.
   int n = 1;
+  // Structured output (response_format, llama.cpp's `grammar`, a required tool call): each
+  // sampled token is one the grammar allows; generation stops when it is complete. nullptr: free.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // What parsing needs from the served model.

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -19,6 +20,22 @@ using Clock = std::chrono::steady_clock;
 namespace {
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The matcher's allowed-token bitset as the backends take it (SeqStep::allowed: 32-bit words,
+// token t at bit t % 32 of word t / 32): the same bytes as its 64-bit words on a little-endian
+// machine. A model with more rows than the tokenizer has tokens (padded embeddings) needs more
+// words: a copy in buf, the extra rows never allowed. Valid until the matcher's next call.
+std::span<const uint32_t> mask_words(grammar::GrammarMatcher& m, int n_vocab,
+                                     std::vector<uint32_t>& buf) {
+  static_assert(std::endian::native == std::endian::little, "masks are read as 32-bit words");
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(m.mask());
+  const size_t have = 2 * static_cast<size_t>(m.grammar().vocab().mask_words());
+  const size_t need = (static_cast<size_t>(n_vocab) + 31) / 32;
+  if (have >= need) return {bits, have};
+  buf.assign(need, 0);
+  std::copy_n(bits, have, buf.begin());
+  return buf;
 }
 }  // namespace
 
@@ -116,6 +133,7 @@ struct Scheduler::Entry {
         dec(tok),
         stop(job->request().stops) {
     sampler.accept(ctx);
+    if (job->request().grammar) matcher.emplace(job->request().grammar);
   }
   std::shared_ptr<Job> job;
   std::vector<int> ctx;  // prompt + generated tokens; the last generated one is not in the KV yet
@@ -136,6 +154,8 @@ struct Scheduler::Entry {
   TokenSampler sampler;
   StreamDecoder dec;
   StopMatcher stop;
+  std::optional<grammar::GrammarMatcher> matcher;  // structured output
+  std::vector<uint32_t> mask_buf;
   Clock::time_point last_token;
 
   const GenRequest& req() const { return job->request(); }
@@ -517,6 +537,9 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
   ++e.n_gen;
   e.sampler.accept(token);
   e.ctx.push_back(token);
+  // Structured output: the token was sampled under the grammar's mask, so it is accepted; the
+  // request is complete when nothing but the end may follow.
+  const bool grammar_done = e.matcher && (!e.matcher->accept_token(token) || e.matcher->is_done());
   const bool eog = !e.req().ignore_eos &&
                    (tok_.is_eog(token) || std::find(opt_.extra_eog.begin(), opt_.extra_eog.end(),
                                                     token) != opt_.extra_eog.end());
@@ -530,7 +553,7 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
       d.n_generated = e.n_gen;
     });
   }
-  if (eog || e.stop.stopped())
+  if (eog || e.stop.stopped() || grammar_done)
     finish(e, "stop");
   else if (e.n_gen >= e.max_gen)
     finish(e, "length");
@@ -597,6 +620,7 @@ void Scheduler::run_step() {
     s.sample = e->n_done + n == static_cast<int>(e->ctx.size()) && e->n_gen < e->max_gen;
     s.params = e->sampler.params();
     s.u = s.sample ? e->sampler.step_draw() : 0.0f;
+    if (s.sample && e->matcher) s.allowed = mask_words(*e->matcher, n_vocab, e->mask_buf);
     s.history = e->sampler.history();
     if (e->scoring() && e->n_done < e->n_prompt)
       s.logits = 2;
