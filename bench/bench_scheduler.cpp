@@ -2,8 +2,8 @@
 // Prometheus metrics) over a backend whose step costs nothing, driven by C client threads that
 // each submit requests (~100 prompt tokens, 128 generated, ignore_eos, greedy) and drain their
 // Job as an HTTP handler does. What it prints is the time the scheduler thread spends per step
-// and per generated token outside the backend: on the GPU that time is a bubble between steps
-// (a C = 64 decode step of SmolLM2-135M takes ~1.2 ms on an H200).
+// and per generated token outside the backend: on the GPU that time is a bubble between steps,
+// and a small model's decode step is short enough for it to matter.
 //
 //   build/bench_scheduler [--clients 1,8,64,256] [--requests 4] [--gen 128] [--step-us 1000]
 // --step-us: how long each fake step sleeps (the GPU's share; excluded from the host time).

@@ -80,7 +80,7 @@ struct BackendOptions {
   int n_threads = 0;          // CPU backend: 0 = hardware concurrency
   // CUDA: keep fp16 copies of the layer matrices (two bytes per weight more) so that batches of
   // many tokens run on cuBLASLt's tensor-core GEMMs (cuda/dense_gemm.h); false: every batch on the
-  // quantized GEMM (less memory, slower prompts and served steps from ~0.5B parameters on).
+  // quantized GEMM (less memory; slower prompts and served steps, more so for larger models).
   bool f16_weights = true;
   // Rows from which prompt chunks take the dense GEMMs: 0 = measured at start-up
   // (cuda::measure_dense_rows); n > 0 forces n (tests).

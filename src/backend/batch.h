@@ -24,12 +24,9 @@
 namespace smolrt {
 
 // Default step budgets. CPU: a step's time grows with its tokens, and every running stream waits
-// for it. CUDA: a step's fixed cost (~0.8 ms of kernel chain for SmolLM-135M) is shared by more
-// prompt tokens in bigger steps (bench-batch prefill on an H200: 222k tok/s in 512-token steps,
-// 300k in 2,048). Served (H200, synth SmolLM-135M Q4_0, runs z58/z59, medians of 5, generated
-// tok/s at 64 / 256 clients): 512 47.1k / 84.1k, 768 48.1k / 89.8k, 1,024 47.6k / 89.0k, 1,536
-// 48.1k / 91.4k, 2,048 47.8k / 90.8k; time to first token p50 at 64 clients 5.2, 6.2, 7.8, 10.2,
-// 12.6 ms. 768 takes most of the gain for the least first-token latency.
+// for it. CUDA: a step's fixed cost (its kernel chain) is shared by more prompt tokens in bigger
+// steps, while every stream's next token waits for the whole step; 768 tokens gets most of the
+// served throughput of larger budgets at a smaller time to first token.
 constexpr int kCpuStepTokens = 512;
 constexpr int kCudaStepTokens = 768;
 

@@ -12,7 +12,7 @@
 // query held there too (the 16 x 256 output alone is 128 per lane), so the query tile sits in
 // shared memory (fp16, read per 16-wide chunk with ldmatrix), key tiles are 32 wide and there is
 // one key group; an fp32 cache streams through a shared fp32 staging tile with cp.async (the next
-// tile in flight during this one's math; a second staging tile measured no faster) and is
+// tile in flight during this one's math; a second staging tile would gain nothing) and is
 // converted to the fp16 tile there (register prefetch of a 32 x 256 fp32 tile would not fit).
 // Sliding windows mask keys at or below pos - window and skip the tiles wholly before them.
 #include <cuda_fp16.h>
@@ -424,7 +424,8 @@ void launch_tc(const AttentionPrefillArgs& a, const Launch& s) {
   if constexpr (HD > 64) {
     // Wide heads: 32-key tiles, one key group (a block's shared memory fills most of an SM), so
     // the keys split over up to kAttnPrefillSplits blocks when the query tiles alone would leave
-    // SMs idle (gemma3 pp512: 32 blocks without; latency-bound, 1 warp per scheduler).
+    // SMs idle (a 512-token gemma3 prompt makes 32 blocks without: latency-bound, 1 warp per
+    // scheduler).
     const int blocks = (a.n_tokens + kBQ - 1) / kBQ * a.n_heads;
     const int keys =
         a.window > 0 ? std::min(a.start + a.n_tokens, a.window + kBQ + 32) : a.start + a.n_tokens;

@@ -26,12 +26,11 @@ namespace smolrt::cuda {
 namespace {
 
 constexpr int kChunk = 64;  // weight columns per chunk: two 32-column units, 16 weights per thread
-// Chunks of weights per warp held in registers per round: fp16 input (a warp walks every chunk)
-// 4; fp32 input 4 for 16- and 32-token tiles (H100, z29: 64 sequences 1.117 -> 1.090 ms per
-// step, pp128 123.5k -> 132.6k tok/s, against 2), 2 for 8-token tiles (4 there took 64 -> 93
-// registers, one block per SM: z30, pp32 47.4k -> 45.0k). Formats whose 16 raw weights take more
-// than 4 registers (Q4_0 takes 3) hold half as many, or 1 with fp32 input (2 spilled 72-416
-// bytes there).
+// Chunks of weights per warp held in registers per round (more chunks in flight hide more
+// memory latency, as far as the registers allow): fp16 input (a warp walks every chunk) 4; fp32
+// input 4 for 16- and 32-token tiles, 2 for 8-token tiles (4 there would need enough registers
+// to leave one block per SM). Formats whose 16 raw weights take more than 4 registers (Q4_0
+// takes 3) hold half as many, or 1 with fp32 input (2 would spill).
 template <GgmlType T, bool H, int NT>
 constexpr int kRing = sizeof(typename QFormat<T>::Raw16) <= 16 ? (H || NT > 1 ? 4 : 2)
                                                                : (H ? 2 : 1);
@@ -238,12 +237,9 @@ struct Layout {
 
 // Block: MW x KW warps (MW = p.mw, KW = blockDim.x / 32 / MW, chosen at launch).
 // Blocks per SM each instantiation is compiled for (__launch_bounds__ minimum; 0 = ptxas's
-// choice). ptxas's own choice gave the 8-token QkvRope kernel 64 registers and a spill; allowing
-// it one block per SM (94 registers; its grid fits one wave) and pinning the 8-token residual
-// kernel at two (64) measured on an H200 (bench_prefill, whole 30-layer prefill): 32 tokens
-// 0.672 -> 0.637 ms, 128 tokens 1.000 -> 0.99. One block per SM for every kernel instead made
-// 32 tokens 0.787 ms (gate_up and down need two blocks per SM), two for every kernel made 128
-// tokens 1.14 ms (the 32-token tiles spill at 64 registers).
+// choice). The QkvRope kernels get one block per SM (their grids fit one wave; ptxas's own
+// choice spills the 8-token one), the 8-token residual kernel two; the others keep ptxas's
+// choice, since gate_up and down need two blocks per SM and the 32-token tiles spill at two.
 template <GemmEpilogue E, int NT, bool H>
 constexpr int gemm_min_blocks() {
   if (E == GemmEpilogue::QkvRope) return 1;
@@ -575,10 +571,8 @@ void launch(Params p, int mtiles, int mw, int kw, int z, const Launch& s) {
 // fp16 input: the same shapes below kGemmF16MinTokens (copied, not converted); from there on
 // 4 row tiles side by side, 64 tokens per block, so each weight chunk feeds 8 mma per
 // dequantization, and kLargeChunksInFlight / kRing warps along K (their tiles summed in shared
-// memory, one block per SM had only 4 warps for long K ranges). Measured on an
-// H100 (z21, pp512 tok/s, one warp along K -> 2 -> 4): synth gemma3-270m q4_k_m 166.5k -> 171.7k
-// -> 186.9k, qwen2.5-0.5b q4_k_m 52.2k -> 62.1k -> 66.0k, SmolLM-135M q4_k_m 178.7k -> 187.0k ->
-// 200.3k, SmolLM-135M Q4_0 (ring 4) 236.6k -> 237.1k -> 228.5k: eight chunks per tile in flight.
+// memory), so that each tile has eight weight chunks in flight across its warps, more than one
+// warp along K could hold in registers.
 constexpr int kLargeChunksInFlight = 8;
 
 // Residual GEMMs also split K across blocks (at most kMaxKw warps along K, more blocks to fill the
@@ -586,8 +580,8 @@ constexpr int kLargeChunksInFlight = 8;
 // summed by one block in a fixed order and results are bit-identical from run to run.
 constexpr int kMaxKw = 12;
 
-// Warps per block at most (fp32/small-batch shapes): 16 measured best (H200, 32-token prefill:
-// 8 warps 0.708 ms, 12 warps 0.647, 4 warps 0.775, 16 warps 0.645).
+// Warps per block at most (fp32/small-batch shapes): 16, the fastest of the block sizes tried
+// on small prompts.
 constexpr int kMaxWarps = 16;
 // Staging budget of the small-batch tiles (bytes of fp16 activations in flight per wave).
 constexpr double kStageBudget = 4096.0 * 1024.0;
@@ -595,9 +589,8 @@ constexpr double kStageBudget = 4096.0 * 1024.0;
 template <GgmlType T, GemmEpilogue E, bool H, GgmlType TV = T>
 void dispatch_small(const Params& p, int mtiles, bool split, const Launch& s) {
   const int t = p.a.t;
-  // One 8-token tile per block up to 32 tokens (more blocks, less staging per SM: measured on an
-  // H200, whole 30-layer prefill at 32 tokens 0.640 ms vs 0.651 with 16-token and 0.707 with
-  // 32-token tiles), 32-token tiles beyond.
+  // One 8-token tile per block up to 32 tokens (more blocks, less staging per SM), 32-token
+  // tiles beyond.
   int nt = t <= 32 ? 1 : 4;
   const int gy = (t + 8 * nt - 1) / (8 * nt);
   const double tile_bytes = 8.0 * nt * p.k * (H ? 2 : 4);  // a block's staging, all K splits
@@ -654,8 +647,8 @@ void dispatch(const Params& p, GgmlType type, int mtiles, const Launch& s) {
 // act_to_f16: one block of kActThreads per row. NV > 0: the row's float4s (and the norm weight's)
 // are loaded into registers at once, NV per thread, covering ldh; one memory round trip and one
 // block reduction, then the stores. NV = 0 (rows wider than kActMaxNV float4s per thread): rolled
-// loops. One warp per row with rolled loops (the first version) took ~7 us per launch at 512
-// tokens of 576 columns on an H100: 64 blocks, a memory round trip per loop trip.
+// loops. A block per row (not a warp) fills the SMs, and loading the row at once costs one
+// memory round trip instead of one per loop trip.
 constexpr int kActThreads = 128, kActMaxNV = 8;
 
 template <int NV, bool kFrag>

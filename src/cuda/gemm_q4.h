@@ -100,9 +100,9 @@ enum class F16Order { kFragment, kRowMajor };
 void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
                 uint16_t* out, int ldh, const Launch& stream, F16Order order = F16Order::kFragment);
 
-// Batches of at least this many tokens should use the fp16 path (act_to_f16 + xh): measured
-// crossover (H200, whole prefill: fp32 path faster up to 256 tokens, 1.44 vs 1.65 ms at 256;
-// equal at 512).
+// Batches of at least this many tokens should use the fp16 path (act_to_f16 + xh): below it the
+// fp32 path (norm and conversion fused into the GEMM's staging) is faster, from here the one
+// conversion per chunk pays off.
 constexpr int kGemmF16MinTokens = 512;
 // The prefill's down GEMM reads silu(gate)*up as fp16 from this many tokens on (below: fp32 input,
 // converted in the GEMM's staging).

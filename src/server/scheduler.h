@@ -5,9 +5,9 @@
 //      prompts arrive;
 //   3. the results are turned into text (StreamDecoder + StopMatcher per request) and logprobs,
 //      and handed to each request's Job. Waking the readers (a futex syscall per blocked reader,
-//      ~3-5 us each, or the HTTP layer's news callback) is the scheduler thread's largest cost
-//      per token (bench/bench_scheduler.cpp), so a notifier thread does it while the next step
-//      runs on the GPU.
+//      or the HTTP layer's news callback) is the scheduler thread's largest cost per token
+//      (bench/bench_scheduler.cpp), so a notifier thread does it while the next step runs on
+//      the GPU.
 // Admission: the oldest waiting request gets a sequence when a slot is free and the KV pool has
 // pages for its tokens plus `headroom_tokens` beyond what admitted prompts still need. When a
 // decoding sequence cannot grow (pool full), the youngest running request is preempted: its

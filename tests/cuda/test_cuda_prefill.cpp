@@ -74,9 +74,10 @@ double rel_l2(const float* g, const float* r, size_t n) {
 }
 
 // Logits bound (relative L2 per row): the batched GEMMs run on tensor cores with fp16 operands
-// (~6e-4 relative per GEMM, bench/results/prefill_notes.md and test_prefill_forward.cpp measure
-// well under 1e-2 on 2 layers with an fp16 cache); here the cache is fp32 (the decode one) but
-// 30 layers compound, so the prefill kernels' own stated bound, 2e-2, is kept.
+// (~6e-4 relative per GEMM, in the prefill notes kept in git history: `git log -- bench/results`;
+// test_prefill_forward.cpp measures well under 1e-2 on 2 layers with an fp16 cache); here the
+// cache is fp32 (the decode one) but 30 layers compound, so the prefill kernels' own stated
+// bound, 2e-2, is kept.
 constexpr double kBound = 2e-2;
 
 struct RowStats {

@@ -340,8 +340,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
   cuda::embed_batch(dw_.token_embd, d_st(kTok, nb), nb, ws_.x, c_.dim, k, c_.embed_scale);
   if (nb == 1) {
     // One row: the decode step's kernels, GEMVs and the split decode attention over the row's
-    // block table (built for latency: H200, synth SmolLM-135M, a step of one sequence took 0.74
-    // ms on the GEMM path, 0.56 ms with GEMVs + attention_paged).
+    // block table, built for latency and faster for a lone sequence than the GEMM path.
     const float eps = c_.norm_eps;
     // The residual stream: row 0 of ws_.x, row 1 its second buffer (decode_layer.h).
     cuda::DecodeResidual res(c_, ws_.x, ws_.x + c_.dim, ws_.tmp, /*fuse=*/true);

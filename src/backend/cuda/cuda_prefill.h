@@ -28,9 +28,8 @@ namespace smolrt::cuda {
 struct PrefillLastOut {
   float* logits = nullptr;  // device [vocab]
   // Pinned host [vocab], or nullptr: the lm_head kernel then stores its rows straight into this
-  // buffer (mapped into the device's address space) instead of out.logits, so no copy trails it
-  // (measured on H200, `smolrt bench` pp32 medians of three runs each: 50,248 / 50,920 / 50,961 vs
-  // 50,071 / 50,540 / 50,324 tok/s with device buffer + copy); out.logits is not written.
+  // buffer (mapped into the device's address space) instead of out.logits, so no device-to-host
+  // copy trails the prompt; out.logits is not written.
   float* host_logits = nullptr;
 };
 

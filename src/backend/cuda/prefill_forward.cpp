@@ -194,8 +194,8 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   // Large chunks: GEMM inputs go through act_to_f16 once (fp16, fragment order, norm applied) and
   // the GEMMs stage them as they are; small ones fuse the norm and the conversion into the GEMM.
   const bool h = n >= kGemmF16MinTokens;
-  // The down GEMM reads act(gate)*up as fp16 from kDownF16MinTokens on (no conversion, half
-  // the staging bytes). H200, `smolrt bench`: pp128 124,202 vs 112,631 tok/s.
+  // The down GEMM reads act(gate)*up as fp16 from kDownF16MinTokens on: no conversion in the
+  // GEMM and half the staging bytes, so those chunks run faster.
   const bool down_f16 = h || n >= kDownF16MinTokens;
   const bool fused = qkv_fused(c);
   const int ldh = ws.ldh();

@@ -117,9 +117,8 @@ class PrefillWorkspace {
 // timed as CUDA graphs at 2, 8, 32, 128 and 512 rows (those <= max_rows and <= w.n_ctx); the
 // smallest probe from which the dense path wins at every larger probe, or INT_MAX. The crossover
 // depends on the format (how fast gemm_q4 decodes it) and the widths (how well the tensor cores
-// fill). w needs its dense
-// copies; ws room for max_rows rows with the dense buffers. Writes KV rows [0, probe) of the
-// layers' caches (free at start-up) and clobbers ws. Synchronizes s.
+// fill). w needs its dense copies; ws room for max_rows rows with the dense buffers. Writes KV
+// rows [0, probe) of the layers' caches (free at start-up) and clobbers ws. Synchronizes s.
 int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_rows,
                        const Launch& stream);
 
