@@ -1,5 +1,5 @@
-// bench_chain: cost of one link in a chain of small dependent kernels (the decode step is 153 of
-// them), for several ways of ordering them:
+// bench_chain: cost of one link in a chain of small dependent kernels (a decode step is such a
+// chain), for several ways of ordering them:
 //   pdl     - Programmatic Dependent Launch: each kernel waits in griddepcontrol.wait for its
 //             predecessor's completion, then lets its successor launch (what smolrt does);
 //   flag    - PDL launch, successor triggered at once, but the wait is a per-kernel arrival
@@ -11,10 +11,10 @@
 // share of the next one: out = mean(in) + 1, so after N links every element is N exactly and a
 // stale read shows as a wrong checksum.
 //
-// H200, 150 links of 132 blocks x 128 threads, n = 1056 (2026-11-21): pdl 1.36 us per link,
-// plain 1.63, flag2 1.67, persist 1.67, flag 4.06 (every later kernel launches at once and
-// spins). Hardware PDL is the cheapest dependency: a persistent decode kernel with software
-// barriers would not beat the kernel chain.
+// It backs a design choice: hardware PDL is the cheapest dependency of these, so a persistent
+// decode kernel with software barriers would not beat the kernel chain (flag is the slowest:
+// every later kernel launches at once and spins). The measured numbers are in this file's git
+// history.
 //
 //   bench_chain [--kernels N] [--blocks G] [--threads T] [--n LEN] [--reps R]
 #include <cuda_runtime.h>

@@ -20,7 +20,7 @@
 #include "core/cuda_check.h"
 #include "cuda/attention_prefill.h"
 #include "cuda/gemm_q4.h"
-#include "cuda/prefill_model.h"
+#include "backend/cuda/prefill_model.h"
 #include "event_timing.h"
 
 using namespace smolrt;

@@ -3,11 +3,12 @@
 
 For each concurrency level C (default 1,8,64,256) it sends max(4*C, 16) streaming
 /v1/completions requests from C clients (threads spread over up to 8 processes), after one
-unrecorded warm-up round: ~100-token prompts (the text differs per
-request), 128 generated tokens each (ignore_eos, temperature 0). It measures the time to the
-first streamed token and the whole request time, and prints and appends one JSON line per level
-to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
-generated tok/s, TTFT p50/p99, request time p50/p99 (seconds).
+unrecorded warm-up round: ~100-word text prompts (the text differs per request; ~100 tokens on
+the SmolLM2 vocabulary), or with --prompt-ids N prompts of exactly N token ids (the same length
+on every vocabulary), 128 generated tokens each (ignore_eos, temperature 0). It measures the time
+to the first streamed token and the whole request time, and prints and appends one JSON line per
+level to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
+generated and prompt tok/s, TTFT p50/p99, request time p50/p99 (seconds).
 
     build/smolrt serve --parallel 64 &
     python3 scripts/bench_serve.py --port 8080 --out bench/results/serve.jsonl
@@ -39,8 +40,14 @@ def percentile(xs, p):
     return xs[k]
 
 
-def one_request(host, port, model, i, gen_tokens, headers):
-    body = {"prompt": prompt_text(i), "max_tokens": gen_tokens, "temperature": 0,
+def prompt_ids(i, n):
+    # n ids in [100, 1100), different for every request (in every vocabulary of the presets).
+    return [100 + (i * 7919 + k * (i % 13 + 5)) % 1000 for k in range(n)]
+
+
+def one_request(host, port, model, i, gen_tokens, headers, n_ids=0):
+    prompt = prompt_ids(i, n_ids) if n_ids > 0 else prompt_text(i)
+    body = {"prompt": prompt, "max_tokens": gen_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     if model:
         body["model"] = model
@@ -52,7 +59,7 @@ def one_request(host, port, model, i, gen_tokens, headers):
     if r.status != 200:
         raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
     ttft = None
-    generated = 0
+    generated = prompt_tokens = 0
     for raw in r:
         # Only the events that matter are parsed (the first text, the usage): at hundreds of
         # thousands of events a second the client must not be what is measured.
@@ -64,8 +71,10 @@ def one_request(host, port, model, i, gen_tokens, headers):
             ev = json.loads(raw[6:])
             if ev.get("usage"):
                 generated = ev["usage"]["completion_tokens"]
+                prompt_tokens = ev["usage"]["prompt_tokens"]
     c.close()
-    return ttft if ttft is not None else time.perf_counter() - t0, time.perf_counter() - t0, generated
+    t = time.perf_counter() - t0
+    return ttft if ttft is not None else t, t, generated, prompt_tokens
 
 
 def client_process(a, ids, conc, headers, q):
@@ -81,7 +90,7 @@ def client_process(a, ids, conc, headers, q):
                     return
                 i = todo.pop(0)
             try:
-                res = one_request(a.host, a.port, a.model, i, a.gen_tokens, headers)
+                res = one_request(a.host, a.port, a.model, i, a.gen_tokens, headers, a.prompt_ids)
                 with lock:
                     results.append(res)
             except Exception as e:  # noqa: BLE001 (counted and reported)
@@ -122,6 +131,7 @@ def run_level(a, conc, info, headers):
     ttfts = [r[0] for r in results]
     times = [r[1] for r in results]
     gen = sum(r[2] for r in results)
+    prompt = sum(r[3] for r in results)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": info.get("device"), "backend": info.get("backend"),
@@ -131,6 +141,8 @@ def run_level(a, conc, info, headers):
         "concurrency": conc, "requests": n, "errors": len(errors),
         "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
         "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,
+        "prompt_tokens_per_request": round(prompt / max(len(results), 1), 1),
+        "prompt_tok_s": round(prompt / wall, 1) if wall > 0 else None,
         "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
         "request_p50_s": percentile(times, 50), "request_p99_s": percentile(times, 99),
         "first_error": errors[0] if errors else None,
@@ -145,6 +157,8 @@ def main():
     ap.add_argument("--api-key", default="")
     ap.add_argument("--concurrency", default="1,8,64,256", help="comma-separated levels")
     ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--prompt-ids", type=int, default=0,
+                    help="prompts of exactly this many token ids (default: ~100-word text)")
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--requests-per-client", type=int, default=4,
                     help="requests each client sends back to back (the level sends max(this*C, "
@@ -157,7 +171,7 @@ def main():
     a = ap.parse_args()
     headers = {"Authorization": f"Bearer {a.api_key}"} if a.api_key else {}
     c = http.client.HTTPConnection(a.host, a.port, timeout=30)
-    c.request("GET", "/health")
+    c.request("GET", "/health", headers=headers)  # with --api-key, details need the key
     r = c.getresponse()
     if r.status != 200:
         sys.exit(f"bench_serve: GET /health answered {r.status}; is `smolrt serve` running?")

@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ make git unzip python3-pip
       libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev libedit-dev
-      libcpp-httplib-dev prometheus-cpp-dev
+      libboost-dev prometheus-cpp-dev
       clang libclang-rt-14-dev clang-format)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -14,10 +14,17 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export SMOLRT_FIXTURES="$DIR/fixtures"
 export LD_LIBRARY_PATH="$DIR:${LD_LIBRARY_PATH:-}"  # libprometheus-cpp-core, staged beside smolrt
+# cuBLASLt (the dense GEMMs) is the GPU machine's own CUDA library: found through ldconfig, else
+# wherever its CUDA toolkit or Python wheel keeps it.
+if ldd "$DIR/smolrt" 2>/dev/null | grep -q "libcublasLt.*not found"; then
+  lt=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
+  [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt"):$LD_LIBRARY_PATH"
+fi
 SUMMARY=()
-# PARTS: which sections run (default all): tests formats sanitizers bench batch serve big arch real. A call that
+# PARTS: which sections run (default all): tests formats sanitizers bench batch serve big arch dense
+# real. A call that
 # carries the real model's parts runs "real" alone, so each call fits the device tool's 10 minutes.
-PARTS=${PARTS:-tests formats sanitizers bench batch serve big arch real}
+PARTS=${PARTS:-tests formats sanitizers bench batch serve big arch dense real}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 
 # step NAME TIMEOUT CMD...: runs CMD with a time limit, records rc and seconds.
@@ -198,6 +205,36 @@ if want arch; then
     done < "$DIR/fixtures/gemma_prompts.txt"
     want serve && step gemma_serve 300 bash -c 'serve_bench "$@"' _ "$SMOLRT_GEMMA" \
       "${SERVE_LEVELS:-1,8,64,256}" --parallel 256 --ctx 2048
+  fi
+fi
+
+# The dense fp16 path (cuBLASLt on fp16 weight copies) against the quantized GEMM at 0.5B-1.7B
+# (synth q4_k_m, made here in parallel) and the 135M shape: bench-gemm's crossover and per-GEMM
+# TFLOPS, `smolrt bench` prefill with and without --no-f16-weights, bench-batch on the 1B shape.
+if want dense; then
+  DENSE_PRESETS=${DENSE_PRESETS:-qwen2.5-0.5b llama-3.2-1b smollm2-1.7b}
+  for preset in $DENSE_PRESETS; do
+    "$DIR/smolrt" synth --preset "$preset" --type q4_k_m -o "/tmp/synth-$preset-q4_k_m.gguf" \
+      > "/tmp/synth-$preset.log" 2>&1 &
+  done
+  wait
+  models=("$SYNTH")
+  for preset in $DENSE_PRESETS; do models+=("/tmp/synth-$preset-q4_k_m.gguf"); done
+  for m in "${models[@]}"; do
+    [ -f "$m" ] || continue
+    b=$(basename "$m" .gguf)
+    step "gemm_$b" 120 "$DIR/smolrt" bench-gemm -m "$m" --reps 10 --json "$OUT/bench.jsonl"
+    for f16 in "" --no-f16-weights; do
+      step "pp_$b$f16" 120 bash -c "set -o pipefail; \"$DIR/smolrt\" bench -m \"$m\" --backend cuda \
+        --prompt-lengths 32,128,512 --gen-length 32 --iterations 3 $f16 --json | tee -a \"$OUT/bench.jsonl\""
+    done
+  done
+  L1B=/tmp/synth-llama-3.2-1b-q4_k_m.gguf
+  if [ -f "$L1B" ]; then
+    for f16 in "" --no-f16-weights; do
+      step "batch_l1b$f16" 200 "$DIR/smolrt" bench-batch -m "$L1B" --backend cuda \
+        --sizes "${BATCH_SIZES:-1,64,256}" $f16 --json "$OUT/bench.jsonl"
+    done
   fi
 fi
 

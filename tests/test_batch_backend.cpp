@@ -35,6 +35,16 @@ void expect_error(const std::function<void()>& f, const std::string& what) {
 // --- KvPages
 // --------------------------------------------------------------------------------------
 
+// Grows seq by n tokens (ids counting on from its position: distinct contents); returns the
+// copy-on-write pages the step would copy first.
+std::vector<PageCopy> grow(KvPages& kv, int seq, int n, int salt = 0) {
+  std::vector<int> t(n);
+  for (int i = 0; i < n; ++i) t[i] = 1000 * salt + kv.position(seq) + i;
+  std::vector<PageCopy> copies;
+  kv.grow(seq, t, copies);
+  return copies;
+}
+
 TEST(KvPages, AddRemoveReusesTheLowestId) {
   KvPages kv(8, 4, 3, 32);
   EXPECT_EQ(kv.add(), 0);
@@ -61,14 +71,14 @@ TEST(KvPages, GrowTakesPagesAndRemoveReturnsThem) {
   EXPECT_EQ(kv.pages_needed(a, 5), 2);
   EXPECT_EQ(kv.pages_needed(a, INT32_MAX), INT32_MAX / 4 + 1);  // no overflow
   EXPECT_EQ(kv.pages_needed(a, -3), 0);
-  kv.grow(a, 3);
+  grow(kv, a, 3);
   EXPECT_EQ(kv.position(a), 3);
   EXPECT_EQ(kv.pages_free(), 7);
   EXPECT_EQ(kv.pages_needed(a, 1), 0);  // the last page has room
   EXPECT_EQ(kv.pages_needed(a, 2), 1);
-  kv.grow(a, 1);
+  grow(kv, a, 1);
   EXPECT_EQ(kv.pages_free(), 7);
-  kv.grow(b, 9);
+  grow(kv, b, 9);
   EXPECT_EQ(kv.pages_free(), 4);
   EXPECT_EQ(kv.block_table(b).size(), 3u);
   kv.remove(b);
@@ -80,24 +90,23 @@ TEST(KvPages, GrowTakesPagesAndRemoveReturnsThem) {
 TEST(KvPages, FailedGrowChangesNothing) {
   KvPages kv(4, 4, 2, 12);
   const int a = kv.add(), b = kv.add();
-  kv.grow(a, 5);
-  kv.grow(b, 5);
+  grow(kv, a, 5);
+  grow(kv, b, 5);
   const std::vector<int> ta(kv.block_table(a).begin(), kv.block_table(a).end());
-  expect_error([&] { kv.grow(a, 4); }, "free pages");  // needs 2 pages, 0 left
-  expect_error([&] { kv.grow(b, 8); }, "past its context");
-  expect_error([&] { kv.grow(b, -1); }, "cannot grow");
+  expect_error([&] { grow(kv, a, 4); }, "free pages");  // needs 2 pages, 0 left
+  expect_error([&] { grow(kv, b, 8); }, "past its context");
   EXPECT_EQ(kv.position(a), 5);
   EXPECT_EQ(kv.position(b), 5);
   EXPECT_EQ(kv.pages_free(), 0);
   EXPECT_EQ(std::vector<int>(kv.block_table(a).begin(), kv.block_table(a).end()), ta);
-  kv.grow(a, 3);  // fits in its last page
+  grow(kv, a, 3);  // fits in its last page
   EXPECT_EQ(kv.position(a), 8);
 }
 
 TEST(KvPages, TruncateReturnsPagesPastThePosition) {
   KvPages kv(8, 4, 1, 32);
   const int a = kv.add();
-  kv.grow(a, 13);  // 4 pages
+  grow(kv, a, 13);  // 4 pages
   EXPECT_EQ(kv.pages_free(), 4);
   kv.truncate(a, 9);  // keeps 3
   EXPECT_EQ(kv.position(a), 9);
@@ -114,9 +123,9 @@ TEST(KvPages, TruncateReturnsPagesPastThePosition) {
 TEST(KvPages, SlotFollowsTheBlockTable) {
   KvPages kv(6, 4, 2, 24);
   const int a = kv.add(), b = kv.add();
-  kv.grow(a, 4);  // page 0
-  kv.grow(b, 4);  // page 1
-  kv.grow(a, 4);  // page 2
+  grow(kv, a, 4);  // page 0
+  grow(kv, b, 4);  // page 1
+  grow(kv, a, 4);  // page 2
   EXPECT_EQ(kv.slot(a, 0), 0);
   EXPECT_EQ(kv.slot(a, 3), 3);
   EXPECT_EQ(kv.slot(b, 2), 6);
@@ -124,12 +133,115 @@ TEST(KvPages, SlotFollowsTheBlockTable) {
   expect_error([&] { kv.slot(a, 8); }, "has no position");
   // A freed page is reused by the next grow.
   kv.remove(b);
-  kv.grow(a, 1);
+  grow(kv, a, 1);
   EXPECT_EQ(kv.slot(a, 8), 4);
   for (int p = 0; p < kv.position(a); ++p) {
     const auto t = kv.block_table(a);
     EXPECT_EQ(kv.slot(a, p), t[p / 4] * 4 + p % 4);
   }
+}
+
+// --- prefix cache, copy-on-write, fork ----------------------------------------------------------
+
+std::vector<int> block(const KvPages& kv, int seq) {
+  return std::vector<int>(kv.block_table(seq).begin(), kv.block_table(seq).end());
+}
+
+TEST(KvPages, PublishedPagesAreMatchedByLaterPrompts) {
+  KvPages kv(16, 4, 4, 64);
+  const std::vector<int> p = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};  // 2 full pages + 2 tokens
+  std::vector<PageCopy> copies;
+  const int a = kv.add();
+  kv.grow(a, p, copies);
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(kv.stats().cached_pages, 0);  // nothing before the step wrote them
+  kv.publish(a);
+  EXPECT_EQ(kv.stats().cached_pages, 2);
+  const std::vector<int> ta = block(kv, a);
+  kv.remove(a);
+  EXPECT_EQ(kv.pages_free(), 16);  // cached pages nobody holds count as free
+  const int b = kv.add();
+  EXPECT_EQ(kv.match_prefix(b, p), 8);  // at most 9 tokens: two whole pages
+  EXPECT_EQ(kv.position(b), 8);
+  EXPECT_EQ(block(kv, b), std::vector<int>(ta.begin(), ta.begin() + 2));
+  EXPECT_EQ(kv.pages_free(), 14);
+  const int c = kv.add();  // an 8-token prompt keeps its last token to compute: one page
+  EXPECT_EQ(kv.match_prefix(c, std::span<const int>(p).first(8)), 4);
+  const int d = kv.add();  // another first page: the chain breaks at once
+  std::vector<int> q = p;
+  q[0] = 99;
+  EXPECT_EQ(kv.match_prefix(d, q), 0);
+  const int e = kv.add();  // the second page alone does not match without the first
+  EXPECT_EQ(kv.match_prefix(e, std::span<const int>(p).subspan(4)), 0);
+  const PrefixStats st = kv.stats();
+  EXPECT_EQ(st.cached_tokens, 12);
+  EXPECT_EQ(st.queried_tokens, 10 + 8 + 10 + 6);
+  expect_error([&] { kv.match_prefix(b, p); }, "is not empty");
+}
+
+TEST(KvPages, SharedPagesAreCopiedBeforeAWrite) {
+  KvPages kv(16, 4, 4, 64);
+  std::vector<PageCopy> copies;
+  const std::vector<int> p = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const int a = kv.add();
+  kv.grow(a, p, copies);
+  kv.publish(a);
+  const int b = kv.add();
+  ASSERT_EQ(kv.match_prefix(b, p), 8);
+  // b writes on past the shared pages: a page of its own, no copy.
+  EXPECT_EQ(kv.pages_needed(b, 2), 1);
+  EXPECT_TRUE(grow(kv, b, 2).empty());
+  // Rolled back into a shared page, b's next write copies that page first.
+  kv.truncate(b, 6);
+  EXPECT_EQ(kv.pages_needed(b, 1), 1);
+  const int shared = block(kv, b)[1];
+  const std::vector<PageCopy> c1 = grow(kv, b, 1);
+  ASSERT_EQ(c1.size(), 1u);
+  EXPECT_EQ(c1[0].src, shared);
+  EXPECT_EQ(block(kv, b)[1], c1[0].dst);
+  EXPECT_EQ(block(kv, a)[1], shared);  // a keeps the original
+  // A fork shares even the partial last page: the first of the two to write into it copies it.
+  const int f = kv.fork(a);
+  EXPECT_EQ(kv.position(f), 10);
+  EXPECT_EQ(block(kv, f), block(kv, a));
+  const std::vector<PageCopy> c2 = grow(kv, f, 1);
+  ASSERT_EQ(c2.size(), 1u);
+  EXPECT_EQ(c2[0].src, block(kv, a)[2]);
+  EXPECT_TRUE(grow(kv, a, 1).empty());  // a alone holds its last page now
+  kv.remove(a), kv.remove(b), kv.remove(f);
+  EXPECT_EQ(kv.pages_free(), 16);
+}
+
+TEST(KvPages, TheCacheGivesWayLeastRecentlyUsedFirst) {
+  KvPages kv(4, 4, 2, 64);
+  std::vector<PageCopy> copies;
+  const std::vector<int> p = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  const int a = kv.add();
+  kv.grow(a, p, copies);
+  kv.publish(a);
+  kv.remove(a);  // 4 cached pages, none held: the last page is released first, evicted first
+  EXPECT_EQ(kv.stats().cached_pages, 4);
+  const int b = kv.add();
+  grow(kv, b, 8, 7);  // other tokens: takes 2 pages, evicting the chain's tail
+  EXPECT_EQ(kv.stats().evicted_pages, 2);
+  EXPECT_EQ(kv.stats().cached_pages, 2);
+  kv.remove(b);
+  const int c = kv.add();
+  EXPECT_EQ(kv.match_prefix(c, p), 8);  // the chain's head survived
+  expect_error([&] { grow(kv, c, 20); }, "free pages");
+}
+
+TEST(KvPages, PrefixCacheOffMatchesNothing) {
+  KvPages kv(8, 4, 2, 32, /*prefix_cache=*/false);
+  std::vector<PageCopy> copies;
+  const std::vector<int> p = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const int a = kv.add();
+  kv.grow(a, p, copies);
+  kv.publish(a);
+  kv.remove(a);
+  const int b = kv.add();
+  EXPECT_EQ(kv.match_prefix(b, p), 0);
+  EXPECT_EQ(kv.stats().cached_pages, 0);
 }
 
 // --- paged attention
@@ -463,6 +575,103 @@ TEST_P(CpuBatchModel, EveryRowLogitsEqualForwardPromptAll) {
     got.insert(got.end(), r[1].logits.begin(), r[1].logits.end());
   }
   EXPECT_EQ(got, want);
+}
+
+// (f) A prompt whose pages a finished sequence left in the prefix cache: its remaining tokens'
+// logits and its greedy continuation equal computing it all (bit for bit on the CPU).
+TEST_P(CpuBatchModel, PrefixCachedPromptMatchesUncached) {
+  const Model& m = this->m();
+  auto be = make_batch_backend(m, cpu_opts(kind(), 2, 4));
+  const std::vector<int> prompt = some_tokens(23, vocab(), 31);
+  Driven a(*be, prompt, 6, greedy(), 64);
+  step_until_done(*be, {&a});
+  be->free_sequence(a.id);
+  const int b = be->add_sequence();
+  const int hit = be->match_prefix(b, prompt);
+  EXPECT_EQ(hit, 20);
+  EXPECT_EQ(be->prefix_stats().cached_tokens, 20);
+  std::vector<int> toks;
+  SeqStep s;
+  s.seq = b, s.tokens = std::span<const int>(prompt).subspan(hit), s.params = greedy(),
+  s.logits = 1;
+  std::vector<SeqResult> r = be->step(std::vector<SeqStep>{s});
+  EXPECT_EQ(r[0].logits, a.trace.logits[0]);
+  toks.push_back(r[0].token);
+  for (int i = 1; i < 6; ++i) {
+    s.tokens = std::span<const int>(&toks.back(), 1);
+    r = be->step(std::vector<SeqStep>{s});
+    EXPECT_EQ(r[0].logits, a.trace.logits[i]) << "token " << i;
+    toks.push_back(r[0].token);
+  }
+  EXPECT_EQ(toks, a.trace.tokens);
+}
+
+// (g) n > 1: a prompt prefilled once, forked; each fork continues as a sequence of its own would.
+TEST_P(CpuBatchModel, ForkedSequencesMatchFreshOnes) {
+  const Model& m = this->m();
+  auto be = make_batch_backend(m, cpu_opts(kind(), 4, 4));
+  const std::vector<int> prompt = some_tokens(14, vocab(), 41);
+  const int a = be->add_sequence();
+  SeqStep s;
+  s.seq = a, s.tokens = std::span<const int>(prompt).first(13), s.sample = false;
+  be->step(std::vector<SeqStep>{s});
+  const int f = be->fork_sequence(a);
+  EXPECT_EQ(be->position(f), 13);
+  const int x = 5 % vocab(), y = 9 % vocab();
+  std::vector<int> ax = prompt, fy = prompt;
+  ax.push_back(x), fy.push_back(y);
+  SeqStep sa, sf;  // both write into their shared last page: each gets its own copy first
+  sa.seq = a, sa.tokens = std::span<const int>(ax).subspan(13), sa.params = greedy(), sa.logits = 1;
+  sf.seq = f, sf.tokens = std::span<const int>(fy).subspan(13), sf.params = greedy(), sf.logits = 1;
+  const std::vector<SeqResult> r = be->step(std::vector<SeqStep>{sa, sf});
+  auto fresh = [&](const std::vector<int>& t) {
+    auto single = make_cpu_backend(m, BackendOptions{kind(), 0, 2});
+    const std::span<const float> l = single->forward_prompt(t);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  EXPECT_EQ(r[0].logits, fresh(ax));
+  EXPECT_EQ(r[1].logits, fresh(fy));
+}
+
+// (h) An allowed-token mask: the sampled token is the best allowed one; the others' logits are
+// -inf, the allowed ones as without the mask.
+TEST_P(CpuBatchModel, AllowedTokenMaskConstrainsTheSample) {
+  const Model& m = this->m();
+  const int V = vocab();
+  auto be = make_batch_backend(m, cpu_opts(kind(), 2, 16));
+  const std::vector<int> prompt = some_tokens(9, V, 51);
+  std::vector<uint32_t> mask((V + 31) / 32, 0);
+  for (int t = 0; t < V; t += 3) mask[t / 32] |= 1u << (t % 32);
+  std::vector<float> plain;
+  for (bool masked : {false, true}) {
+    const int a = be->add_sequence();
+    SeqStep s;
+    s.seq = a, s.tokens = prompt, s.params = greedy(), s.logits = 1;
+    if (masked) s.allowed = mask;
+    const std::vector<SeqResult> r = be->step(std::vector<SeqStep>{s});
+    be->free_sequence(a);
+    if (!masked) {
+      plain = r[0].logits;
+      continue;
+    }
+    int best = -1;
+    for (int t = 0; t < V; ++t) {
+      if (t % 3 == 0) {
+        EXPECT_EQ(r[0].logits[t], plain[t]);
+        if (best < 0 || plain[t] > plain[best]) best = t;
+      } else {
+        EXPECT_EQ(r[0].logits[t], -INFINITY);
+      }
+    }
+    EXPECT_EQ(r[0].token, best);
+  }
+  SeqStep bad;
+  bad.seq = be->add_sequence(), bad.tokens = prompt, bad.params = greedy();
+  const std::vector<uint32_t> short_mask(1, ~0u);
+  if (V > 32) {
+    bad.allowed = short_mask;
+    expect_error([&] { be->step(std::vector<SeqStep>{bad}); }, "allowed-token mask");
+  }
 }
 
 // rollback then re-feeding gives the same logits as the first time.

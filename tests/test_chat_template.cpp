@@ -108,6 +108,23 @@ TEST(ChatTemplate, RendersLlama3LikeItsTemplate) {
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+// The content ranges cover exactly each message's (trimmed) content, in every format.
+TEST(ChatTemplate, ContentRangesPointAtTheMessages) {
+  const std::vector<ChatMessage> msgs = {
+      {"system", "Be brief."}, {"user", " <|im_end|>x "}, {"assistant", "Hello!"}};
+  for (ChatFormat f : {ChatFormat::kChatML, ChatFormat::kGemma, ChatFormat::kLlama3}) {
+    std::vector<std::pair<size_t, size_t>> content;
+    const std::string text = render_chat(f, msgs, true, &content);
+    EXPECT_EQ(text, render_chat(f, msgs, true));
+    ASSERT_EQ(content.size(), 3u) << static_cast<int>(f);
+    std::vector<std::string> got;
+    for (auto [b, e] : content) got.push_back(text.substr(b, e - b));
+    const std::string user = f == ChatFormat::kChatML ? " <|im_end|>x " : "<|im_end|>x";
+    EXPECT_EQ(got, (std::vector<std::string>{"Be brief.", user, "Hello!"})) << static_cast<int>(f);
+    for (size_t i = 1; i < content.size(); ++i) EXPECT_LE(content[i - 1].second, content[i].first);
+  }
+}
+
 // What ChatSession relies on: a conversation rendered whole equals its first turns (ending with
 // the reply's end marker) + the format's gap + the next user turn with the generation prompt.
 TEST(ChatTemplate, TurnsConcatenateToTheWholeConversation) {

@@ -74,11 +74,21 @@ TEST_F(CliQuant, NotAGgufIsAClearError) {
 TEST_F(CliQuant, StoriesToQ4_0ReportsTheF16Fallback) {
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   const test::Proc r =
-      run_smolrt("quantize '" + path.string() + "' '" + tmp("q.gguf") + "' --type q4_0");
+      run_smolrt("quantize '" + path.string() + "' '" + tmp("q.gguf") + "' --type q4_0 -v");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("blk.0.ffn_down.weight: row length 172"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("quantize: wrote"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("[ 1/48]"), std::string::npos) << r.out;  // progress lines
+  EXPECT_NE(r.out.find("[ 1/48]"), std::string::npos) << r.out;  // progress lines with -v
+  // Without -v: the summary alone, one line for the fallbacks.
+  const test::Proc quiet =
+      run_smolrt("quantize '" + path.string() + "' '" + tmp("q2.gguf") + "' --type q4_0");
+  ASSERT_EQ(quiet.rc, 0) << quiet.out;
+  EXPECT_EQ(quiet.out.find("[ 1/48]"), std::string::npos) << quiet.out;
+  EXPECT_EQ(quiet.out.find("row length 172"), std::string::npos) << quiet.out;
+  EXPECT_NE(quiet.out.find("quantize: 5 tensor(s) kept another type, their row length not a "
+                           "multiple of the target's block: 5 as f16 (-v lists them)"),
+            std::string::npos)
+      << quiet.out;
   auto f = gguf::File::open(tmp("q.gguf"));
   EXPECT_EQ(f->get_uint("general.file_type"), 2u);
   EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q4_0);
@@ -90,7 +100,7 @@ TEST_F(CliQuant, StoriesToQ4_K_MReportsWhatWentWhere) {
   // and 4) Q6_K -> Q8_0, ffn_down (172 columns) to F16; the summary counts the stored types.
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   const test::Proc r =
-      run_smolrt("quantize '" + path.string() + "' '" + tmp("q.gguf") + "' --type Q4_K_M");
+      run_smolrt("quantize '" + path.string() + "' '" + tmp("q.gguf") + "' --type Q4_K_M -v");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("note: blk.0.attn_q.weight: row length 64 is not a multiple of 256, so it "
                        "cannot be stored as q4_k; storing it as q5_0 instead"),
@@ -105,7 +115,10 @@ TEST_F(CliQuant, StoriesToQ4_K_MReportsWhatWentWhere) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("blk.2.attn_v.weight          f32   -> q8_0"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("type q4_k_m, 36 row-length fallback(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("quantize: 36 tensor(s) kept another type, their row length not a multiple "
+                       "of the target's block: 5 as f16, 28 as q5_0, 3 as q8_0\n"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("quantize: stored types: 11 f32, 5 f16, 29 q5_0, 3 q8_0"), std::string::npos)
       << r.out;
   auto f = gguf::File::open(tmp("q.gguf"));

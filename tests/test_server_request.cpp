@@ -153,6 +153,27 @@ TEST(ServerRequest, ChatRendersChatMlWithTheDefaultSystemPrompt) {
   EXPECT_THROW(parse_chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, c), ApiError);
 }
 
+// Special-token text in message content: control tokens by default (as llama.cpp and vLLM),
+// plain text with special_in_content off; the template's own markers stay control tokens.
+TEST(ServerRequest, SpecialTokensInChatContent) {
+  Fixture f;
+  ParseContext c = f.ctx();
+  const json body = {{"messages", {{{"role", "user"}, {"content", "<|im_start|>system"}}}}};
+  const std::string head = "<|im_start|>user\n", tail = "<|im_end|>\n<|im_start|>assistant\n";
+  const GenRequest parsed = parse_chat(body, c);
+  EXPECT_EQ(parsed.prompt, f.tok.encode(head + "<|im_start|>system" + tail, true, -1));
+  c.special_in_content = false;
+  const GenRequest plain = parse_chat(body, c);
+  std::vector<int> want = f.tok.encode(head, true, -1);
+  for (int id : f.tok.encode("<|im_start|>system", false, 0)) want.push_back(id);
+  for (int id : f.tok.encode(tail, true, 0)) want.push_back(id);
+  EXPECT_EQ(plain.prompt, want);
+  EXPECT_GT(plain.prompt.size(), parsed.prompt.size() + 4);
+  // Content without special-token text is tokenized the same either way.
+  const json hi = {{"messages", {{{"role", "user"}, {"content", "hi there"}}}}};
+  EXPECT_EQ(parse_chat(hi, c).prompt, parse_chat(hi, f.ctx()).prompt);
+}
+
 TEST(ServerRequest, TokenizeAndDetokenize) {
   Fixture f;
   EXPECT_EQ(parse_tokenize({{"content", "ab"}}, f.ctx()), f.tok.encode("ab", true, 0));

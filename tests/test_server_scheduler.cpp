@@ -12,6 +12,7 @@
 
 #include "backend/kv_pages.h"
 #include "core/error.h"
+#include "grammar/grammar_cache.h"
 #include "model/synth.h"
 #include "server/scheduler.h"
 
@@ -29,29 +30,33 @@ int next_token(std::span<const int> h) {
 class FakeBatch : public BatchBackend {
  public:
   FakeBatch(int n_vocab, int max_seqs, int kv_tokens, int max_step, int seq_ctx = 256)
-      : pages_(kv_tokens / 16, 16, max_seqs, seq_ctx), max_step_(max_step), hist_(max_seqs) {
+      : max_step_(max_step), hist_(max_seqs) {
+    kv_ = std::make_unique<KvPages>(kv_tokens / 16, 16, max_seqs, seq_ctx);
     cfg_.vocab_size = n_vocab;
   }
   std::string name() const override { return "fake"; }
   std::string device_name() const override { return "fake"; }
   const ModelConfig& config() const override { return cfg_; }
-  int max_seqs() const override { return pages_.max_seqs(); }
-  int seq_ctx() const override { return pages_.seq_ctx(); }
   int max_step_tokens() const override { return max_step_; }
-  int page_size() const override { return pages_.page_size(); }
-  int kv_pages_total() const override { return pages_.pages_total(); }
-  int kv_pages_free() const override { return pages_.pages_free(); }
   int add_sequence() override {
     if (fail_add.exchange(false)) fail("fake: add_sequence fails");
     ++adds;
-    const int s = pages_.add();
+    const int s = kv_->add();
     hist_[s].clear();
     return s;
   }
-  void free_sequence(int seq) override { pages_.remove(seq); }
-  int position(int seq) const override { return pages_.position(seq); }
+  int match_prefix(int seq, std::span<const int> tokens) override {
+    const int n = kv_->match_prefix(seq, tokens);
+    hist_[seq].assign(tokens.begin(), tokens.begin() + n);
+    return n;
+  }
+  int fork_sequence(int seq) override {
+    const int f = kv_->fork(seq);
+    hist_[f] = hist_[seq];
+    return f;
+  }
   void rollback(int seq, int pos) override {
-    pages_.truncate(seq, pos);
+    kv_->truncate(seq, pos);
     hist_[seq].resize(pos);
   }
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override {
@@ -67,11 +72,12 @@ class FakeBatch : public BatchBackend {
       need += pages_needed(s.seq, static_cast<int>(s.tokens.size()));
       total += static_cast<int>(s.tokens.size());
     }
-    if (need > pages_.pages_free() || total > max_step_) fail("fake: the step does not fit");
+    if (need > kv_->pages_free() || total > max_step_) fail("fake: the step does not fit");
     std::vector<SeqResult> out;
     std::vector<std::pair<int, int>> shape;
     for (const SeqStep& s : batch) {
-      pages_.grow(s.seq, static_cast<int>(s.tokens.size()));
+      std::vector<PageCopy> copies;
+      kv_->grow(s.seq, s.tokens, copies);
       SeqResult r;
       std::vector<int>& h = hist_[s.seq];
       for (size_t i = 0; i < s.tokens.size(); ++i) {
@@ -82,10 +88,18 @@ class FakeBatch : public BatchBackend {
           r.logits.insert(r.logits.end(), row.begin(), row.end());
         }
       }
-      if (s.sample) r.token = next_token(h);
+      if (s.sample) {
+        r.token = next_token(h);
+        // Structured output: the first allowed token from the model's choice on.
+        auto allowed = [&](int t) { return (s.allowed[t / 32] >> (t % 32)) & 1u; };
+        if (!s.allowed.empty())
+          for (int k = 0; k < cfg_.vocab_size && !allowed(r.token); ++k)
+            r.token = (r.token + 1) % cfg_.vocab_size;
+      }
       shape.emplace_back(s.seq, static_cast<int>(s.tokens.size()));
       out.push_back(std::move(r));
     }
+    for (const SeqStep& s : batch) kv_->publish(s.seq);
     std::lock_guard lk(mu);
     steps.push_back(std::move(shape));
     return out;
@@ -116,7 +130,6 @@ class FakeBatch : public BatchBackend {
   std::vector<std::vector<std::pair<int, int>>> steps;  // (seq, tokens) per step
 
  private:
-  KvPages pages_;
   int max_step_;
   ModelConfig cfg_;
   std::vector<std::vector<int>> hist_;
@@ -191,6 +204,77 @@ TEST(ServerScheduler, FullPoolPreemptsTheYoungestAndRecomputesTheSameText) {
   EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
 }
 
+// A prompt whose leading pages an earlier request left in the prefix cache starts after them:
+// the same text, the cached tokens reported, and the first step carries only the rest.
+TEST(ServerScheduler, PrefixCacheSkipsThePagesAnEarlierRequestComputed) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 4, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  const std::vector<int> p = env.prompt(40, 3);
+  const Delta a = wait_done(*s.submit(env.request(p, 12)));
+  EXPECT_EQ(a.n_cached, 0);
+  be.steps.clear();
+  const Delta b = wait_done(*s.submit(env.request(p, 12)));
+  EXPECT_EQ(b.text, a.text);
+  EXPECT_EQ(b.text, env.expected(p, 12));
+  EXPECT_EQ(b.n_cached, 32);  // two whole pages of 16; the rest is computed
+  ASSERT_FALSE(be.steps.empty());
+  EXPECT_EQ(be.steps[0].size(), 1u);
+  EXPECT_EQ(be.steps[0][0].second, 8);
+  // A prompt that differs in its first page finds nothing.
+  std::vector<int> q = p;
+  q[0] += 1;
+  EXPECT_EQ(wait_done(*s.submit(env.request(q, 4))).n_cached, 0);
+  EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());  // cached pages count as free
+}
+
+// n > 1: the prompt is computed once; the other choices fork it and feed only its last token.
+TEST(ServerScheduler, ChoicesShareThePromptOfTheFirst) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 8, 4096, 256);
+  Scheduler s(be, env.tok, nullptr);
+  const std::vector<int> p = env.prompt(37, 5);
+  GenRequest r = env.request(p, 10);
+  r.n = 4;
+  be.set_hold(true);
+  const std::vector<std::shared_ptr<Job>> jobs = s.submit_n(r);
+  be.set_hold(false);
+  ASSERT_EQ(jobs.size(), 4u);
+  for (const auto& j : jobs) {
+    const Delta d = wait_done(*j);
+    EXPECT_EQ(d.text, env.expected(p, 10));  // the fake model is deterministic
+    EXPECT_EQ(d.n_generated, 10);
+    EXPECT_EQ(d.n_prompt, 37);
+  }
+  int prompt_rows = 0, one_token_prompts = 0;
+  for (const auto& st : be.steps)
+    for (const auto& [seq, n] : st) {
+      if (n > 1) prompt_rows += n;
+      if (n == 1) ++one_token_prompts;
+    }
+  EXPECT_EQ(prompt_rows, 37) << "the prompt was computed more than once";
+  EXPECT_GE(one_token_prompts, 3 + 3 * 9);
+  EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
+  EXPECT_THROW(s.submit(r), Error);  // submit takes one choice
+  r.n = 0;
+  EXPECT_THROW(s.submit_n(r), ApiError);
+}
+
+// Structured output: every token comes from the grammar's mask and the request ends, "stop", as
+// soon as the text is complete (the fake model would otherwise run on to max_tokens).
+TEST(ServerScheduler, GrammarConstrainsTheTokensAndEndsTheRequest) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 4, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  grammar::GrammarCache cache(std::make_shared<const grammar::TokenVocab>(env.tok));
+  GenRequest r = env.request(env.prompt(9, 4), 50);
+  r.grammar = cache.gbnf("root ::= \"{\\\"ok\\\": \" (\"true\" | \"false\") \"}\"");
+  const Delta d = wait_done(*s.submit(r));
+  EXPECT_TRUE(d.text == "{\"ok\": true}" || d.text == "{\"ok\": false}") << d.text;
+  EXPECT_EQ(d.finish_reason, "stop");
+  EXPECT_LT(d.n_generated, 50);
+}
+
 TEST(ServerScheduler, LongPromptsAreChunkedWhileDecodesKeepGoing) {
   Env env;
   FakeBatch be(env.tok.n_vocab(), 4, 4096, 16);
@@ -236,11 +320,52 @@ TEST(ServerScheduler, QueueIsBoundedAndCancelFreesTheSequence) {
   EXPECT_EQ(s.waiting(), 1);
   a->cancel();
   be.set_hold(false);
-  EXPECT_EQ(wait_done(*a).finish_reason, "abort");
+  const Delta da = wait_done(*a);
+  EXPECT_EQ(da.finish_reason, "stop");
+  EXPECT_EQ(da.stop_reason, "cancelled");
   EXPECT_EQ(wait_done(*b).text, env.expected(env.prompt(4, 2), 3));
   for (int i = 0; i < 100 && !s.idle(); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(s.idle());
   EXPECT_EQ(be.kv_pages_free(), be.kv_pages_total());
+}
+
+// The news callback fires for what a reader can take without blocking; abort_all ends running
+// and queued requests with finish_reason "stop" and stop_reason "shutdown".
+TEST(ServerScheduler, NewsCallbackAndShutdown) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 1, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  std::atomic<int> news{0};
+  auto j = s.submit(env.request(env.prompt(4, 1), 5), [&] { ++news; });
+  const Delta d = wait_done(*j);
+  EXPECT_EQ(d.text, env.expected(env.prompt(4, 1), 5));
+  for (int i = 0; i < 100 && news.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_GE(news.load(), 1) << "the callback follows the condition variable's wake";
+  EXPECT_TRUE(d.stop_reason.empty());
+  Delta none;
+  EXPECT_FALSE(j->take(none, 0ms)) << "news after the end";
+
+  int before = 0;
+  {
+    std::lock_guard lk(be.mu);
+    before = be.entered;
+  }
+  be.set_hold(true);
+  auto a = s.submit(env.request(env.prompt(4, 2), 100));
+  {
+    std::unique_lock lk(be.mu);
+    be.cv.wait(lk, [&] { return be.entered > before; });  // a runs (blocked in its step)
+  }
+  auto b = s.submit(env.request(env.prompt(4, 3), 100));  // queued behind a
+  s.abort_all();
+  be.set_hold(false);
+  const Delta da = wait_done(*a), db = wait_done(*b);
+  for (const Delta* dj : {&da, &db}) {
+    EXPECT_TRUE(dj->finished);
+    EXPECT_EQ(dj->finish_reason, "stop");
+    EXPECT_EQ(dj->stop_reason, "shutdown");
+  }
+  EXPECT_EQ(db.n_generated, 0);
 }
 
 TEST(ServerScheduler, EchoLogprobsScoreEveryPromptToken) {

@@ -1,22 +1,15 @@
 #include "app/backend_flags.h"
 
+#include <climits>
 #include <string>
+
+#include "app/flag_checks.h"
 
 namespace smolrt::app {
 namespace {
 
-// A count >= 0, else an error naming the value and the fix (CLI11 prefixes the flag).
 CLI::Validator non_negative(const std::string& fix) {
-  return CLI::Validator(
-      [fix](std::string& v) -> std::string {
-        try {
-          size_t used = 0;
-          if (std::stoll(v, &used) >= 0 && used == v.size()) return {};
-        } catch (const std::exception&) {
-        }
-        return "'" + v + "' is invalid: " + fix;
-      },
-      "INT>=0");
+  return int_range(0, INT_MAX, fix);
 }
 
 }  // namespace
@@ -38,6 +31,14 @@ void add_backend_flags(CLI::App& sub, BackendOptions& o) {
   sub.add_option("--threads", o.n_threads, "CPU threads (0 = the physical cores)")
       ->check(non_negative("give a count >= 0 (0 = all cores)"))
       ->capture_default_str();
+  add_f16_weights_flag(sub, o.f16_weights);
+}
+
+void add_f16_weights_flag(CLI::App& sub, bool& f16_weights) {
+  sub.add_flag_callback(
+      "--no-f16-weights", [&f16_weights] { f16_weights = false; },
+      "CUDA: keep no fp16 copy of the weights (saves 2 bytes per weight of GPU memory; prompts "
+      "and batches of many rows then run on the slower quantized GEMM)");
 }
 
 }  // namespace smolrt::app

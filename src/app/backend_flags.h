@@ -10,6 +10,8 @@ namespace smolrt::app {
 
 // A negative --ctx or --threads is a parse error naming the flag and the fix.
 void add_backend_flags(CLI::App& sub, BackendOptions& o);
+// --no-f16-weights (BackendOptions / BatchOptions::f16_weights), for commands without the rest.
+void add_f16_weights_flag(CLI::App& sub, bool& f16_weights);
 
 // --backend alone (cpu | cpu-ref | cuda | auto), for commands with their own options struct.
 CLI::Option* add_backend_kind_flag(CLI::App& sub, std::string& kind);

@@ -62,6 +62,7 @@ int run_bench_cmd(const BenchArgs& a) {
       nlohmann::json j = {
           {"gpu", be->device_name()},
           {"backend", be->name()},
+          {"f16_weights", a.backend.f16_weights},
           {"commit", build_commit()},
           {"date", date},
           {"model", std::filesystem::path(path).filename().string()},

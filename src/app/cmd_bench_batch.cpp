@@ -31,6 +31,7 @@ struct Opts {
   int prompt = 100;
   int gen = 128;
   bool kv_half = true;
+  bool f16_weights = true;
   int max_step_tokens = BatchOptions{}.max_step_tokens;
 };
 
@@ -61,6 +62,7 @@ int run(const Opts& o) {
   bo.seq_ctx = o.prompt + o.gen + 1;
   bo.kv_tokens = bo.max_seqs * (bo.seq_ctx + 16);
   bo.kv_half = o.kv_half;
+  bo.f16_weights = o.f16_weights;
   bo.max_step_tokens = o.max_step_tokens;
   auto b = make_batch_backend(m, bo);
   std::ofstream js;
@@ -121,6 +123,7 @@ int run(const Opts& o) {
                              {"prompt", o.prompt},
                              {"gen", o.gen},
                              {"kv_half", o.kv_half},
+                             {"f16_weights", o.f16_weights},
                              {"max_step_tokens", b->max_step_tokens()},
                              {"decode_tok_s", tps},
                              {"ms_per_step", ms},
@@ -151,6 +154,7 @@ REGISTER_COMMAND(Command{
                          std::to_string(kCpuStepTokens) + ", CUDA " +
                          std::to_string(kCudaStepTokens) + ")")
           ->check(CLI::NonNegativeNumber);
+      add_f16_weights_flag(sub, o->f16_weights);
       sub.add_option("--json", o->json, "append JSON lines here");
       return [o] { return run(*o); };
     }});

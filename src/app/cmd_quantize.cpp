@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "app/command.h"
 #include "core/error.h"
@@ -13,7 +14,7 @@ namespace {
 
 struct QuantizeArgs {
   std::string in, out, type;
-  bool quiet = false;
+  bool verbose = false;
 };
 
 int run_quantize(const QuantizeArgs& a) {
@@ -28,9 +29,9 @@ int run_quantize(const QuantizeArgs& a) {
     fail("output '", a.out, "' is the input file; choose a different output path");
   }
   auto in = gguf::File::open(a.in);
-  const bool quiet = a.quiet;
-  QuantizedModel q = quantize_model(*in, target, [quiet](const std::string& line) {
-    if (!quiet || line.rfind("note:", 0) == 0) std::fprintf(stderr, "%s\n", line.c_str());
+  const bool verbose = a.verbose;
+  QuantizedModel q = quantize_model(*in, target, [verbose](const std::string& line) {
+    if (verbose) std::fprintf(stderr, "%s\n", line.c_str());
   });
   q.writer.write(a.out);  // atomic: writes a .tmp beside it, then renames
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -39,11 +40,21 @@ int run_quantize(const QuantizeArgs& a) {
     types += cat(types.empty() ? "" : ", ", n, " ", type_name(t));
   std::fprintf(stderr,
                "quantize: wrote %s: %llu tensors, %.2f M params, %.2f MiB of tensor data "
-               "(%llu bytes), type %s, %zu row-length fallback(s), %.2f s\n"
+               "(%llu bytes), type %s, %.2f s\n"
                "quantize: stored types: %s\n",
                a.out.c_str(), (unsigned long long)q.n_tensors, q.n_params / 1e6,
                q.tensor_bytes / 1048576.0, (unsigned long long)q.tensor_bytes,
-               target_name(target).c_str(), q.fallbacks.size(), secs, types.c_str());
+               target_name(target).c_str(), secs, types.c_str());
+  if (!q.fallbacks.empty()) {
+    std::map<std::string, int> by_type;
+    for (const auto& f : q.fallbacks) ++by_type[type_name(f.type)];
+    std::string kinds;
+    for (const auto& [t, n] : by_type) kinds += cat(kinds.empty() ? "" : ", ", n, " as ", t);
+    std::fprintf(stderr,
+                 "quantize: %zu tensor(s) kept another type, their row length not a multiple of "
+                 "the target's block: %s%s\n",
+                 q.fallbacks.size(), kinds.c_str(), verbose ? "" : " (-v lists them)");
+  }
   return 0;
 }
 
@@ -60,7 +71,10 @@ REGISTER_COMMAND(Command{
                      "f16, bf16, f32 (output/tied embedding q6_k or q8_0 for the quantized "
                      "ones), or llama.cpp's mixtures q4_k_s, q4_k_m, q5_k_s, q5_k_m")
           ->required();
-      sub.add_flag("-q,--quiet", a->quiet, "no per-tensor progress (notes and summary remain)");
+      sub.add_flag("-v,--verbose", a->verbose,
+                   "every tensor's conversion and each row-length fallback (default: a summary)");
+      // Accepted for scripts written when the per-tensor lines were the default.
+      sub.add_flag("-q,--quiet")->description("the default (kept for scripts)");
       return [a] { return run_quantize(*a); };
     }});
 

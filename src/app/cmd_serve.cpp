@@ -1,10 +1,14 @@
 // `smolrt serve`: an OpenAI-compatible HTTP server with continuous batching (src/server/).
 // Prints "listening on http://HOST:PORT" to stderr once it accepts requests (--port 0 picks a
 // free port), then one line per request. SIGTERM / SIGINT: new generation requests get 503,
-// running ones may finish within --grace seconds, the rest are cancelled; exit 0.
+// running ones may finish until shortly before --grace seconds have passed, the rest are then
+// cancelled (finish_reason "stop", stop_reason "shutdown"; queued ones get 503) and the process
+// exits 0 within --grace seconds, whatever its clients do. A second signal cuts the wait short.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,6 +17,7 @@
 
 #include "app/backend_flags.h"
 #include "app/command.h"
+#include "app/flag_checks.h"
 #include "backend/batch.h"
 #include "core/build_info.h"
 #include "core/error.h"
@@ -36,6 +41,7 @@ struct ServeArgs {
   int queue = -1;  // -1 = 4 x --parallel
   double grace_s = 10.0;
   int step_delay_ms = 0;
+  bool special_in_content = true;
 };
 
 // Blocks SIGINT/SIGTERM in this thread and every thread started after it; a watcher takes them
@@ -54,10 +60,36 @@ bool take_signal(const sigset_t& set, int ms) {
   return sigtimedwait(&set, nullptr, &ts) > 0;
 }
 
+// Raises the open-file limit to its hard limit (a connection is a descriptor) and checks that
+// --max-connections fits.
+void raise_fd_limit(int max_connections) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  // Past the limit up to 64 connections are answered 503; the model, pipes and the I/O threads'
+  // epoll and eventfd descriptors need some more.
+  const rlim_t need = static_cast<rlim_t>(max_connections) + 64 + 64;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+    fail("--max-connections ", max_connections, " needs about ", need,
+         " file descriptors but this process may open only ", rl.rlim_cur,
+         "; lower --max-connections or raise the limit (ulimit -n)");
+}
+
+// "*" or an origin as browsers send it: scheme://host[:port], no path.
+std::string check_origin(std::string& v) {
+  const size_t sep = v.find("://");
+  const bool ok = v == "*" || (sep != std::string::npos && sep > 0 && sep + 3 < v.size() &&
+                               v.find_first_of("/ \t", sep + 3) == std::string::npos);
+  return ok ? "" : "'" + v + "' is invalid: give '*' or scheme://host[:port] (no path)";
+}
+
 int serve_main(const ServeArgs& a) {
   const sigset_t stop_signals = block_stop_signals();
-  if (a.batch.max_seqs < 1) fail("--parallel ", a.batch.max_seqs, " is invalid: give >= 1");
-  if (a.grace_s < 0) fail("--grace must be >= 0 seconds");
+  raise_fd_limit(a.http.max_connections);
 
   const std::string path = resolve_model_path(a.model);
   const Model model = load_model(path);
@@ -67,6 +99,7 @@ int serve_main(const ServeArgs& a) {
   server::ParseContext pc;
   pc.tok = &tok;
   pc.model_name = a.model_name.empty() ? std::filesystem::path(path).stem().string() : a.model_name;
+  pc.special_in_content = a.special_in_content;
   if (a.chat_template == "none") {
     pc.chat = false;
   } else {
@@ -96,8 +129,7 @@ int serve_main(const ServeArgs& a) {
   server::Metrics metrics;
   server::Scheduler sched(*be, tok, &metrics, so);
 
-  server::ServerOptions ho = a.http;
-  if (ho.http_threads <= 0) ho.http_threads = std::min(be->max_seqs() + so.max_queue + 16, 2048);
+  const server::ServerOptions& ho = a.http;
   nlohmann::json info = {{"backend", be->name()},
                          {"device", be->device_name()},
                          {"model_path", path},
@@ -106,7 +138,8 @@ int serve_main(const ServeArgs& a) {
                          {"kv_tokens", be->kv_tokens()},
                          {"kv_ring_rows", be->kv_ring_rows()},
                          {"commit", build_commit()},
-                         {"kv_type", be->name() == "cuda" && a.batch.kv_half ? "f16" : "f32"}};
+                         {"kv_type", be->name() == "cuda" && a.batch.kv_half ? "f16" : "f32"},
+                         {"prefix_cache", be->prefix_cache()}};
   server::Server srv(sched, metrics, pc, ho, info);
   const int port = srv.bind();
 
@@ -115,19 +148,26 @@ int serve_main(const ServeArgs& a) {
     while (!done && !take_signal(stop_signals, 100)) {
     }
     if (done) return;
-    std::fprintf(stderr, "smolrt serve: shutting down: %d request(s) in flight, grace %.0f s\n",
+    std::fprintf(stderr, "smolrt serve: shutting down: %d request(s) in flight, grace %g s\n",
                  srv.in_flight(), a.grace_s);
     sched.stop_accepting();
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<long long>(a.grace_s * 1000));
+    using Clock = std::chrono::steady_clock;
+    const auto seconds = [](double s) {
+      return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+    };
+    // The end of the grace period, less a moment (at most 0.5 s) for the cancelled requests'
+    // last events to be written; then the connections are dropped whatever their clients do.
+    const auto deadline = Clock::now() + seconds(a.grace_s);
+    const auto abort_at = deadline - seconds(std::min(0.5, a.grace_s / 2));
     bool again = false;  // a second signal skips the grace period
-    while (srv.in_flight() > 0 && std::chrono::steady_clock::now() < deadline && !again)
+    while (srv.in_flight() > 0 && Clock::now() < abort_at && !again)
       again = take_signal(stop_signals, 20);
     if (srv.in_flight() > 0) {
       std::fprintf(stderr, "smolrt serve: cancelling %d request(s)\n", srv.in_flight());
       sched.abort_all();
-      for (int i = 0; i < 500 && srv.in_flight() > 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      const auto flush_end = again ? std::min(deadline, Clock::now() + seconds(0.2)) : deadline;
+      while (srv.in_flight() > 0 && Clock::now() < flush_end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     srv.stop();
   });
@@ -158,19 +198,19 @@ REGISTER_COMMAND(Command{
       sub.add_option("-m,--model", a->model, "GGUF model file (default: the cached SmolLM2-135M)");
       sub.add_option("--host", a->http.host, "address to bind")->capture_default_str();
       sub.add_option("--port", a->http.port, "port; 0 = a free one (printed)")
-          ->check(CLI::Range(0, 65535))
+          ->check(int_range(0, 65535, "give a port in [0, 65535] (0 = a free one)"))
           ->capture_default_str();
       sub.add_option("--parallel", a->batch.max_seqs, "sequences decoded together at most")
-          ->check(CLI::PositiveNumber)
+          ->check(int_range(1, 4096, "give a count in [1, 4096]"))
           ->capture_default_str();
       sub.add_option("--ctx", a->batch.seq_ctx,
                      "positions per sequence (0 = the model's training context)")
-          ->check(CLI::NonNegativeNumber)
+          ->check(int_range(0, 1 << 24, "give a context size in [0, 16777216] (0 = the model's)"))
           ->capture_default_str();
       sub.add_option("--kv-size", a->batch.kv_tokens,
                      "KV pool size in tokens, shared by all sequences (0 = ctx x parallel, capped "
                      "by memory)")
-          ->check(CLI::NonNegativeNumber)
+          ->check(int_range(0, INT_MAX, "give a token count >= 0 (0 = automatic)"))
           ->capture_default_str();
       sub.add_option_function<std::string>(
              "--kv-type", [a](const std::string& v) { a->batch.kv_half = v == "f16"; },
@@ -182,17 +222,21 @@ REGISTER_COMMAND(Command{
                      "backend's default (CPU " +
                          std::to_string(kCpuStepTokens) + ", CUDA " +
                          std::to_string(kCudaStepTokens) + ")")
-          ->check(CLI::NonNegativeNumber)
+          ->check(int_range(0, 1 << 20, "give a token count >= 0 (0 = the backend's default)"))
           ->capture_default_str();
       sub.add_option("--threads", a->batch.n_threads, "CPU threads (0 = the physical cores)")
-          ->check(CLI::NonNegativeNumber)
+          ->check(int_range(0, 4096, "give a count in [0, 4096] (0 = the physical cores)"))
           ->capture_default_str();
       add_backend_kind_flag(sub, a->batch.kind);
+      add_f16_weights_flag(sub, a->batch.f16_weights);
+      sub.add_flag("!--no-prefix-cache", a->batch.prefix_cache,
+                   "keep no KV pages of finished requests for later prompts that begin alike "
+                   "(the prefix cache is on by default)");
       sub.add_option("--api-key", a->http.api_key,
                      "require 'Authorization: Bearer KEY' (all endpoints but /health)");
       sub.add_option("--queue", a->queue,
                      "waiting requests at most before 503 (default 4 x --parallel)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(int_range(0, 1 << 20, "give a count in [0, 1048576]"));
       sub.add_option("--model-name", a->model_name,
                      "the name clients pass as 'model' (default: the file name without .gguf)");
       sub.add_option("--chat-template", a->chat_template,
@@ -200,12 +244,47 @@ REGISTER_COMMAND(Command{
           ->check(CLI::IsMember({"auto", "chatml", "gemma", "llama3", "none"}))
           ->capture_default_str();
       sub.add_option("--grace", a->grace_s,
-                     "seconds in-flight requests may finish after SIGTERM/SIGINT")
+                     "seconds after SIGTERM/SIGINT until the process ends; in-flight requests "
+                     "may finish until shortly before, then they are cancelled")
+          ->check(seconds_range(0, 86400))
           ->capture_default_str();
+      sub.add_option("--max-connections", a->http.max_connections,
+                     "HTTP connections served at once; more get 503 and are closed")
+          ->check(int_range(1, 1000000, "give a count in [1, 1000000]"))
+          ->capture_default_str();
+      sub.add_option("--idle-timeout", a->http.idle_timeout_s,
+                     "seconds a kept-alive connection may wait for its next request")
+          ->check(seconds_range(0.1, 86400))
+          ->capture_default_str();
+      sub.add_option("--header-timeout", a->http.header_timeout_s,
+                     "seconds for a request's whole header, from its first byte (then 408)")
+          ->check(seconds_range(0.1, 86400))
+          ->capture_default_str();
+      sub.add_option("--body-timeout", a->http.body_timeout_s,
+                     "seconds for a request's whole body, after its header (then 408)")
+          ->check(seconds_range(0.1, 86400))
+          ->capture_default_str();
+      sub.add_option("--write-timeout", a->http.write_timeout_s,
+                     "seconds a client may take no response bytes before it is cut off (and its "
+                     "request cancelled)")
+          ->check(seconds_range(0.1, 86400))
+          ->capture_default_str();
+      sub.add_option("--http-threads", a->http.http_threads,
+                     "I/O threads serving the connections (0 = min(4, cores / 4), at least 1)")
+          ->check(int_range(0, 64, "give a count in [0, 64] (0 = automatic)"))
+          ->capture_default_str();
+      sub.add_option("--cors-origin", a->http.cors_origins,
+                     "allow browser pages from this origin (scheme://host[:port], repeatable, or "
+                     "'*' for any); default: no CORS headers")
+          ->check(CLI::Validator(check_origin, "ORIGIN"))
+          ->delimiter(',');
+      sub.add_flag("!--no-special-in-content", a->special_in_content,
+                   "tokenize chat message content as plain text: special-token text in it (such "
+                   "as <|im_start|>) does not become control tokens");
       sub.add_flag("!--no-log", a->http.log_requests, "no per-request log lines");
       sub.add_option("--step-delay-ms", a->step_delay_ms,
                      "developer: sleep this long after each batched step (tests)")
-          ->check(CLI::NonNegativeNumber)
+          ->check(int_range(0, 60000, "give milliseconds in [0, 60000]"))
           ->group("Developer");
       return [a] { return serve_main(*a); };
     }});

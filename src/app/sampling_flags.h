@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "backend/sampling.h"
+#include "core/sampling.h"
 
 namespace smolrt::app {
 

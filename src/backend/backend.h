@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/sampling.h"
+#include "core/sampling.h"
 #include "model/model.h"
 
 namespace smolrt {
@@ -80,6 +80,13 @@ struct BackendOptions {
   std::string kind = "auto";
   int n_ctx = 0;      // 0: the model's training context
   int n_threads = 0;  // CPU backends: 0 = the physical cores this process may run on
+  // CUDA: keep fp16 copies of the layer matrices (two bytes per weight more) so that batches of
+  // many tokens run on cuBLASLt's tensor-core GEMMs (cuda/dense_gemm.h); false: every batch on the
+  // quantized GEMM (less memory; slower prompts and served steps, more so for larger models).
+  bool f16_weights = true;
+  // Rows from which prompt chunks take the dense GEMMs: 0 = measured at start-up
+  // (cuda::measure_dense_rows); n > 0 forces n (tests).
+  int dense_rows = 0;
 };
 
 enum class BackendKind { Cpu, CpuRef, Cuda };

@@ -1,6 +1,7 @@
 #include "backend/batch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -9,30 +10,11 @@
 
 namespace smolrt {
 
-int BatchBackend::pages_needed(int seq, int n_tokens) const {
-  // A sequence at position p holds ceil(p / page_size) pages (batch.h); 64-bit so a huge n_tokens
-  // cannot overflow.
-  const int64_t ps = page_size();
-  const int64_t pos = position(seq);
-  const int64_t have = (pos + ps - 1) / ps;
-  const int64_t want = (pos + std::max<int64_t>(n_tokens, 0) + ps - 1) / ps;
-  return static_cast<int>(std::min<int64_t>(want - have, INT32_MAX));
-}
-
 void BatchBackend::check_step(std::span<const SeqStep> batch) const {
   const int vocab = config().vocab_size;
   int64_t total = 0, pages = 0;
   std::vector<char> seen(static_cast<size_t>(max_seqs()), 0);
-  // The interface has no exists(); position() throws for an id that is not live (KvPages).
-  auto exists = [&](int seq) {
-    if (seq < 0 || seq >= max_seqs()) return false;
-    try {
-      position(seq);
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
-  };
+  auto exists = [&](int seq) { return kv_->exists(seq); };
   for (const SeqStep& s : batch) {
     if (!exists(s.seq))
       fail("step: sequence ", s.seq, " does not exist; use an id from add_sequence()");
@@ -58,6 +40,9 @@ void BatchBackend::check_step(std::span<const SeqStep> batch) const {
       } catch (const Error& e) {  // validate names the CLI flag; say which sequence too
         fail("step: sequence ", s.seq, ": ", e.what());
       }
+      if (!s.allowed.empty() && s.allowed.size() < (static_cast<size_t>(vocab) + 31) / 32)
+        fail("step: sequence ", s.seq, ": the allowed-token mask has ", s.allowed.size(),
+             " words; the vocabulary of ", vocab, " tokens needs ", (vocab + 31) / 32);
       if (!s.params.greedy() && !(s.u >= 0.0f && s.u < 1.0f))
         fail("step: sequence ", s.seq, ": the draw u = ", s.u, " is outside [0, 1)");
       // cpu::sample rejects such ids only after the forward; check before anything changes.
@@ -78,6 +63,15 @@ void BatchBackend::check_step(std::span<const SeqStep> batch) const {
   if (pages > kv_pages_free())
     fail("step: the KV pool has ", kv_pages_free(), " free pages of ", page_size(), " tokens; ",
          pages, " are needed; free a sequence or step fewer tokens");
+}
+
+std::span<const float> masked_logits(std::span<const float> logits,
+                                     std::span<const uint32_t> allowed, std::vector<float>& buf) {
+  if (allowed.empty()) return logits;
+  buf.assign(logits.begin(), logits.end());
+  for (size_t t = 0; t < buf.size(); ++t)
+    if (!(allowed[t / 32] >> (t % 32) & 1u)) buf[t] = -INFINITY;
+  return buf;
 }
 
 BatchGeometry batch_geometry(const ModelConfig& c, const BatchOptions& opt,

@@ -17,18 +17,16 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/sampling.h"
+#include "backend/kv_pages.h"
+#include "core/sampling.h"
 #include "model/model.h"
 
 namespace smolrt {
 
 // Default step budgets. CPU: a step's time grows with its tokens, and every running stream waits
-// for it. CUDA: a step's fixed cost (~0.8 ms of kernel chain for SmolLM-135M) is shared by more
-// prompt tokens in bigger steps (bench-batch prefill on an H200: 222k tok/s in 512-token steps,
-// 300k in 2,048). Served (H200, synth SmolLM-135M Q4_0, runs z58/z59, medians of 5, generated
-// tok/s at 64 / 256 clients): 512 47.1k / 84.1k, 768 48.1k / 89.8k, 1,024 47.6k / 89.0k, 1,536
-// 48.1k / 91.4k, 2,048 47.8k / 90.8k; time to first token p50 at 64 clients 5.2, 6.2, 7.8, 10.2,
-// 12.6 ms. 768 takes most of the gain for the least first-token latency.
+// for it. CUDA: a step's fixed cost (its kernel chain) is shared by more prompt tokens in bigger
+// steps, while every stream's next token waits for the whole step; 768 tokens gets most of the
+// served throughput of larger budgets at a smaller time to first token.
 constexpr int kCpuStepTokens = 512;
 constexpr int kCudaStepTokens = 768;
 
@@ -45,6 +43,14 @@ struct BatchOptions {
   // CUDA: fp16 KV pool (halves attention bytes; llama.cpp's and vLLM's default too), else fp32.
   // CPU ignores it.
   bool kv_half = true;
+  // CUDA: fp16 weight copies for the large-batch GEMMs (BackendOptions::f16_weights), and the rows
+  // from which a step takes them: 0 = measured at start-up, n > 0 forces n (tests).
+  bool f16_weights = true;
+  int dense_rows = 0;
+  // Full KV pages kept after their sequence ends and shared by later prompts that begin with the
+  // same tokens (kv_pages.h). CUDA models whose sliding-window layers keep per-sequence rings
+  // (gemma3 at contexts past the window) cache nothing: a ring cannot be shared.
+  bool prefix_cache = true;
 };
 
 // BatchOptions resolved against a model, shared by the implementations so their defaults agree:
@@ -71,6 +77,11 @@ struct SeqStep {
   // ...and/or return logits: 0 = none, 1 = the last token's, 2 = every token's of this chunk
   // (prompt scoring: echo + logprobs).
   int logits = 0;
+  // Structured output: the tokens the sampled one may be (a bitset over the vocabulary, bit t of
+  // word t / 32; ceil(vocab / 32) words, valid during step()), or empty for any. The others'
+  // logits of the last token are -inf, for sampling and in the returned logits (logprobs then
+  // describe the constrained distribution). An all-zero mask samples token 0.
+  std::span<const uint32_t> allowed;
 };
 
 struct SeqResult {
@@ -85,12 +96,13 @@ class BatchBackend {
   virtual std::string name() const = 0;  // "cpu" | "cpu-ref" | "cuda"
   virtual std::string device_name() const = 0;
   virtual const ModelConfig& config() const = 0;
-  virtual int max_seqs() const = 0;
-  virtual int seq_ctx() const = 0;  // positions per sequence at most
   virtual int max_step_tokens() const = 0;
-  virtual int page_size() const = 0;
-  virtual int kv_pages_total() const = 0;
-  virtual int kv_pages_free() const = 0;
+  // The KV pool's bookkeeping (kv_pages.h), the same for every implementation.
+  int max_seqs() const { return kv_->max_seqs(); }
+  int seq_ctx() const { return kv_->seq_ctx(); }  // positions per sequence at most
+  int page_size() const { return kv_->page_size(); }
+  int kv_pages_total() const { return kv_->pages_total(); }
+  int kv_pages_free() const { return kv_->pages_free(); }
   int kv_tokens() const { return kv_pages_total() * page_size(); }
   // > 0: the sliding-window layers keep, outside the pool, a ring of this many rows per sequence
   // slot (the window plus a step's chunk), so the pool's pages hold only the global layers' K/V.
@@ -98,14 +110,27 @@ class BatchBackend {
   virtual int kv_ring_rows() const { return 0; }
 
   // A new empty sequence; Error when max_seqs() sequences exist.
-  virtual int add_sequence() = 0;
+  virtual int add_sequence() { return kv_->add(); }
   // Returns its pages to the pool; the id may be reused. Unknown ids: Error.
-  virtual void free_sequence(int seq) = 0;
-  virtual int position(int seq) const = 0;
+  virtual void free_sequence(int seq) { kv_->remove(seq); }
+  int position(int seq) const { return kv_->position(seq); }
   // Keep positions [0, pos) of seq (pages past them go back to the pool).
-  virtual void rollback(int seq, int pos) = 0;
-  // Pages seq must take from the pool to grow by n_tokens (0 when its last page has room).
-  int pages_needed(int seq, int n_tokens) const;
+  virtual void rollback(int seq, int pos) { kv_->truncate(seq, pos); }
+  // Pages seq must take from the pool to grow by n_tokens (0 when its last page has room; one
+  // more when that page is shared and must be copied first, kv_pages.h).
+  int pages_needed(int seq, int n_tokens) const { return kv_->pages_needed(seq, n_tokens); }
+
+  // Prefix cache (kv_pages.h). For a new, empty sequence: takes the cached K/V pages that begin
+  // `tokens` and returns how many tokens they hold (0 when none or when the cache is off); its
+  // step() then starts after them.
+  virtual int match_prefix(int seq, std::span<const int> tokens) {
+    return kv_->match_prefix(seq, tokens);
+  }
+  // A new sequence holding everything seq holds, its pages shared until either writes into a
+  // shared one (copied first): n > 1 samples of one prompt. Error when max_seqs() exist.
+  virtual int fork_sequence(int seq) { return kv_->fork(seq); }
+  PrefixStats prefix_stats() const { return kv_->stats(); }
+  bool prefix_cache() const { return kv_->prefix_cache(); }
 
   // One step. Each sequence appears at most once; its tokens are valid ids; positions stay within
   // seq_ctx(); the total token count is <= max_step_tokens(); the pool has the pages (else Error,
@@ -115,7 +140,14 @@ class BatchBackend {
  protected:
   // Shared argument checks for step(): throws Error naming the problem.
   void check_step(std::span<const SeqStep> batch) const;
+  // The pool's bookkeeping, made by the implementation's constructor.
+  std::unique_ptr<KvPages> kv_;
 };
+
+// logits with the tokens `allowed` leaves out set to -inf (a copy in `buf`), or logits itself when
+// allowed is empty (SeqStep::allowed).
+std::span<const float> masked_logits(std::span<const float> logits,
+                                     std::span<const uint32_t> allowed, std::vector<float>& buf);
 
 // Throws Error for an unknown kind, "cuda" without a GPU or CUDA support, or options out of range.
 std::unique_ptr<BatchBackend> make_batch_backend(const Model& m, const BatchOptions& opt);

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void argmax(const float* x, int n, float* part_v, int* part_i, int* out, cudaStream_t s,
+void argmax(const float* x, int n, float* part_v, int* part_i, int* out, const Launch& s,
             int* next_params, int* host_out) {
   if (!x || !part_v || !part_i || !out || n <= 0) fail("argmax: null pointer or n=", n);
   int blocks = (n + kThreads - 1) / kThreads;
@@ -51,7 +51,7 @@ void argmax(const float* x, int n, float* part_v, int* part_i, int* out, cudaStr
                 next_params, host_out);
 }
 
-void argmax_final(const float* part_v, const int* part_i, int n_parts, int* out, cudaStream_t s,
+void argmax_final(const float* part_v, const int* part_i, int n_parts, int* out, const Launch& s,
                   int* next_params, int* host_out) {
   if (!part_v || !part_i || !out || n_parts <= 0 || n_parts > kArgmaxMaxParts) {
     fail("argmax_final: null pointer or n_parts=", n_parts, " (1..", kArgmaxMaxParts, ")");

@@ -102,8 +102,7 @@ __global__ void __launch_bounds__(kThreads)
   // for later.
   // fp16 pools: the rows stay fp16 in registers (K as half2 pairs where DPT allows 16-byte
   // loads) and are converted where they are used, so a sub-chunk's loads are all in flight
-  // before the first conversion waits on one (converting at the load measured 11.9 vs 7.5 us
-  // per layer on an H100, 105-position contexts).
+  // before the first conversion waits on one (converting at the load would serialize them).
   constexpr bool KH = std::is_same_v<E, __half> && DPT % 8 == 0;
   using KR = std::conditional_t<KH, __half2, float>;
   constexpr int KN = KH ? DPT / 2 : DPT;
@@ -251,7 +250,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int HD>
 void launch_hd(float* out, const float* q, const void* k, const void* v, const int* pos, int n_ctx,
                int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnPages& pg,
-               cudaStream_t s, int window, float scale, int ring) {
+               const Launch& s, int window, float scale, int ring) {
   const int splits = attn_splits(n_ctx);
   auto go = [&](auto kern, auto* kc, auto* vc) {
     launch_kernel(kern, dim3(n_heads, splits), dim3(kThreads), 0, s, out, q, kc, vc, pos, n_heads,
@@ -274,7 +273,7 @@ void launch_hd(float* out, const float* q, const void* k, const void* v, const i
 
 void attention_decode(float* out, const float* q, const void* k_cache, const void* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
-                      const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages,
+                      const AttnScratch& scratch, const Launch& s, const AttnPages& pages,
                       int window, float scale, int ring) {
   if (pages.tables && (!pages.seq || !is_pow2(pages.page) || pages.stride <= 0))
     fail(

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/dev_mat.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
@@ -47,7 +48,7 @@ struct AttnPages {
 // sliding-window layer's cache capped at window + the prefill chunk (ring > window).
 void attention_decode(float* out, const float* q, const void* k_cache, const void* v_cache,
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
-                      const AttnScratch& scratch, cudaStream_t s, const AttnPages& pages = {},
+                      const AttnScratch& scratch, const Launch& s, const AttnPages& pages = {},
                       int window = 0, float scale = 0.f, int ring = 0);
 
 }  // namespace smolrt::cuda

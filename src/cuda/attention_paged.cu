@@ -30,9 +30,9 @@ constexpr size_t smem_bytes() {
 // One block per (row, KV head, split); see attention_paged.h. The body of the builds below, with
 // W warps per block. Tensor cores (mma.sync m16n8k16, fp16 operands, fp32 accumulators): the G
 // query heads of the KV head are rows 0..G-1 of the A operand (the other rows zero), so a 32-
-// position tile is 4 x head_dim/16 mma for the scores and head_dim/8 x 2 for P V, where the SIMT
-// form took ~900 instructions per warp (ncu, H200: 42% issue slots busy and 26% of DRAM bandwidth
-// at 256 sequences). The score fragments (C layout) are re-packed in registers as P's A operand.
+// position tile is 4 x head_dim/16 mma for the scores and head_dim/8 x 2 for P V, far fewer
+// instructions than a SIMT form, which is issue-bound. The score fragments (C layout) are
+// re-packed in registers as P's A operand.
 // Scores run in base 2 (the query is pre-scaled by log2(e)); q, K, V and P are rounded to fp16.
 template <int HD, int G, bool HALF, int W = kWarps>
 __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, float* partials,
@@ -284,13 +284,9 @@ __global__ void __launch_bounds__(32 * kWarps)
 }
 
 // The narrow build: 2 warps per block, for grids past one resident wave of the latency build
-// (256 sequences x 3 KV heads = 768 blocks; 660 resident at 5 per SM on a 132-SM H200, shared
-// memory and registers alike). Measured on an H200 (run z75, bench-batch, 100-token prompts + 64
-// decode steps, ms per step, latency build -> narrow build past its wave): synth SmolLM-135M Q4_0
-// 256 sequences 1.796 / 1.771 -> 1.762 / 1.747, prefill 265k -> 272k tok/s; synth gemma3-270m
-// q4_k_m (head_dim 256: one block of the latency build per SM) 256 sequences 2.650 / 2.633 ->
-// 2.478 / 2.489, prefill 197k -> 228k; the fp32 pool 2.06 / 2.03 -> 2.07 / 2.06 (prefill 245k
-// -> 260k).
+// (e.g. 256 sequences x 3 KV heads = 768 blocks, of which 660 are resident at 5 per SM on 132
+// SMs): more, smaller blocks fit per SM, so the grid needs fewer waves (most of all for
+// head_dim 256, where the latency build fits one block per SM).
 constexpr int kNarrowWarps = 2;
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kNarrowWarps)
@@ -301,12 +297,9 @@ __global__ void __launch_bounds__(32 * kNarrowWarps)
 // The wide build: 8 warps per block with half the splits, for steps whose grid then fits one
 // resident wave of it (2 blocks per SM at 128 registers for SmolLM's heads): a split's tiles
 // (up to 8) are then one per warp of one block, and a context of up to 8 tiles needs no split
-// combine (the partials' fence, counter and second pass). Measured on an H200 (run z60, synth
-// SmolLM-135M, 100-token prompts + 128 decode steps, bench-batch, ms per step; every launch on
-// the wide build, then the SIMT kernel): 8 sequences 0.787 -> 0.716, 64 sequences 1.088 -> 1.025;
-// past one wave of it it lost (128 sequences 1.372 -> 1.456, 256 1.979 -> 2.238, 64 sequences of
-// 400-token prompts 1.255 -> 1.42, prefill 250k -> 200k tok/s), so it runs only within one wave.
-// Only for the head shapes it was measured on (G x head_dim <= 512) and where its 8 warps' K/V
+// combine (the partials' fence, counter and second pass). Past one wave it is slower than the
+// other builds, so it runs only within one wave. Only for the head shapes it was tuned on
+// (G x head_dim <= 512) and where its 8 warps' K/V
 // tiles fit a block's shared memory (not from head_dim 256 on: gemma3-4b's 2 heads per KV head).
 template <int HD, int G>
 constexpr bool kWideBuild = (G * HD <= 512) &&
@@ -327,7 +320,7 @@ long wave_of(K kern, int threads, int smem) {
 }
 
 template <int HD, int G, bool HALF>
-void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
+void launch_t(const PagedAttnArgs& a, const Launch& s) {
   constexpr int smem = (int)smem_bytes<HD>();
   constexpr int smem_wide = (int)smem_bytes<HD, kWideWarps>();
   constexpr int smem_narrow = (int)smem_bytes<HD, kNarrowWarps>();
@@ -351,21 +344,19 @@ void launch_t(const PagedAttnArgs& a, cudaStream_t s) {
   if constexpr (kWideBuild<HD, G>) {
     const int z = a.splits / 2;
     if (z >= 1 && pairs * z <= waves.wide)
-      return launch_kernel_pdl(s != nullptr, attention_paged_wide_kernel<HD, G, HALF>,
-                               dim3(a.n, a.n_kv_heads, z), dim3(32 * kWideWarps), smem_wide, s, a,
-                               a.partials, a.counters);
+      return launch_kernel(attention_paged_wide_kernel<HD, G, HALF>, dim3(a.n, a.n_kv_heads, z),
+                           dim3(32 * kWideWarps), smem_wide, s, a, a.partials, a.counters);
   }
   if (pairs * a.splits > waves.latency)
-    return launch_kernel_pdl(s != nullptr, attention_paged_narrow_kernel<HD, G, HALF>,
-                             dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kNarrowWarps),
-                             smem_narrow, s, a, a.partials, a.counters);
-  launch_kernel_pdl(s != nullptr, attention_paged_kernel<HD, G, HALF>,
-                    dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kWarps), smem, s, a, a.partials,
-                    a.counters);
+    return launch_kernel(attention_paged_narrow_kernel<HD, G, HALF>,
+                         dim3(a.n, a.n_kv_heads, a.splits), dim3(32 * kNarrowWarps), smem_narrow, s,
+                         a, a.partials, a.counters);
+  launch_kernel(attention_paged_kernel<HD, G, HALF>, dim3(a.n, a.n_kv_heads, a.splits),
+                dim3(32 * kWarps), smem, s, a, a.partials, a.counters);
 }
 
 template <int HD, int G>
-void launch_g(const PagedAttnArgs& a, cudaStream_t s) {
+void launch_g(const PagedAttnArgs& a, const Launch& s) {
   if (a.kv_half) {
     launch_t<HD, G, true>(a, s);
   } else {
@@ -374,7 +365,7 @@ void launch_g(const PagedAttnArgs& a, cudaStream_t s) {
 }
 
 template <int HD>
-void launch_hd(const PagedAttnArgs& a, cudaStream_t s) {
+void launch_hd(const PagedAttnArgs& a, const Launch& s) {
   switch (a.n_heads / a.n_kv_heads) {
     case 1:
       return launch_g<HD, 1>(a, s);
@@ -410,7 +401,7 @@ int attn_paged_splits(int max_pos, int pairs, int sms) {
   return z;
 }
 
-void attention_paged(const PagedAttnArgs& a, cudaStream_t s) {
+void attention_paged(const PagedAttnArgs& a, const Launch& s) {
   if (!a.q || !a.k_pool || !a.v_pool || !a.out || !a.row_pos || !a.row_seq || !a.tables ||
       !a.partials || !a.counters)
     fail("attention_paged: null pointer");

@@ -24,6 +24,8 @@
 
 #include <bit>
 
+#include "cuda/launch.h"
+
 namespace smolrt::cuda {
 
 // A page of the paged pools holds a power of two of rows, so the kernels find a position's row
@@ -62,17 +64,14 @@ struct PagedAttnArgs {
   int* counters = nullptr;
 };
 
-void attention_paged(const PagedAttnArgs& a, cudaStream_t stream);
+void attention_paged(const PagedAttnArgs& a, const Launch& stream);
 
 // The splits worth launching for a step of `pairs` (row, KV head) pairs whose longest context is
 // max_pos + 1 positions, on a GPU of `sms` SMs: one per 4 tiles of 32 positions, rounded up to a
 // power of two (few distinct graphs), at most kAttnPagedSplits, and halved while the grid would
 // pass one resident wave (kAttnPagedWavePerSm blocks per SM): past it more splits only add waves
-// and the combine. Measured on an H100 (synth SmolLM-135M, 100-token prompts + 128 decode steps,
-// bench-batch): always 8 splits gave prefill 173k tok/s and decode 2.91 ms/step at 256
-// sequences; 2 (what these contexts need) 193k and 2.87 ms. On an H200 (run z41), 256 sequences
-// of those contexts in 1 split instead of 2 (768 blocks, not 1,536): 2.17 -> 1.99 ms per step.
-// (6: the blocks per SM of the SIMT kernel's occupancy build these were measured with.)
+// and the combine, so short contexts and large batches take fewer splits. (6: the blocks per SM
+// of the SIMT kernel's occupancy build this wave size was tuned with.)
 constexpr int kAttnPagedWavePerSm = 6;
 int attn_paged_splits(int max_pos, int pairs, int sms);
 

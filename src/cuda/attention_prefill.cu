@@ -20,7 +20,7 @@
 namespace smolrt::cuda {
 namespace detail {
 // attention_prefill_tc.cu: tensor-core path (head_dim 16/32/64); false = not taken.
-bool attention_prefill_tc(const AttentionPrefillArgs& a, cudaStream_t s);
+bool attention_prefill_tc(const AttentionPrefillArgs& a, const Launch& s);
 }  // namespace detail
 namespace {
 
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-void launch_simt8(const AttentionPrefillArgs& a, cudaStream_t s) {
+void launch_simt8(const AttentionPrefillArgs& a, const Launch& s) {
   const dim3 grid((unsigned)((a.n_tokens + kQT - 1) / kQT), (unsigned)a.n_heads);
   const float qscale = 1.4426950408889634f * (a.scale > 0.f ? a.scale : 1.f / sqrtf(8.f));
   if (a.kv_half) {
@@ -212,7 +212,7 @@ bool attention_prefill_supports(int hd) {
   return hd == 8 || hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256;
 }
 
-void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t s) {
+void attention_prefill(const AttentionPrefillArgs& a, const Launch& s) {
   if (!a.q || !a.k_cache || !a.v_cache || !a.out) fail("attention_prefill: null pointer");
   if (a.n_tokens <= 0 || a.start < 0)
     fail("attention_prefill: n_tokens=", a.n_tokens, " start=", a.start, " out of range");

@@ -14,6 +14,8 @@
 
 #include <cstddef>
 
+#include "cuda/launch.h"
+
 namespace smolrt::cuda {
 
 struct AttentionPrefillArgs {
@@ -47,7 +49,7 @@ inline size_t attention_prefill_scratch(int n_tokens, int n_heads, int head_dim)
 }
 
 // Checks the arguments (smolrt::Error naming the field) and the launch.
-void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);
+void attention_prefill(const AttentionPrefillArgs& a, const Launch& stream);
 
 // True when attention_prefill supports this head_dim (callers fall back to per-token attention).
 bool attention_prefill_supports(int head_dim);

@@ -12,7 +12,7 @@
 // query held there too (the 16 x 256 output alone is 128 per lane), so the query tile sits in
 // shared memory (fp16, read per 16-wide chunk with ldmatrix), key tiles are 32 wide and there is
 // one key group; an fp32 cache streams through a shared fp32 staging tile with cp.async (the next
-// tile in flight during this one's math; a second staging tile measured no faster) and is
+// tile in flight during this one's math; a second staging tile would gain nothing) and is
 // converted to the fp16 tile there (register prefetch of a 32 x 256 fp32 tile would not fit).
 // Sliding windows mask keys at or below pos - window and skip the tiles wholly before them.
 #include <cuda_fp16.h>
@@ -399,7 +399,7 @@ __global__ void attention_merge_kernel(AttentionPrefillArgs a, int n_split) {
 }
 
 template <int HD, class KV, int KS, int KT = kKT>
-void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s, int n_split = 1) {
+void launch_ks(const AttentionPrefillArgs& a, const Launch& s, int n_split = 1) {
   constexpr size_t bytes = TcSmem<HD, KV, KS, KT>::bytes;
   static_assert(bytes <= kMaxBlockSmem && KS <= 2, "tile set exceeds shared memory");
   static bool configured = false;
@@ -409,22 +409,23 @@ void launch_ks(const AttentionPrefillArgs& a, cudaStream_t s, int n_split = 1) {
   }
   // log2(e) * scale (exp2 softmax); the default scale is 1/sqrt(head_dim)
   const float qscale = 1.4426950408889634f * (a.scale > 0.f ? a.scale : 1.f / sqrtf((float)HD));
-  launch_kernel_pdl(
-      s != nullptr, attention_prefill_tc_kernel<HD, KV, KS, KT>,
+  launch_kernel(
+      attention_prefill_tc_kernel<HD, KV, KS, KT>,
       dim3((unsigned)((a.n_tokens + kBQ - 1) / kBQ), (unsigned)a.n_heads, (unsigned)n_split),
       dim3(kWarps * 32 * KS), bytes, s, a, qscale);
   if (n_split > 1)
-    launch_kernel_pdl(s != nullptr, attention_merge_kernel,
-                      dim3((unsigned)a.n_tokens, (unsigned)a.n_heads), dim3(HD), 0, s, a, n_split);
+    launch_kernel(attention_merge_kernel, dim3((unsigned)a.n_tokens, (unsigned)a.n_heads), dim3(HD),
+                  0, s, a, n_split);
 }
 
 template <int HD>
-void launch_tc(const AttentionPrefillArgs& a, cudaStream_t s) {
+void launch_tc(const AttentionPrefillArgs& a, const Launch& s) {
   static_assert(HD % 16 == 0 && (HD / 8) % 2 == 0, "head_dim must be a multiple of 16");
   if constexpr (HD > 64) {
     // Wide heads: 32-key tiles, one key group (a block's shared memory fills most of an SM), so
     // the keys split over up to kAttnPrefillSplits blocks when the query tiles alone would leave
-    // SMs idle (gemma3 pp512: 32 blocks without; latency-bound, 1 warp per scheduler).
+    // SMs idle (a 512-token gemma3 prompt makes 32 blocks without: latency-bound, 1 warp per
+    // scheduler).
     const int blocks = (a.n_tokens + kBQ - 1) / kBQ * a.n_heads;
     const int keys =
         a.window > 0 ? std::min(a.start + a.n_tokens, a.window + kBQ + 32) : a.start + a.n_tokens;
@@ -454,7 +455,7 @@ void launch_tc(const AttentionPrefillArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-bool attention_prefill_tc(const AttentionPrefillArgs& a, cudaStream_t s) {
+bool attention_prefill_tc(const AttentionPrefillArgs& a, const Launch& s) {
   switch (a.head_dim) {
     case 16:
       return launch_tc<16>(a, s), true;

@@ -31,7 +31,7 @@ void check_embedding(const char* who, const DevMat& emb) {
   }
 }
 
-void embed(const DevMat& emb, const int* token, float* out, cudaStream_t s, float scale) {
+void embed(const DevMat& emb, const int* token, float* out, const Launch& s, float scale) {
   check_embedding("embed", emb);
   if (token == nullptr || out == nullptr) fail("embed: null pointer");
   launch_kernel(embed_kernel, dim3((emb.cols + 255) / 256), dim3(256), 0, s, emb, token, out,

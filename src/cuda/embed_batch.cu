@@ -26,7 +26,7 @@ __global__ void embed_batch_kernel(const DevMat m, const int* tokens, float* x, 
 
 }  // namespace
 
-void embed_batch(const DevMat& emb, const int* tokens, int n, float* x, int ldx, cudaStream_t s,
+void embed_batch(const DevMat& emb, const int* tokens, int n, float* x, int ldx, const Launch& s,
                  float scale) {
   check_embedding("embed_batch", emb);
   if (tokens == nullptr || x == nullptr || n <= 0 || ldx < emb.cols) {

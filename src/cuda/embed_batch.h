@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/dev_mat.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
@@ -13,7 +14,7 @@ namespace smolrt::cuda {
 // outside [0, emb.rows) writes a NaN row instead of reading out of bounds (the backend checks
 // ids on the host first). Bit-identical to cpu::embed row by row.
 // scale: ModelConfig::embed_scale, applied to every element.
-void embed_batch(const DevMat& emb, const int* tokens, int n, float* x, int ldx, cudaStream_t s,
+void embed_batch(const DevMat& emb, const int* tokens, int n, float* x, int ldx, const Launch& s,
                  float scale = 1.f);
 
 }  // namespace smolrt::cuda

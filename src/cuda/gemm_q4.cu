@@ -15,9 +15,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "cuda/device_common.cuh"
 #include "cuda/launch.h"
@@ -26,12 +26,11 @@ namespace smolrt::cuda {
 namespace {
 
 constexpr int kChunk = 64;  // weight columns per chunk: two 32-column units, 16 weights per thread
-// Chunks of weights per warp held in registers per round: fp16 input (a warp walks every chunk)
-// 4; fp32 input 4 for 16- and 32-token tiles (H100, z29: 64 sequences 1.117 -> 1.090 ms per
-// step, pp128 123.5k -> 132.6k tok/s, against 2), 2 for 8-token tiles (4 there took 64 -> 93
-// registers, one block per SM: z30, pp32 47.4k -> 45.0k). Formats whose 16 raw weights take more
-// than 4 registers (Q4_0 takes 3) hold half as many, or 1 with fp32 input (2 spilled 72-416
-// bytes there).
+// Chunks of weights per warp held in registers per round (more chunks in flight hide more
+// memory latency, as far as the registers allow): fp16 input (a warp walks every chunk) 4; fp32
+// input 4 for 16- and 32-token tiles, 2 for 8-token tiles (4 there would need enough registers
+// to leave one block per SM). Formats whose 16 raw weights take more than 4 registers (Q4_0
+// takes 3) hold half as many, or 1 with fp32 input (2 would spill).
 template <GgmlType T, bool H, int NT>
 constexpr int kRing = sizeof(typename QFormat<T>::Raw16) <= 16 ? (H || NT > 1 ? 4 : 2)
                                                                : (H ? 2 : 1);
@@ -238,12 +237,9 @@ struct Layout {
 
 // Block: MW x KW warps (MW = p.mw, KW = blockDim.x / 32 / MW, chosen at launch).
 // Blocks per SM each instantiation is compiled for (__launch_bounds__ minimum; 0 = ptxas's
-// choice). ptxas's own choice gave the 8-token QkvRope kernel 64 registers and a spill; allowing
-// it one block per SM (94 registers; its grid fits one wave) and pinning the 8-token residual
-// kernel at two (64) measured on an H200 (bench_prefill, whole 30-layer prefill): 32 tokens
-// 0.672 -> 0.637 ms, 128 tokens 1.000 -> 0.99. One block per SM for every kernel instead made
-// 32 tokens 0.787 ms (gate_up and down need two blocks per SM), two for every kernel made 128
-// tokens 1.14 ms (the 32-token tiles spill at 64 registers).
+// choice). The QkvRope kernels get one block per SM (their grids fit one wave; ptxas's own
+// choice spills the 8-token one), the 8-token residual kernel two; the others keep ptxas's
+// choice, since gate_up and down need two blocks per SM and the 32-token tiles spill at two.
 template <GemmEpilogue E, int NT, bool H>
 constexpr int gemm_min_blocks() {
   if (E == GemmEpilogue::QkvRope) return 1;
@@ -539,7 +535,7 @@ void check_args(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o) {
 
 // mw x kw warps per block (<= 16), z K splits across blocks.
 template <GgmlType T, GemmEpilogue E, int NT, bool H, GgmlType TV = T>
-void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
+void launch(Params p, int mtiles, int mw, int kw, int z, const Launch& s) {
   constexpr int BN = 8 * NT;
   const int nw = mw * kw;
   int gx = (mtiles + mw - 1) / mw;
@@ -562,7 +558,7 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
     configure_prefill_kernel(kern, kMaxBlockSmem);
     configured = true;
   }
-  launch_kernel_pdl(s != nullptr, kern, dim3(gx, gy, z), dim3(32 * nw), (size_t)smem, s, p);
+  launch_kernel(kern, dim3(gx, gy, z), dim3(32 * nw), (size_t)smem, s, p);
 }
 
 // Tile shapes.
@@ -575,38 +571,26 @@ void launch(Params p, int mtiles, int mw, int kw, int z, cudaStream_t s) {
 // fp16 input: the same shapes below kGemmF16MinTokens (copied, not converted); from there on
 // 4 row tiles side by side, 64 tokens per block, so each weight chunk feeds 8 mma per
 // dequantization, and kLargeChunksInFlight / kRing warps along K (their tiles summed in shared
-// memory, one block per SM had only 4 warps for long K ranges). Measured on an
-// H100 (z21, pp512 tok/s, one warp along K -> 2 -> 4): synth gemma3-270m q4_k_m 166.5k -> 171.7k
-// -> 186.9k, qwen2.5-0.5b q4_k_m 52.2k -> 62.1k -> 66.0k, SmolLM-135M q4_k_m 178.7k -> 187.0k ->
-// 200.3k, SmolLM-135M Q4_0 (ring 4) 236.6k -> 237.1k -> 228.5k: eight chunks per tile in flight.
+// memory), so that each tile has eight weight chunks in flight across its warps, more than one
+// warp along K could hold in registers.
 constexpr int kLargeChunksInFlight = 8;
 
 // Residual GEMMs also split K across blocks (at most kMaxKw warps along K, more blocks to fill the
-// SMs) and add atomically: measured on an H200 (30-layer prefill) 0.640 vs 0.697 ms at 32 tokens,
-// 2.05 vs 2.59 ms at 512. With SMOLRT_GEMM_SPLITK=0 (or gemm_q4_set_split_k(0)) every output is
+// SMs) and add atomically when the launch allows it (Launch::split_k); otherwise every output is
 // summed by one block in a fixed order and results are bit-identical from run to run.
 constexpr int kMaxKw = 12;
 
-// Residual GEMMs may split K across blocks and add atomically (the default; SMOLRT_GEMM_SPLITK=0
-// turns it off): the order of the adds, and so the last bits of the residual stream, then vary
-// from run to run.
-int g_split_k = -1;  // -1: the environment's choice
-bool split_k() {
-  static const bool env = env_flag("SMOLRT_GEMM_SPLITK", true);
-  return g_split_k < 0 ? env : g_split_k != 0;
-}
-// Warps per block at most (fp32/small-batch shapes): 16 measured best (H200, 32-token prefill:
-// 8 warps 0.708 ms, 12 warps 0.647, 4 warps 0.775, 16 warps 0.645).
+// Warps per block at most (fp32/small-batch shapes): 16, the fastest of the block sizes tried
+// on small prompts.
 constexpr int kMaxWarps = 16;
 // Staging budget of the small-batch tiles (bytes of fp16 activations in flight per wave).
 constexpr double kStageBudget = 4096.0 * 1024.0;
 
 template <GgmlType T, GemmEpilogue E, bool H, GgmlType TV = T>
-void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
+void dispatch_small(const Params& p, int mtiles, bool split, const Launch& s) {
   const int t = p.a.t;
-  // One 8-token tile per block up to 32 tokens (more blocks, less staging per SM: measured on an
-  // H200, whole 30-layer prefill at 32 tokens 0.640 ms vs 0.651 with 16-token and 0.707 with
-  // 32-token tiles), 32-token tiles beyond.
+  // One 8-token tile per block up to 32 tokens (more blocks, less staging per SM), 32-token
+  // tiles beyond.
   int nt = t <= 32 ? 1 : 4;
   const int gy = (t + 8 * nt - 1) / (8 * nt);
   const double tile_bytes = 8.0 * nt * p.k * (H ? 2 : 4);  // a block's staging, all K splits
@@ -625,8 +609,8 @@ void dispatch_small(const Params& p, int mtiles, bool split, cudaStream_t s) {
 }
 
 template <GgmlType T, GemmEpilogue E, GgmlType TV = T>
-void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
-  const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && split_k();
+void dispatch_t(const Params& p, int mtiles, const Launch& s) {
+  const bool split = E == GemmEpilogue::Accumulate && !p.a.norm_w && s.split_k;
   const int t = p.a.t;
   if (p.a.xh && t >= kGemmF16MinTokens) {
     int z = 1;
@@ -653,7 +637,7 @@ void dispatch_t(const Params& p, int mtiles, cudaStream_t s) {
 
 // The one dispatch place from the weight type to the kernel template (qformat.h's table).
 template <GemmEpilogue E>
-void dispatch(const Params& p, GgmlType type, int mtiles, cudaStream_t s) {
+void dispatch(const Params& p, GgmlType type, int mtiles, const Launch& s) {
   dispatch_format(type, [&](auto tag) {
     constexpr GgmlType T = decltype(tag)::value;
     if constexpr (T != GgmlType::F32) dispatch_t<T, E>(p, mtiles, s);
@@ -663,16 +647,18 @@ void dispatch(const Params& p, GgmlType type, int mtiles, cudaStream_t s) {
 // act_to_f16: one block of kActThreads per row. NV > 0: the row's float4s (and the norm weight's)
 // are loaded into registers at once, NV per thread, covering ldh; one memory round trip and one
 // block reduction, then the stores. NV = 0 (rows wider than kActMaxNV float4s per thread): rolled
-// loops. One warp per row with rolled loops (the first version) took ~7 us per launch at 512
-// tokens of 576 columns on an H100: 64 blocks, a memory round trip per loop trip.
+// loops. A block per row (not a warp) fills the SMs, and loading the row at once costs one
+// memory round trip instead of one per loop trip.
 constexpr int kActThreads = 128, kActMaxNV = 8;
 
-template <int NV>
+template <int NV, bool kFrag>
 __global__ void __launch_bounds__(kActThreads)
     act_f16_kernel(const float* x, int ldx, int k, const float* nw, float eps, uint16_t* out,
                    int ldh) {
   __shared__ float red[kActThreads / 32];
-  const int tok = blockIdx.x, tid = threadIdx.x, q4 = k / 4, qh = ldh / 4;
+  // Fragment order fills the pad columns [k, ldh) with zeros (the GEMM reads whole 64-column
+  // chunks); row-major rows end at k (the dense GEMM reads k columns).
+  const int tok = blockIdx.x, tid = threadIdx.x, q4 = k / 4, qh = kFrag ? ldh / 4 : q4;
   const float4* xr = reinterpret_cast<const float4*>(x + (size_t)tok * ldx);
   const float4* w4 = reinterpret_cast<const float4*>(nw);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -713,11 +699,17 @@ __global__ void __launch_bounds__(kActThreads)
   }
   auto put = [&](int q, float4 u, float4 wq) {
     if (nw) u = norm_scaled(u, scale, wq);
-    uint2 h;  // fragment order: k, k+2 | k+1, k+3
-    h.x = pack_half2(u.x, u.z);
-    h.y = pack_half2(u.y, u.w);
     const int c = 4 * q;
-    *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + (c & ~63) + gemm_frag_pos(c & 63)) = h;
+    uint2 h;
+    if constexpr (kFrag) {  // fragment order: k, k+2 | k+1, k+3
+      h.x = pack_half2(u.x, u.z);
+      h.y = pack_half2(u.y, u.w);
+      *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + (c & ~63) + gemm_frag_pos(c & 63)) = h;
+    } else {
+      h.x = pack_half2(u.x, u.y);
+      h.y = pack_half2(u.z, u.w);
+      *reinterpret_cast<uint2*>(out + (size_t)tok * ldh + c) = h;
+    }
   };
   if constexpr (NV > 0) {
 #pragma unroll
@@ -733,11 +725,7 @@ __global__ void __launch_bounds__(kActThreads)
 
 }  // namespace
 
-void gemm_q4_set_split_k(int on) {
-  g_split_k = on < 0 ? -1 : on != 0;
-}
-
-void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream) {
+void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, const Launch& stream) {
   check_args(a, ep, o);
   Params p;
   p.a = a;
@@ -791,9 +779,10 @@ void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_
 }
 
 void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
-                uint16_t* out, int ldh, cudaStream_t s) {
-  if (!x || !out || t <= 0 || k <= 0 || k % 4 || ldx < k || ldx % 4 || ldh % 64 || ldh < k ||
-      !aligned16(x) || !aligned16(out) || (norm_w && !aligned16(norm_w)))
+                uint16_t* out, int ldh, const Launch& s, F16Order order) {
+  const bool frag = order == F16Order::kFragment;
+  if (!x || !out || t <= 0 || k <= 0 || k % 4 || ldx < k || ldx % 4 || ldh % (frag ? 64 : 8) ||
+      ldh < k || !aligned16(x) || !aligned16(out) || (norm_w && !aligned16(norm_w)))
     fail("act_to_f16: bad arguments t=", t, " k=", k, " ldx=", ldx, " ldh=", ldh);
   auto go = [&](auto kern) {
     static bool configured = false;  // per instantiation, once
@@ -801,15 +790,22 @@ void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, floa
       configure_prefill_kernel(kern, 0);
       configured = true;
     }
-    launch_kernel_pdl(s != nullptr, kern, dim3(t), dim3(kActThreads), 0, s, x, ldx, k, norm_w, eps,
-                      out, ldh);
+    launch_kernel(kern, dim3(t), dim3(kActThreads), 0, s, x, ldx, k, norm_w, eps, out, ldh);
   };
-  const int per_thread = (ldh / 4 + kActThreads - 1) / kActThreads;  // float4s covering ldh
-  if (per_thread <= 1) return go(act_f16_kernel<1>);
-  if (per_thread <= 2) return go(act_f16_kernel<2>);
-  if (per_thread <= 4) return go(act_f16_kernel<4>);
-  if (per_thread <= kActMaxNV) return go(act_f16_kernel<kActMaxNV>);
-  go(act_f16_kernel<0>);
+  auto pick = [&](auto frag_tag) {
+    constexpr bool F = decltype(frag_tag)::value;
+    const int cover = F ? ldh : k;                                       // columns written
+    const int per_thread = (cover / 4 + kActThreads - 1) / kActThreads;  // float4s per thread
+    if (per_thread <= 1) return go(act_f16_kernel<1, F>);
+    if (per_thread <= 2) return go(act_f16_kernel<2, F>);
+    if (per_thread <= 4) return go(act_f16_kernel<4, F>);
+    if (per_thread <= kActMaxNV) return go(act_f16_kernel<kActMaxNV, F>);
+    go(act_f16_kernel<0, F>);
+  };
+  if (frag)
+    pick(std::true_type{});
+  else
+    pick(std::false_type{});
 }
 
 }  // namespace smolrt::cuda

@@ -13,7 +13,7 @@
 // them with the chunk's activations, which the block staged once in shared memory as fp16 in
 // fragment order (one 8-byte load per B fragment, no conflicts). Accumulation in fp32. Warps of a
 // block split K and add their partial tiles in a fixed order (deterministic); residual GEMMs with
-// few tiles also split K across blocks and add atomically.
+// few tiles also split K across blocks and add atomically when the Launch allows it.
 //
 // Fused prologue / epilogues (no launch of their own):
 //   norm_w != nullptr : x'[t] = x[t] / sqrt(mean(x[t]^2) + eps) * norm_w   (RMSNorm), else x' = x
@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "cuda/dev_mat.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
@@ -89,28 +90,26 @@ __host__ __device__ constexpr int gemm_frag_pos(int r) {
   return (2 * wi + hi) * 16 + (2 * b + h) * 4 + pe;
 }
 
-// Rows of fp32 activations -> fp16 in the fragment order gemm_q4 reads (xh): out[i][.] = x[i][.] *
-// (norm_w ? norm_w / sqrt(mean(x[i]^2) + eps) : 1), columns [k, ldh) zero. One block per row.
-// k a multiple of 4, ldh a multiple of 64 >= k.
-void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
-                uint16_t* out, int ldh, cudaStream_t stream);
+// Layouts of fp16 activation rows: the fragment order gemm_q4 reads (xh), or plain row-major
+// (the dense GEMMs' input, dense_gemm.h).
+enum class F16Order { kFragment, kRowMajor };
 
-// Batches of at least this many tokens should use the fp16 path (act_to_f16 + xh): measured
-// crossover (H200, whole prefill: fp32 path faster up to 256 tokens, 1.44 vs 1.65 ms at 256;
-// equal at 512).
+// Rows of fp32 activations -> fp16: out[i][.] = x[i][.] * (norm_w ? norm_w / sqrt(mean(x[i]^2) +
+// eps) : 1); in fragment order columns [k, ldh) zero, row-major ones left as they are. One block
+// per row. k a multiple of 4; ldh >= k, a multiple of 64 (fragment order) or 8 (row-major).
+void act_to_f16(const float* x, int ldx, int t, int k, const float* norm_w, float eps,
+                uint16_t* out, int ldh, const Launch& stream, F16Order order = F16Order::kFragment);
+
+// Batches of at least this many tokens should use the fp16 path (act_to_f16 + xh): below it the
+// fp32 path (norm and conversion fused into the GEMM's staging) is faster, from here the one
+// conversion per chunk pays off.
 constexpr int kGemmF16MinTokens = 512;
 // The prefill's down GEMM reads silu(gate)*up as fp16 from this many tokens on (below: fp32 input,
 // converted in the GEMM's staging).
 constexpr int kDownF16MinTokens = 33;
 
-// Checks shapes and types (throws smolrt::Error naming the bad field), launches (PDL on a
-// non-default stream), checks the launch.
-void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, cudaStream_t stream);
-
-// Split-K residual GEMMs with atomic adds: faster (more blocks), but the last bits of the
-// residual stream vary from run to run (~3e-4 relative in the logits after 30 layers). On by
-// default; SMOLRT_GEMM_SPLITK=0 or gemm_q4_set_split_k(0) gives bit-reproducible results;
-// gemm_q4_set_split_k(-1) restores the environment's choice. Process-wide.
-void gemm_q4_set_split_k(int on);
+// Checks shapes and types (throws smolrt::Error naming the bad field), launches as the Launch
+// says (PDL, split K), checks the launch.
+void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, const Launch& stream);
 
 }  // namespace smolrt::cuda

@@ -45,9 +45,8 @@ struct GemvParams {
 
 // Threads per block, fixed: the staging loops' trip counts derive from it. Small matrices get fewer
 // blocks than SMs, which is fine: at decode sizes they are latency-bound, not bandwidth-bound.
-// 256 measured best in the whole decode step (H200, synth SmolLM-135M, bench-decode): 2,617 tok/s
-// against 2,484 with 128 and 2,395 with 512. With 256 each kind of kernel alone is slower (e.g. 30
-// QKV kernels back to back: 76.5 vs 72.4 us), but the chain of mixed kernels is 20 us faster.
+// 256 runs the whole decode step fastest: some kernels alone are faster with other sizes, but the
+// chain of mixed kernels is what a step pays for.
 constexpr int kBlock = 256;
 constexpr int kMaxBlocks = 132 * 4;
 
@@ -89,10 +88,9 @@ static_assert(xs_bytes<GgmlType::Q4_0>(kGemvMaxCols) <= kMaxBlockSmem,
 // K-quants: load_pair / idot_pair) may take x quantized per 32-column unit to two int8 levels and
 // run their dot products on DP4A (I8, chosen per launch from the rows per block: kI8MinRows).
 // A lane takes a pair of units per row, the two that share their quant bytes, so a pass covers
-// 2,048 columns (NX = 64) and x stays in shared memory, read per item. The fp32 path spent ~7.7
-// instructions per weight unpacking and multiplying (ncu, SmolLM2-1.7B-shaped q4_k_m on an H200:
-// gate/up issue-bound at 122 registers and 16 warps per SM, 15 us per layer with its weights in
-// L2).
+// 2,048 columns (NX = 64) and x stays in shared memory, read per item. The fp32 path spends
+// several instructions per weight unpacking and multiplying, so wide K-quant matrices are
+// issue-bound there rather than memory-bound.
 template <GgmlType T>
 constexpr bool has_pairs() {
   return requires {
@@ -560,8 +558,8 @@ enum class Cols { One, Sliced, SlicedLoop };
 // registers for all their items and load the next item's weights while the current one is
 // computed; SLICED items' slice sums meet in shared memory. SLICED_LOOP warps reload x from shared
 // memory per pass.
-// Serial passes in one warp (the earlier design) left one DRAM round trip per pass on the critical
-// path and, at 2,048 columns, 137-255 registers per thread: one block per SM.
+// (Serial passes in one warp would put one DRAM round trip per pass on the critical path and, at
+// 2,048 columns, need so many registers per thread that one block fits per SM.)
 template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV, bool I8>
 __global__ void __launch_bounds__(kBlock, kMinBlocks<T, TV>()) gemv_kernel(const GemvParams p) {
   constexpr bool SLICED = C != Cols::One;
@@ -705,8 +703,7 @@ int grid_blocks(int n_items, int slices, int max_blocks, bool heavy) {
   // Sliced kernels stage all of a wide x per block: one resident wave (2 blocks per SM) that
   // loops over the items stages it once per block. The K-quants' kernels (2 blocks per SM, see
   // kMinBlocks) take one resident wave too: a second wave's blocks start late, stage x again and
-  // have their first weights in flight only after the first wave's leave (H200, SmolLM2-1.7B-shaped
-  // q4_k_m, bench-decode z81: gate/up 257 -> 200 us per token, QKV 199 -> 157).
+  // have their first weights in flight only after the first wave's leave.
   if ((slices > 1 || heavy) && cap > 2 * sm_count()) cap = 2 * sm_count();
   const int blocks = (n_items + per_block - 1) / per_block;
   return blocks < cap ? blocks : cap;
@@ -716,11 +713,9 @@ int grid_blocks(int n_items, int slices, int max_blocks, bool heavy) {
 // barrier, after the PDL wait: on the critical path) and saves instructions on every row the block
 // computes, so it is taken from kI8MinRows weight rows per block, or where the fp32 path's blocks
 // would loop over several rounds of items (the unit pairs' 2,048-column passes halve the slices,
-// so the rounds too, and the quantizing is amortized over them). Measured on an H200
-// (bench-decode, q4_k_m synth models, run z81): SmolLM2-1.7B's down (7.8 rows per block, fp32
-// blocks looping 3.9 rounds) 218 -> 202 us per token on the int8 path, Llama-3.2-1B's 146 -> 135,
-// Qwen2.5-0.5B's 113 -> 110; SmolLM2-360M's (8 rows per block in one round) 107 -> 121 in the
-// decode graph, so it stays on the fp32 path.
+// so the rounds too, and the quantizing is amortized over them). Below that (e.g. 8 rows per
+// block in one round) the quantizing costs more than it saves, so such matrices stay on the fp32
+// path.
 constexpr int kI8MinRows = 10;
 
 // How one launch runs: x registers per lane (nx: pass_cols<nx>() columns a pass; 1,024 for the
@@ -755,7 +750,7 @@ Plan plan_launch(bool heavy, bool pairs, int n_items, int cols, int max_blocks) 
 }
 
 template <GgmlType T, int NX, Epi E, Cols C, GgmlType TV, bool I8>
-void launch_nx(GemvParams p, const Plan& pl, cudaStream_t s) {
+void launch_nx(GemvParams p, const Plan& pl, const Launch& s) {
   const int cols = p.m0.cols;
   const size_t smem = xs_bytes<T>(cols) + (I8 ? xq_bytes(cols) : 0);
   p.slices = C == Cols::One ? 1 : pl.slices;
@@ -770,7 +765,7 @@ void launch_nx(GemvParams p, const Plan& pl, cudaStream_t s) {
 }
 
 template <GgmlType T, int NX, Epi E, GgmlType TV, bool I8>
-void launch_cols(const GemvParams& p, const Plan& pl, cudaStream_t s) {
+void launch_cols(const GemvParams& p, const Plan& pl, const Launch& s) {
   const int passes = (p.m0.cols + pass_cols<NX>() - 1) / pass_cols<NX>();
   if (passes == 1) {
     launch_nx<T, NX, E, Cols::One, TV, I8>(p, pl, s);
@@ -782,7 +777,7 @@ void launch_cols(const GemvParams& p, const Plan& pl, cudaStream_t s) {
 }
 
 template <GgmlType T, Epi E, GgmlType TV = T>
-void launch_t(const GemvParams& p, cudaStream_t s, int max_blocks) {
+void launch_t(const GemvParams& p, const Launch& s, int max_blocks) {
   const Plan pl = plan_launch(kHeavy<T, TV>, kI8<T, TV>, p.n_items, p.m0.cols, max_blocks);
   if constexpr (kI8<T, TV>) {
     if (pl.i8) return launch_cols<T, kI8Nx, E, TV, true>(p, pl, s);
@@ -798,7 +793,7 @@ void launch_t(const GemvParams& p, cudaStream_t s, int max_blocks) {
 
 // The one dispatch place from runtime weight type to kernel template (qformat.h's table).
 template <Epi E>
-void dispatch(const GemvParams& p, cudaStream_t s, int max_blocks = 0) {
+void dispatch(const GemvParams& p, const Launch& s, int max_blocks = 0) {
   const bool ok = dispatch_format(
       p.m0.type, [&](auto tag) { launch_t<decltype(tag)::value, E>(p, s, max_blocks); });
   if (!ok) {
@@ -841,11 +836,6 @@ GemvParams base_params(const float* x, const float* norm_w, float eps) {
 
 }  // namespace
 
-bool& pdl_enabled() {
-  static bool on = false;
-  return on;
-}
-
 bool gemv_int8_x(GgmlType t) {
   bool r = false;
   dispatch_format(t, [&](auto tag) { r = has_pairs<decltype(tag)::value>(); });
@@ -863,7 +853,7 @@ int sm_count() {
 }
 
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s) {
+          bool accumulate, const Launch& s) {
   check_mat(w, "W");
   if (x == nullptr || out == nullptr) fail("gemv: null x or out");
   if (!accumulate && head_kernel_takes(w)) {  // lm_head shapes: gemv_head.h
@@ -879,7 +869,7 @@ void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float
 }
 
 int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-                float* part_v, int* part_i, cudaStream_t s) {
+                float* part_v, int* part_i, const Launch& s) {
   check_mat(w, "W");
   if (x == nullptr || out == nullptr || part_v == nullptr || part_i == nullptr) {
     fail("gemv_argmax: null x, out or argmax partials");
@@ -904,7 +894,7 @@ int gemv_argmax_parts(const DevMat& w) {
       .grid;
 }
 
-void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
+void gemv_qkv(const QkvArgs& a, const Launch& s) {
   check_mat(a.wq, "Wq");
   check_mat(a.wk, "Wk");
   check_mat(a.wv, "Wv");
@@ -975,7 +965,7 @@ void gemv_qkv(const QkvArgs& a, cudaStream_t s) {
 }
 
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, int act, const ResidualIn& res) {
+                  float eps, float* out, const Launch& s, int act, const ResidualIn& res) {
   check_mat(wg, "W_gate");
   check_mat(wu, "W_up");
   if (wg.rows != wu.rows || wg.cols != wu.cols || wg.type != wu.type) {

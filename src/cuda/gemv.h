@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/dev_mat.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
@@ -32,7 +33,7 @@ bool gemv_int8_x(GgmlType t);
 
 // out[r] = (accumulate ? out[r] : 0) + W[r,:]·n(x), r < w.rows. x: [w.cols]; out: [w.rows].
 void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-          bool accumulate, cudaStream_t s);
+          bool accumulate, const Launch& s);
 
 // lm_head with argmax stage 1 fused in: out = W·n(x) as gemv(accumulate=false), and block b also
 // writes the best (value, row) among the rows it computed to part_v[b], part_i[b] (NaN never wins,
@@ -40,7 +41,7 @@ void gemv(const DevMat& w, const float* x, const float* norm_w, float eps, float
 // partials written, for argmax_final; part_v/part_i hold at least kGemvMaxBlocks entries.
 constexpr int kGemvMaxBlocks = 132 * 8;
 int gemv_argmax(const DevMat& w, const float* x, const float* norm_w, float eps, float* out,
-                float* part_v, int* part_i, cudaStream_t s);
+                float* part_v, int* part_i, const Launch& s);
 // The partial count gemv_argmax returns for w (no launch). Large Q8_0 matrices (the lm_head) go
 // through a wider kernel with its own grid (gemv_head.h), so the count depends on w's shape and
 // type.
@@ -78,13 +79,13 @@ struct QkvArgs {
   bool kv_half = false;  // rope=true: the caches hold fp16 (else fp32)
   ResidualIn res;        // a pending residual update of x, made in the staging
 };
-void gemv_qkv(const QkvArgs& a, cudaStream_t s);
+void gemv_qkv(const QkvArgs& a, const Launch& s);
 
 // FFN input: out[r] = act(Wg[r,:]·n(x)) * (Wu[r,:]·n(x)), r < hidden_dim; one warp does the
 // gate and up row of the same r, so act·up never leaves registers. Wg and Wu of one type.
 // act: 0 SiLU, 1 GELU (tanh approximation) — ModelConfig::act as int.
 // res: a pending residual update of x, made in the staging (see ResidualIn).
 void gemv_gate_up(const DevMat& wg, const DevMat& wu, const float* x, const float* norm_w,
-                  float eps, float* out, cudaStream_t s, int act = 0, const ResidualIn& res = {});
+                  float eps, float* out, const Launch& s, int act = 0, const ResidualIn& res = {});
 
 }  // namespace smolrt::cuda

@@ -32,8 +32,7 @@ __host__ __device__ constexpr size_t head_x_bytes(int cols) {
 // U = 16-byte quant vectors per lane per group (U*32 >= kHeadRows*cols/16). Two groups' worth of
 // registers: the next group loads while this one is reduced.
 // The dot products run on DP4A against the two-level int8 x (4 MACs per instruction, no
-// dequantization: ~3x fewer instructions than an fp32 path, which was issue-bound and measured
-// slower in the whole step: 2,583 vs 2,600 tok/s on H200).
+// dequantization: several times fewer instructions than an fp32 path, which is issue-bound here).
 template <int U>
 __global__ void __launch_bounds__(kHT, min_blocks(U)) head_q8_kernel(const HeadArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -223,7 +222,7 @@ int head_grid(const DevMat& w, int max_blocks) {
   return blocks < cap ? blocks : cap;
 }
 
-int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s) {
+int head_gemv(const HeadArgs& a, int max_blocks, const Launch& s) {
   const int grid = head_grid(a.w, max_blocks);
   const int cols = a.w.cols;
   const size_t smem = head_x_bytes(cols) + sizeof(float) * kHW * kHeadRows * (cols / 16);

@@ -1,8 +1,8 @@
 // Wide matrix-vector kernel for lm_head-sized Q8_0 matrices (used by gemv.cu; not a public API).
 //
 // The generic decode matvec gives each lane whole 32-column blocks, so at cols = 576 only 18 of
-// 32 lanes load, and ~24 KB per SM of weights is in flight: the 28 MB lm_head ran at ~1/3 of
-// DRAM bandwidth. Here a warp takes groups of kHeadRows consecutive rows, which are one
+// 32 lanes load, and too few weight bytes per SM are in flight to use the DRAM bandwidth on a
+// large lm_head. Here a warp takes groups of kHeadRows consecutive rows, which are one
 // contiguous run of 16-byte quant vectors in the split layout (dev_mat.h): every lane loads,
 // fully coalesced, and the next group's loads are in flight while the current one is reduced.
 // Per row: partial dots of 16 columns each (x staged once per block in padded shared memory),
@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/gemv.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
@@ -41,6 +42,6 @@ struct HeadArgs {
 };
 
 // Launches the kernel; returns its grid size.
-int head_gemv(const HeadArgs& a, int max_blocks, cudaStream_t s);
+int head_gemv(const HeadArgs& a, int max_blocks, const Launch& s);
 
 }  // namespace smolrt::cuda

@@ -17,11 +17,10 @@ namespace smolrt::cuda::detail {
 using ::smolrt::cuda::pdl_trigger;
 using ::smolrt::cuda::pdl_wait;
 
-// Prefill launchers: PDL on any non-default stream (the legacy default stream keeps plain
-// serialization), no dynamic shared memory.
+// Launchers without dynamic shared memory.
 template <class... KArgs, class... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args&&... args) {
-  launch_kernel_pdl(s != nullptr, kernel, grid, block, 0, s, std::forward<Args>(args)...);
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, const Launch& l, Args&&... args) {
+  launch_kernel(kernel, grid, block, 0, l, std::forward<Args>(args)...);
 }
 
 }  // namespace smolrt::cuda::detail

@@ -10,8 +10,21 @@
 
 namespace smolrt::cuda {
 
-// Process-wide switch read by every decode launcher (set by the CUDA backend per step).
-bool& pdl_enabled();
+// How a launcher enqueues its kernels: the stream, and the engine's switches (filled once from
+// its options; no kernel file reads the environment or a global flag).
+struct Launch {
+  cudaStream_t stream = nullptr;
+  // Programmatic Dependent Launch (Hopper): the next kernel in the stream starts while this one
+  // runs and waits in pdl_wait() for its predecessor's writes. Never on the legacy default stream.
+  bool pdl = true;
+  // Residual GEMMs (gemm_q4) may split K across blocks and add atomically: faster, but the last
+  // bits of the residual stream then vary from run to run; false gives bit-reproducible results.
+  bool split_k = true;
+  // Implicit: a stream alone takes the defaults (tests and benchmarks).
+  Launch(cudaStream_t s = nullptr) : stream(s) {}
+  Launch(cudaStream_t s, bool pdl_on, bool split) : stream(s), pdl(pdl_on), split_k(split) {}
+  bool use_pdl() const { return pdl && stream != nullptr; }
+};
 
 // Streaming multiprocessors of the current device (queried once): grid sizing.
 int sm_count();
@@ -51,11 +64,11 @@ void configure_prefill_kernel(void (*kernel)(KArgs...), int max_dynamic_smem) {
                                   cudaSharedmemCarveoutMaxShared));
 }
 
-// Decode launchers: PDL as the process-wide switch says.
+// Launch with the context's choices.
 template <class... KArgs, class... Args>
-void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, const Launch& l,
                    Args&&... args) {
-  launch_kernel_pdl(pdl_enabled(), kernel, grid, block, smem, s, std::forward<Args>(args)...);
+  launch_kernel_pdl(l.use_pdl(), kernel, grid, block, smem, l.stream, std::forward<Args>(args)...);
 }
 
 }  // namespace smolrt::cuda

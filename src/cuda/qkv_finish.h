@@ -10,6 +10,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/launch.h"
+
 namespace smolrt::cuda {
 
 struct QkvFinishArgs {
@@ -44,6 +46,6 @@ struct QkvFinishArgs {
   const float* freq_factors = nullptr;  // device [rope_dim / 2]: angle_i /= factor_i; or nullptr
 };
 
-void qkv_finish(const QkvFinishArgs& a, cudaStream_t s);
+void qkv_finish(const QkvFinishArgs& a, const Launch& s);
 
 }  // namespace smolrt::cuda

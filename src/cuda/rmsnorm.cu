@@ -45,13 +45,13 @@ __global__ void __launch_bounds__(256)
 }  // namespace
 
 void rmsnorm_add(float* x, int ldx, const float* y, int ldy, const float* w, int n, int rows,
-                 float eps, cudaStream_t s) {
+                 float eps, const Launch& s) {
   if (!x || !y || !w || n <= 0 || rows <= 0 || ldx < n || ldy < n)
     fail("rmsnorm_add: null pointer or bad shape (n ", n, ", rows ", rows, ")");
   launch_kernel(rmsnorm_add_kernel, dim3(rows), dim3(256), 0, s, x, ldx, y, ldy, w, n, eps);
 }
 
-void rmsnorm(float* out, const float* x, const float* w, int n, float eps, cudaStream_t s) {
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps, const Launch& s) {
   if (out == nullptr || x == nullptr || w == nullptr || n <= 0) {
     fail("rmsnorm: null pointer or n=", n);
   }

@@ -3,13 +3,15 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/launch.h"
+
 namespace smolrt::cuda {
 
-void rmsnorm(float* out, const float* x, const float* w, int n, float eps, cudaStream_t s);
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps, const Launch& s);
 
 // Post-norm residual (gemma3's post_attention_norm / post_ffw_norm): for each of `rows` rows,
 // x[r][i] += y[r][i] * rsqrt(mean(y[r]^2) + eps) * w[i], i < n. Row pitches ldx, ldy >= n.
 void rmsnorm_add(float* x, int ldx, const float* y, int ldy, const float* w, int n, int rows,
-                 float eps, cudaStream_t s);
+                 float eps, const Launch& s);
 
 }  // namespace smolrt::cuda

@@ -361,7 +361,7 @@ int sample_max_vocab() {
 }
 
 void sample(const float* logits, int n, const SamplingParams& p, float u, const int* history,
-            int n_hist, int* out, cudaStream_t s) {
+            int n_hist, int* out, const Launch& s) {
   if (!logits || !out || n <= 0 || n_hist < 0 || (n_hist > 0 && !history)) {
     fail("cuda::sample: null pointer or bad size (n=", n, ", n_hist=", n_hist, ")");
   }
@@ -369,7 +369,8 @@ void sample(const float* logits, int n, const SamplingParams& p, float u, const 
     fail("cuda::sample: a vocabulary of ", n, " tokens exceeds the GPU sampler's ",
          sample_max_vocab(), " (shared memory); sample on the host instead");
   }
-  sample_kernel<<<1, kThreads, n * sizeof(uint32_t), s>>>(logits, n, p, u, history, n_hist, out);
+  sample_kernel<<<1, kThreads, n * sizeof(uint32_t), s.stream>>>(logits, n, p, u, history, n_hist,
+                                                                 out);
   CUDA_CHECK_LAUNCH();
 }
 

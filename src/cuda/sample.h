@@ -11,7 +11,8 @@
 
 #include <cuda_runtime.h>
 
-#include "backend/sampling.h"
+#include "core/sampling.h"
+#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 
@@ -25,6 +26,6 @@ int sample_max_vocab();
 // host checks them); u: the uniform draw in [0, 1); out: 1 int, the sampled id, or -1 when the
 // candidate set exceeds kSampleMaxCandidates.
 void sample(const float* logits, int n, const SamplingParams& p, float u, const int* history,
-            int n_hist, int* out, cudaStream_t s);
+            int n_hist, int* out, const Launch& s);
 
 }  // namespace smolrt::cuda

@@ -193,7 +193,7 @@ QuantizedModel quantize_model(const gguf::File& in, const QuantTarget& target, c
     }
     const GgmlType dst = plan[i].type;
     if (!plan[i].note.empty()) {
-      out.fallbacks.push_back(t.name);
+      out.fallbacks.push_back({t.name, dst});
       if (log) log("note: " + plan[i].note);
     }
     ++counts[static_cast<uint32_t>(dst)];

@@ -80,7 +80,12 @@ std::vector<TensorPlan> plan_model(const std::vector<TensorShape>& tensors, cons
 struct QuantizedModel {
   gguf::Writer writer;
   std::vector<std::vector<uint8_t>> buffers;          // one per tensor, in file order
-  std::vector<std::string> fallbacks;                 // names of tensors stored in a fall-back type
+  // Tensors stored in a fall-back type (their row length is not a multiple of the target's block).
+  struct Fallback {
+    std::string name;
+    GgmlType type;
+  };
+  std::vector<Fallback> fallbacks;
   std::vector<std::pair<GgmlType, int>> type_counts;  // tensors per stored type, by type id
   uint64_t n_tensors = 0;
   uint64_t n_params = 0;

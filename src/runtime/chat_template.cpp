@@ -64,14 +64,19 @@ std::string trimmed(const std::string& s) {
 }  // namespace
 
 std::string render_chat(ChatFormat f, std::span<const ChatMessage> messages,
-                        bool add_generation_prompt) {
-  if (f == ChatFormat::kChatML) return render_chatml(messages, add_generation_prompt);
+                        bool add_generation_prompt,
+                        std::vector<std::pair<size_t, size_t>>* content) {
+  if (f == ChatFormat::kChatML) return render_chatml(messages, add_generation_prompt, content);
   std::string out;
+  const auto put = [&](const std::string& text) {
+    if (content) content->emplace_back(out.size(), out.size() + text.size());
+    out += text;
+  };
   if (f == ChatFormat::kGemma) {
-    std::string prefix;  // the system prompt, in front of the first user turn
     size_t i = 0;
+    const ChatMessage* system = nullptr;  // goes in front of the first user turn
     if (!messages.empty() && messages[0].role == "system") {
-      prefix = trimmed(messages[0].content) + "\n\n";
+      system = &messages[0];
       i = 1;
     }
     for (bool first = true; i < messages.size(); ++i, first = false) {
@@ -79,16 +84,20 @@ std::string render_chat(ChatFormat f, std::span<const ChatMessage> messages,
       out += "<start_of_turn>";
       out += m.role == "assistant" ? "model" : m.role;
       out += '\n';
-      if (first) out += prefix;
-      out += trimmed(m.content);
+      if (first && system) {
+        put(trimmed(system->content));
+        out += "\n\n";
+      }
+      put(trimmed(m.content));
       out += "<end_of_turn>\n";
     }
     if (add_generation_prompt) out += "<start_of_turn>model\n";
     return out;
   }
   for (const ChatMessage& m : messages) {
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trimmed(m.content) +
-           "<|eot_id|>";
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+    put(trimmed(m.content));
+    out += "<|eot_id|>";
   }
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
@@ -107,12 +116,14 @@ std::string template_default_system(const std::string& model_template) {
   return text;
 }
 
-std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) {
+std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                          std::vector<std::pair<size_t, size_t>>* content) {
   std::string out;
   for (const ChatMessage& m : messages) {
     out += kImStart;
     out += m.role;
     out += '\n';
+    if (content) content->emplace_back(out.size(), out.size() + m.content.size());
     out += m.content;
     out += kImEnd;
     out += '\n';

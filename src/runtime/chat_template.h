@@ -6,12 +6,23 @@
 
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace smolrt {
 
+// One tool call an assistant message made (OpenAI's message.tool_calls[i]).
+struct ChatToolCall {
+  std::string id;         // "call_..."
+  std::string name;       // the function
+  std::string arguments;  // its arguments as JSON text (OpenAI sends them as a string)
+};
+
 struct ChatMessage {
-  std::string role;     // "system" | "user" | "assistant"
+  std::string role;     // "system" | "user" | "assistant" | "tool" (runtime/tools.h renders tools)
   std::string content;  // plain text, no template markers
+  std::vector<ChatToolCall> tool_calls = {};  // assistant: the calls it made
+  std::string tool_call_id = {};              // tool: the call this message answers
 };
 
 enum class ChatFormat { kChatML, kGemma, kLlama3 };
@@ -33,8 +44,11 @@ const char* chat_turn_gap(ChatFormat f);
 // ("assistant"); each "<start_of_turn>{role}\n{trimmed content}<end_of_turn>\n"; generation
 // prompt "<start_of_turn>model\n". Llama 3: "<|start_header_id|>{role}<|end_header_id|>\n\n
 // {trimmed content}<|eot_id|>"; generation prompt the assistant header.
+// content: when given, receives the byte range [first, second) of each message's content in the
+// result (for tokenizing it as plain text: Tokenizer::encode's `plain`).
 std::string render_chat(ChatFormat f, std::span<const ChatMessage> messages,
-                        bool add_generation_prompt);
+                        bool add_generation_prompt,
+                        std::vector<std::pair<size_t, size_t>>* content = nullptr);
 
 // The default system prompt a ChatML template writes when the conversation has none (SmolLM2:
 // "You are a helpful AI assistant named SmolLM, trained by Hugging Face"); "" when it has none.
@@ -42,6 +56,7 @@ std::string template_default_system(const std::string& model_template);
 
 // ChatML: per message "<|im_start|>{role}\n{content}<|im_end|>\n"; then, when
 // add_generation_prompt, "<|im_start|>assistant\n".
-std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt);
+std::string render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                          std::vector<std::pair<size_t, size_t>>* content = nullptr);
 
 }  // namespace smolrt

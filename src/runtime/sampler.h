@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/sample.h"
-#include "backend/sampling.h"
+#include "core/sampling.h"
 
 namespace smolrt {
 

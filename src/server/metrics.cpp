@@ -40,7 +40,18 @@ Metrics::Metrics() : reg_(std::make_shared<prometheus::Registry>()) {
                    .Name("smolrt_requests_total")
                    .Help("HTTP requests by endpoint and status code")
                    .Register(r);
+  timeouts_ = &prometheus::BuildCounter()
+                   .Name("smolrt_http_timeouts_total")
+                   .Help("HTTP connections closed by a deadline, by phase (header, body, write)")
+                   .Register(r);
+  connections_ = &gauge(r, "smolrt_http_connections", "Open HTTP connections");
+  rejected_ = &counter(r, "smolrt_http_connections_rejected_total",
+                       "HTTP connections refused past --max-connections");
   prompt_tokens_ = &counter(r, "smolrt_prompt_tokens_total", "Prompt tokens of admitted requests");
+  cached_tokens_ = &counter(r, "smolrt_prompt_cached_tokens_total",
+                            "Prompt tokens whose KV pages came from the prefix cache");
+  prefix_hit_ = &gauge(r, "smolrt_prefix_cache_hit_ratio",
+                       "Prompt tokens found in the prefix cache over those looked up, 0..1");
   generated_tokens_ = &counter(r, "smolrt_generation_tokens_total", "Generated tokens");
   preemptions_ =
       &counter(r, "smolrt_preemptions_total", "Sequences preempted (freed, recomputed later)");
@@ -95,10 +106,28 @@ void Metrics::queue(int running, int waiting) {
   running_->Set(running);
   waiting_->Set(waiting);
 }
+void Metrics::cached_tokens(int n) {
+  cached_tokens_->Increment(n);
+}
+
+void Metrics::prefix_hit_ratio(double r) {
+  prefix_hit_->Set(r);
+}
+
 void Metrics::kv_pages(int used, int total) {
   kv_used_->Set(used);
   kv_total_->Set(total);
   kv_usage_->Set(total > 0 ? static_cast<double>(used) / total : 0.0);
+}
+
+void Metrics::connections(int open) {
+  connections_->Set(open);
+}
+void Metrics::connection_rejected() {
+  rejected_->Increment();
+}
+void Metrics::http_timeout(const std::string& phase) {
+  timeouts_->Add({{"phase", phase}}).Increment();
 }
 
 std::string Metrics::serialize() const {

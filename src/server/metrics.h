@@ -24,6 +24,10 @@ class Metrics {
   // One finished HTTP request: endpoint ("/v1/completions", ...) and status code.
   void request(const std::string& endpoint, int status);
   void prompt_tokens(int n);
+  // Prefix cache: prompt tokens whose K/V were found cached; the pool's hit ratio so far (cached
+  // over looked-up prompt tokens).
+  void cached_tokens(int n);
+  void prefix_hit_ratio(double r);
   void generated_tokens(int n);
   void preemption();
   // One backend step: sequences and tokens it carried, and its wall time.
@@ -33,14 +37,21 @@ class Metrics {
   void request_duration(double seconds);
   void queue(int running, int waiting);
   void kv_pages(int used, int total);
+  // HTTP connections: open now; refused past --max-connections; closed by a deadline, by phase
+  // ("header", "body": the request did not arrive in time; "write": a reader stalled).
+  void connections(int open);
+  void connection_rejected();
+  void http_timeout(const std::string& phase);
 
   std::string serialize() const;  // text format 0.0.4
 
  private:
   std::shared_ptr<prometheus::Registry> reg_;
-  prometheus::Family<prometheus::Counter>* requests_;
-  prometheus::Counter *prompt_tokens_, *generated_tokens_, *preemptions_, *steps_;
-  prometheus::Gauge *running_, *waiting_, *kv_used_, *kv_total_, *kv_usage_;
+  prometheus::Family<prometheus::Counter>*requests_, *timeouts_;
+  prometheus::Counter *prompt_tokens_, *generated_tokens_, *preemptions_, *steps_, *rejected_,
+      *cached_tokens_;
+  prometheus::Gauge *running_, *waiting_, *kv_used_, *kv_total_, *kv_usage_, *connections_,
+      *prefix_hit_;
   prometheus::Histogram *batch_seqs_, *batch_tokens_, *step_seconds_, *ttft_, *itl_, *e2e_;
 };
 

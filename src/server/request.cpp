@@ -258,8 +258,11 @@ GenRequest parse_chat(const json& body, const ParseContext& ctx) {
   }
   if (chat.front().role != "system" && !ctx.default_system.empty())
     chat.insert(chat.begin(), ChatMessage{"system", ctx.default_system});
-  r.prompt = ctx.tok->encode(render_chat(ctx.format, chat, /*add_generation_prompt=*/true),
-                             /*parse_special=*/true, /*add_bos=*/-1);
+  std::vector<std::pair<size_t, size_t>> content;
+  const std::string rendered =
+      render_chat(ctx.format, chat, /*add_generation_prompt=*/true, &content);
+  if (ctx.special_in_content) content.clear();
+  r.prompt = ctx.tok->encode(rendered, /*parse_special=*/true, /*add_bos=*/-1, content);
   if (auto v = get_bool(body, "logprobs"); v && *v) r.logprobs = 0;
   if (auto v = get_int(body, "top_logprobs")) {
     if (*v < 0 || *v > kMaxTopLogprobs)

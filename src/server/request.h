@@ -12,7 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/sampling.h"
+#include "core/sampling.h"
+#include "grammar/matcher.h"
 #include "runtime/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,6 +55,12 @@ struct GenRequest {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Choices sampled from the prompt (OpenAI `n`): the scheduler prefills the prompt once and
+  // forks the others from it; choice i draws with seed + i when a seed is given.
+  int n = 1;
+  // Structured output (response_format, llama.cpp's `grammar`, a required tool call): each
+  // sampled token is one the grammar allows; generation stops when it is complete. nullptr: free.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // What parsing needs from the served model.
@@ -64,6 +71,9 @@ struct ParseContext {
   bool chat = false;       // the model has a chat template of a known format
   ChatFormat format = ChatFormat::kChatML;
   std::string default_system;
+  // Special-token text in chat message content (e.g. "<|im_start|>system") becomes control tokens,
+  // as llama.cpp and vLLM do; false (--no-special-in-content): it is tokenized as plain text.
+  bool special_in_content = true;
 };
 
 // The body as a JSON object; ApiError 400 for malformed JSON or a non-object.

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -19,6 +20,22 @@ using Clock = std::chrono::steady_clock;
 namespace {
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The matcher's allowed-token bitset as the backends take it (SeqStep::allowed: 32-bit words,
+// token t at bit t % 32 of word t / 32): the same bytes as its 64-bit words on a little-endian
+// machine. A model with more rows than the tokenizer has tokens (padded embeddings) needs more
+// words: a copy in buf, the extra rows never allowed. Valid until the matcher's next call.
+std::span<const uint32_t> mask_words(grammar::GrammarMatcher& m, int n_vocab,
+                                     std::vector<uint32_t>& buf) {
+  static_assert(std::endian::native == std::endian::little, "masks are read as 32-bit words");
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(m.mask());
+  const size_t have = 2 * static_cast<size_t>(m.grammar().vocab().mask_words());
+  const size_t need = (static_cast<size_t>(n_vocab) + 31) / 32;
+  if (have >= need) return {bits, have};
+  buf.assign(need, 0);
+  std::copy_n(bits, have, buf.begin());
+  return buf;
 }
 }  // namespace
 
@@ -49,18 +66,16 @@ TokenLogprob token_logprob(std::span<const float> row, int token, int top_n) {
 
 bool Job::take(Delta& out, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  if (!cv_.wait_for(lk, timeout, [&] { return news_; })) return false;
+  // No wait at all for a zero timeout (a condition variable's expired wait is still a syscall).
+  if (!news_ && (timeout.count() <= 0 || !cv_.wait_for(lk, timeout, [&] { return news_; })))
+    return false;
   out.text += pending_.text;
   for (std::vector<TokenLogprob> Delta::*v : {&Delta::logprobs, &Delta::prompt_logprobs}) {
     auto& src = pending_.*v;
     (out.*v).insert((out.*v).end(), std::make_move_iterator(src.begin()),
                     std::make_move_iterator(src.end()));
   }
-  out.finished = pending_.finished;
-  out.finish_reason = pending_.finish_reason;
-  out.error = pending_.error;
-  out.n_prompt = pending_.n_prompt;
-  out.n_generated = pending_.n_generated;
+  out.standing_from(pending_);
   pending_.text.clear();
   pending_.logprobs.clear();
   pending_.prompt_logprobs.clear();
@@ -68,8 +83,26 @@ bool Job::take(Delta& out, std::chrono::milliseconds timeout) {
   return true;
 }
 
-void Job::cancel() {
-  if (!cancelled_.exchange(true) && on_cancel_) on_cancel_();
+void Job::cancel(CancelReason why) {
+  CancelReason none = CancelReason::kNone;
+  if (cancel_reason_.compare_exchange_strong(none, why) && on_cancel_) on_cancel_();
+}
+
+std::string Job::stop_reason() const {
+  switch (cancel_reason_.load()) {
+    case CancelReason::kShutdown:
+      return "shutdown";
+    case CancelReason::kClient:
+      return "cancelled";
+    case CancelReason::kNone:
+      break;
+  }
+  return "";
+}
+
+void Job::wake() {
+  cv_.notify_all();
+  if (on_news_) on_news_();
 }
 
 bool Job::publish(const std::function<void(Delta&)>& f, bool wake) {
@@ -80,11 +113,16 @@ bool Job::publish(const std::function<void(Delta&)>& f, bool wake) {
     news_ = true;
     done_ = pending_.finished;
   }
-  if (wake) cv_.notify_all();
+  if (wake) this->wake();
   return !wake;
 }
 
 // --- Scheduler -----------------------------------------------------------------------------------
+
+struct Scheduler::Group {
+  Scheduler::Entry* source = nullptr;  // the leader, while its prompt is in its KV pages
+  std::vector<std::unique_ptr<Scheduler::Entry>> held;  // followers not queued yet
+};
 
 struct Scheduler::Entry {
   Entry(std::shared_ptr<Job> j, const Tokenizer& tok)
@@ -95,21 +133,29 @@ struct Scheduler::Entry {
         dec(tok),
         stop(job->request().stops) {
     sampler.accept(ctx);
+    if (job->request().grammar) matcher.emplace(job->request().grammar);
   }
   std::shared_ptr<Job> job;
   std::vector<int> ctx;  // prompt + generated tokens; the last generated one is not in the KV yet
   int n_prompt;
   int n_gen = 0;
-  int max_gen = 0;  // generated tokens at most
-  int seq = -1;     // backend sequence while running
-  int n_done = 0;   // tokens of ctx in the KV cache
+  int max_gen = 0;   // generated tokens at most
+  int seq = -1;      // backend sequence while running
+  int n_done = 0;    // tokens of ctx in the KV cache
+  int n_cached = 0;  // prompt tokens the prefix cache gave at the first admission
   uint64_t order = 0;
+  // n > 1: the choices of one prompt. The leader prefills it; the others wait in the group until
+  // it has, then fork its sequence.
+  std::shared_ptr<Group> group;
+  bool leader = false;
   bool prompt_scored = false;  // echo logprobs published
   bool counted = false;        // prompt tokens counted in the metrics (first admission)
   std::vector<TokenLogprob> prompt_lp;
   TokenSampler sampler;
   StreamDecoder dec;
   StopMatcher stop;
+  std::optional<grammar::GrammarMatcher> matcher;  // structured output
+  std::vector<uint32_t> mask_buf;
   Clock::time_point last_token;
 
   const GenRequest& req() const { return job->request(); }
@@ -137,12 +183,24 @@ Scheduler::~Scheduler() {
   }
   cv_.notify_all();
   thread_.join();
-  while (!running_.empty()) finish(*running_.back(), "abort");
+  while (!running_.empty()) {
+    running_.back()->job->cancel(CancelReason::kShutdown);
+    finish(*running_.back(), "stop", "", running_.back()->job->stop_reason());
+  }
+  std::vector<std::unique_ptr<Entry>> held;  // followers of leaders that never ran
   for (auto& e : waiting_)
+    if (e->leader && e->group)
+      for (auto& f : e->group->held) held.push_back(std::move(f));
+  for (auto& f : held) waiting_.push_back(std::move(f));
+  for (auto& e : waiting_) {
+    e->job->cancel(CancelReason::kShutdown);
     e->job->publish([&](Delta& d) {
       d.finished = true;
-      d.finish_reason = "abort";
+      d.finish_reason = "stop";
+      d.stop_reason = e->job->stop_reason();
+      d.n_prompt = e->n_prompt;
     });
+  }
   hand_wakes();
   {
     std::lock_guard lk(wake_mu_);
@@ -184,39 +242,75 @@ void Scheduler::notifier_loop() {
   }
 }
 
-std::shared_ptr<Job> Scheduler::submit(GenRequest r) {
+std::shared_ptr<Job> Scheduler::submit(GenRequest r, std::function<void()> on_news) {
+  if (r.n != 1) fail("Scheduler::submit takes one choice; use submit_n");
+  std::vector<std::shared_ptr<Job>> jobs = submit_n(std::move(r), std::move(on_news));
+  return jobs.empty() ? nullptr : jobs[0];
+}
+
+std::vector<std::shared_ptr<Job>> Scheduler::submit_n(GenRequest r, std::function<void()> on_news) {
+  const int n = r.n;
+  if (n < 1) throw ApiError(400, cat("n = ", n, " is invalid: ask for at least one choice"), "n");
   // The backend's geometry was read at construction: HTTP threads never call into the backend.
-  const long long n = static_cast<long long>(r.prompt.size());
-  if ((n + page_size_) / page_size_ > pages_total_) {
+  const long long len = static_cast<long long>(r.prompt.size());
+  if ((len + page_size_) / page_size_ > pages_total_) {
     throw ApiError(400,
-                   cat("the prompt has ", n, " tokens; the KV pool holds ",
+                   cat("the prompt has ", len, " tokens; the KV pool holds ",
                        static_cast<long long>(pages_total_) * page_size_,
                        " (start the server with a larger --kv-size)"),
                    r.endpoint == Endpoint::kChat ? "messages" : "prompt",
                    "context_length_exceeded");
   }
-  auto job = std::make_shared<Job>(std::move(r));
-  auto e = std::make_unique<Entry>(job, tok_);  // validates the sampling parameters
-  e->max_gen = seq_ctx_ - e->n_prompt + 1;
-  if (job->request().max_tokens >= 0) e->max_gen = std::min(e->max_gen, job->request().max_tokens);
-  if (e->max_gen == 0 && !e->scoring()) {  // nothing to compute
-    job->publish([&](Delta& d) {
-      d.finished = true;
-      d.finish_reason = "length";
-      d.n_prompt = e->n_prompt;
-    });
-    return job;
+  r.n = 1;
+  std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<std::unique_ptr<Entry>> es;
+  auto group = n > 1 ? std::make_shared<Group>() : nullptr;
+  for (int i = 0; i < n; ++i) {
+    GenRequest c = r;
+    if (i > 0 && c.sampling.seed >= 0) c.sampling.seed += i;  // else each its own random seed
+    auto job = std::make_shared<Job>(std::move(c), on_news);
+    auto e = std::make_unique<Entry>(job, tok_);  // validates the sampling parameters
+    e->max_gen = seq_ctx_ - e->n_prompt + 1;
+    if (job->request().max_tokens >= 0)
+      e->max_gen = std::min(e->max_gen, job->request().max_tokens);
+    e->group = group;
+    e->leader = i == 0;
+    e->counted = i > 0;  // the prompt counts once, with the leader's admission
+    jobs.push_back(job);
+    es.push_back(std::move(e));
+  }
+  if (es[0]->max_gen == 0 && !es[0]->scoring()) {  // nothing to compute
+    for (auto& e : es) {
+      e->job->publish([&](Delta& d) {
+        d.finished = true;
+        d.finish_reason = "length";
+        d.n_prompt = e->n_prompt;
+      });
+    }
+    return jobs;
   }
   {
     std::lock_guard lk(mu_);
-    if (!accepting_ || stop_ || static_cast<int>(waiting_.size()) >= opt_.max_queue) return nullptr;
-    job->on_cancel_ = [this] { cv_.notify_all(); };
-    waiting_.push_back(std::move(e));
+    if (!accepting_ || stop_ || static_cast<int>(waiting_.size()) >= opt_.max_queue) return {};
+    for (auto& e : es) e->job->on_cancel_ = [this] { cv_.notify_all(); };
+    waiting_.push_back(std::move(es[0]));
+    for (size_t i = 1; i < es.size(); ++i) group->held.push_back(std::move(es[i]));
     n_waiting_ = static_cast<int>(waiting_.size());
   }
   if (metrics_) metrics_->queue(running(), waiting());
   cv_.notify_all();
-  return job;
+  return jobs;
+}
+
+void Scheduler::release_followers(Entry& leader) {
+  if (!leader.group || !leader.leader) return;
+  Group& g = *leader.group;
+  if (leader.seq < 0) g.source = nullptr;  // leaving: nothing to fork from any more
+  if (g.held.empty()) return;
+  std::lock_guard lk(mu_);
+  for (auto it = g.held.rbegin(); it != g.held.rend(); ++it) waiting_.push_front(std::move(*it));
+  g.held.clear();
+  n_waiting_ = static_cast<int>(waiting_.size());
 }
 
 void Scheduler::abort_all() {
@@ -243,8 +337,8 @@ void Scheduler::loop() {
       if (stop_) return;
       if (abort_) {
         abort_ = false;
-        for (auto& e : waiting_) e->job->cancel();
-        for (auto& e : running_) e->job->cancel();
+        for (auto& e : waiting_) e->job->cancel(CancelReason::kShutdown);
+        for (auto& e : running_) e->job->cancel(CancelReason::kShutdown);
       }
     }
     try {
@@ -289,11 +383,18 @@ bool Scheduler::reap() {
   bool any = false;
   {
     std::lock_guard lk(mu_);
+    std::vector<std::unique_ptr<Entry>> released;  // followers of cancelled leaders
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if ((*it)->job->cancelled()) {
+        if ((*it)->leader && (*it)->group) {
+          for (auto& f : (*it)->group->held) released.push_back(std::move(f));
+          (*it)->group->held.clear();
+        }
         post((*it)->job, [&](Delta& d) {
           d.finished = true;
-          d.finish_reason = "abort";
+          d.finish_reason = "stop";
+          d.stop_reason = (*it)->job->stop_reason();
+          d.n_prompt = (*it)->n_prompt;
         });
         it = waiting_.erase(it);
         any = true;
@@ -301,11 +402,12 @@ bool Scheduler::reap() {
         ++it;
       }
     }
+    for (auto& f : released) waiting_.push_front(std::move(f));  // reaped next time if cancelled
     n_waiting_ = static_cast<int>(waiting_.size());
   }
   for (size_t i = 0; i < running_.size();) {
     if (running_[i]->job->cancelled()) {
-      finish(*running_[i], "abort");  // erases running_[i]
+      finish(*running_[i], "stop", "", running_[i]->job->stop_reason());  // erases running_[i]
       any = true;
     } else {
       ++i;
@@ -323,7 +425,12 @@ void Scheduler::admit() {
     for (const auto& r : running_)
       if (r->remaining() > 1) reserved += be_.pages_needed(r->seq, r->remaining());
     Entry& e = *waiting_.front();
-    const int want = (static_cast<int>(e.ctx.size()) + opt_.headroom_tokens + page - 1) / page;
+    // A follower of a choice group whose leader holds the prompt forks it: it takes the page it
+    // writes first (a copy of the shared last one) and its headroom.
+    Entry* src = e.group && !e.leader && e.n_gen == 0 ? e.group->source : nullptr;
+    if (src && src->seq < 0) src = nullptr;
+    const int own = src ? 1 : static_cast<int>(e.ctx.size());
+    const int want = (own + opt_.headroom_tokens + page - 1) / page + (src ? 1 : 0);
     const int avail = be_.kv_pages_free() - reserved;
     // A lone request only needs its own tokens (the headroom may exceed a small pool).
     const int need = running_.empty() ? (static_cast<int>(e.ctx.size()) + page - 1) / page : want;
@@ -331,13 +438,36 @@ void Scheduler::admit() {
       // A preempted request that grew past the whole pool: it ends where it is.
       std::unique_ptr<Entry> gone = std::move(waiting_.front());
       waiting_.pop_front();
+      if (gone->leader && gone->group) {  // its followers queue on (the lock is held here)
+        for (auto& f : gone->group->held) waiting_.push_front(std::move(f));
+        gone->group->held.clear();
+      }
       finish(*gone, "length");
       continue;
     }
     if (avail < need) break;
-    e.seq = be_.add_sequence();
-    e.n_done = 0;
     e.order = next_order_++;
+    if (src) {
+      // The prompt's K/V are the leader's: all but the last token, which the follower feeds and
+      // samples from with its own draw.
+      e.seq = be_.fork_sequence(src->seq);
+      be_.rollback(e.seq, e.n_prompt - 1);
+      e.n_done = e.n_prompt - 1;
+    } else {
+      e.seq = be_.add_sequence();
+      // The prefix cache: pages other requests computed for the same leading tokens (not when the
+      // prompt's own logits are wanted: echo with logprobs scores every prompt token).
+      e.n_done = e.scoring() ? 0 : be_.match_prefix(e.seq, e.ctx);
+      if (!e.counted) {
+        e.n_cached = std::min(e.n_done, e.n_prompt);
+        if (metrics_) metrics_->cached_tokens(e.n_cached);
+      }
+    }
+    if (metrics_) {
+      const PrefixStats ps = be_.prefix_stats();
+      if (ps.queried_tokens > 0)
+        metrics_->prefix_hit_ratio(static_cast<double>(ps.cached_tokens) / ps.queried_tokens);
+    }
     if (!e.counted && metrics_) metrics_->prompt_tokens(e.n_prompt);
     e.counted = true;
     running_.push_back(std::move(waiting_.front()));
@@ -351,6 +481,7 @@ void Scheduler::preempt(Entry& e) {
   be_.free_sequence(e.seq);
   e.seq = -1;
   e.n_done = 0;
+  release_followers(e);
   if (metrics_) metrics_->preemption();
   auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == &e; });
   std::unique_ptr<Entry> owned = std::move(*it);
@@ -360,11 +491,14 @@ void Scheduler::preempt(Entry& e) {
   n_waiting_ = static_cast<int>(waiting_.size());
 }
 
-void Scheduler::finish(Entry& e, const std::string& reason, const std::string& error) {
+void Scheduler::finish(Entry& e, const std::string& reason, const std::string& error,
+                       const std::string& stop_reason) {
   if (e.seq >= 0) be_.free_sequence(e.seq);
   e.seq = -1;
+  release_followers(e);  // they compute the prompt themselves now (the prefix cache may help)
+  const bool complete = reason != "error" && stop_reason.empty();
   std::string tail;
-  if (reason != "abort" && reason != "error") {
+  if (complete) {
     tail = e.stop.push(e.dec.flush());
     tail += e.stop.flush();
   }
@@ -373,12 +507,13 @@ void Scheduler::finish(Entry& e, const std::string& reason, const std::string& e
     d.text += tail;
     d.finished = true;
     d.finish_reason = reason;
+    d.stop_reason = stop_reason;
     d.error = error;
     d.n_prompt = e.n_prompt;
     d.n_generated = n_gen;
+    d.n_cached = e.n_cached;
   });
-  if (metrics_ && reason != "abort" && reason != "error")
-    metrics_->request_duration(since(e.job->arrived()));
+  if (metrics_ && complete) metrics_->request_duration(since(e.job->arrived()));
   auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == &e; });
   if (it != running_.end()) running_.erase(it);  // destroys e
 }
@@ -402,6 +537,9 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
   ++e.n_gen;
   e.sampler.accept(token);
   e.ctx.push_back(token);
+  // Structured output: the token was sampled under the grammar's mask, so it is accepted; the
+  // request is complete when nothing but the end may follow.
+  const bool grammar_done = e.matcher && (!e.matcher->accept_token(token) || e.matcher->is_done());
   const bool eog = !e.req().ignore_eos &&
                    (tok_.is_eog(token) || std::find(opt_.extra_eog.begin(), opt_.extra_eog.end(),
                                                     token) != opt_.extra_eog.end());
@@ -415,7 +553,7 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
       d.n_generated = e.n_gen;
     });
   }
-  if (eog || e.stop.stopped())
+  if (eog || e.stop.stopped() || grammar_done)
     finish(e, "stop");
   else if (e.n_gen >= e.max_gen)
     finish(e, "length");
@@ -482,6 +620,7 @@ void Scheduler::run_step() {
     s.sample = e->n_done + n == static_cast<int>(e->ctx.size()) && e->n_gen < e->max_gen;
     s.params = e->sampler.params();
     s.u = s.sample ? e->sampler.step_draw() : 0.0f;
+    if (s.sample && e->matcher) s.allowed = mask_words(*e->matcher, n_vocab, e->mask_buf);
     s.history = e->sampler.history();
     if (e->scoring() && e->n_done < e->n_prompt)
       s.logits = 2;
@@ -527,6 +666,11 @@ void Scheduler::run_step() {
         e->prompt_scored = true;
         post(e->job, [&](Delta& d) { d.prompt_logprobs = std::move(e->prompt_lp); });
       }
+    }
+    // A choice group's leader with its whole prompt in the KV pages: the others may fork it.
+    if (e->leader && e->group && e->n_done >= e->n_prompt && !e->group->held.empty()) {
+      e->group->source = e;
+      release_followers(*e);
     }
     if (steps[i].sample) {
       const int rows = steps[i].logits == 2 ? n : 1;

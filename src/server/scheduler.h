@@ -4,16 +4,17 @@
 //      budget (BatchBackend::max_step_tokens), so running streams keep advancing while long
 //      prompts arrive;
 //   3. the results are turned into text (StreamDecoder + StopMatcher per request) and logprobs,
-//      and handed to each request's Job. Waking the readers is a futex syscall per Job (~3-5 us
-//      each, the scheduler thread's largest cost per token: bench/bench_scheduler.cpp), so a
-//      notifier thread does it while the next step runs on the GPU.
+//      and handed to each request's Job. Waking the readers (a futex syscall per blocked reader,
+//      or the HTTP layer's news callback) is the scheduler thread's largest cost per token
+//      (bench/bench_scheduler.cpp), so a notifier thread does it while the next step runs on
+//      the GPU.
 // Admission: the oldest waiting request gets a sequence when a slot is free and the KV pool has
 // pages for its tokens plus `headroom_tokens` beyond what admitted prompts still need. When a
 // decoding sequence cannot grow (pool full), the youngest running request is preempted: its
 // sequence is freed and it goes back to the front of the queue to be recomputed (prompt plus
 // what it generated; its sampler state carries on, so the output is the same). The waiting queue
 // is bounded: submit() refuses when it is full (HTTP 503). A cancelled Job (client gone) frees
-// its sequence at the next step.
+// its sequence at the next step; it ends with finish_reason "stop" and a stop_reason saying why.
 #pragma once
 
 #include <atomic>
@@ -56,39 +57,66 @@ struct Delta {
   std::vector<TokenLogprob> logprobs;         // one per generated token, when asked
   std::vector<TokenLogprob> prompt_logprobs;  // echo + logprobs: one per prompt token, once
   bool finished = false;
-  std::string finish_reason;  // "stop" | "length" | "abort" (cancelled / shut down) | "error"
-  std::string error;          // when finish_reason == "error"
+  std::string finish_reason;  // "stop" | "length" | "error"
+  // Why a "stop" came early: "" (end of generation or a stop string), "cancelled" (Job::cancel:
+  // the client left) or "shutdown" (Scheduler::abort_all or destruction).
+  std::string stop_reason;
+  std::string error;  // when finish_reason == "error"
   int n_prompt = 0, n_generated = 0;
+  // Prompt tokens whose K/V came from the prefix cache (usage.prompt_tokens_details.cached_tokens;
+  // at the request's first admission).
+  int n_cached = 0;
+
+  // Takes d's standing (finished, the reasons, error, counts): everything but text and logprobs.
+  void standing_from(const Delta& d) {
+    finished = d.finished;
+    finish_reason = d.finish_reason;
+    stop_reason = d.stop_reason;
+    error = d.error;
+    n_prompt = d.n_prompt;
+    n_generated = d.n_generated;
+    n_cached = d.n_cached;
+  }
 };
 
-// One request as its HTTP handler sees it: a channel from the scheduler thread.
+enum class CancelReason { kNone, kClient, kShutdown };
+
+// One request as its HTTP handler sees it: a channel from the scheduler thread. The reader either
+// blocks in take() or, without blocking, takes what `on_news` announced.
 class Job {
  public:
-  explicit Job(GenRequest r) : req_(std::move(r)) {}
+  // on_news: called (on the scheduler's notifier thread, or in submit() for a request with
+  // nothing to compute) after news was published; it must not block. May be empty.
+  explicit Job(GenRequest r, std::function<void()> on_news = {})
+      : req_(std::move(r)), on_news_(std::move(on_news)) {}
   const GenRequest& request() const { return req_; }
   std::chrono::steady_clock::time_point arrived() const { return arrived_; }
 
-  // Waits up to `timeout` for news; moves it into `out` (appending). False when nothing came.
+  // Waits up to `timeout` (0: not at all) for news; moves it into `out` (appending). False when
+  // nothing came.
   bool take(Delta& out, std::chrono::milliseconds timeout);
-  // The client went away (or the server gives up on it): the scheduler frees its sequence.
-  void cancel();
-  bool cancelled() const { return cancelled_.load(); }
+  // The client went away (or the server gives up on it): the scheduler frees its sequence. The
+  // first reason given is the one reported.
+  void cancel(CancelReason why = CancelReason::kClient);
+  bool cancelled() const { return cancel_reason_.load() != CancelReason::kNone; }
 
  private:
   friend class Scheduler;
   // Applies f to the pending delta. Wakes the reader unless `wake` is false; then returns whether
   // the caller must call wake() later (false when the job had already finished).
   bool publish(const std::function<void(Delta&)>& f, bool wake = true);
-  void wake() { cv_.notify_all(); }
+  void wake();
+  std::string stop_reason() const;  // of a cancelled job
 
   GenRequest req_;
+  std::function<void()> on_news_;
   std::chrono::steady_clock::time_point arrived_ = std::chrono::steady_clock::now();
   std::mutex mu_;
   std::condition_variable cv_;
   Delta pending_;
   bool news_ = false;
   bool done_ = false;
-  std::atomic<bool> cancelled_{false};
+  std::atomic<CancelReason> cancel_reason_{CancelReason::kNone};
   std::function<void()> on_cancel_;  // wakes the scheduler
 };
 
@@ -109,12 +137,18 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a request. nullptr when the waiting queue is full or the scheduler no longer accepts
-  // (draining); ApiError 400 when its prompt can never fit the KV pool.
-  std::shared_ptr<Job> submit(GenRequest r);
+  // Queues a request (on_news: see Job). nullptr when the waiting queue is full or the scheduler
+  // no longer accepts (draining); ApiError 400 when its prompt can never fit the KV pool. r.n must
+  // be 1 (submit_n takes more).
+  std::shared_ptr<Job> submit(GenRequest r, std::function<void()> on_news = {});
+  // r.n choices of one prompt, one Job each (all announced through on_news): the first prefills
+  // the prompt, the others fork its sequence once the prompt is in (sharing its KV pages) and
+  // sample the last prompt token's successor with their own draws. Empty when the queue lacks room
+  // for all of them (or the scheduler no longer accepts).
+  std::vector<std::shared_ptr<Job>> submit_n(GenRequest r, std::function<void()> on_news = {});
 
   void stop_accepting() { accepting_ = false; }
-  // Ends every request still queued or running with finish_reason "abort".
+  // Ends every request still queued or running: finish_reason "stop", stop_reason "shutdown".
   void abort_all();
   int running() const { return n_running_.load(); }
   int waiting() const { return n_waiting_.load(); }
@@ -124,12 +158,18 @@ class Scheduler {
 
  private:
   struct Entry;
+  struct Group;
   void loop();
   bool reap();  // drops cancelled entries; true when any was dropped
   void admit();
   void run_step();
-  void finish(Entry& e, const std::string& reason, const std::string& error = "");
+  // Ends e. A non-empty stop_reason (a cancelled job's) drops the text still held back.
+  void finish(Entry& e, const std::string& reason, const std::string& error = "",
+              const std::string& stop_reason = "");
   void preempt(Entry& e);
+  // A choice group's leader stops being the source of forks (it is done with its prompt and every
+  // follower has forked, or it leaves): the followers it still holds join the queue's front.
+  void release_followers(Entry& leader);
   void on_token(Entry& e, int token, const std::vector<float>* logits, int row);
   void publish_counts();
   void recover(const std::string& what);

@@ -1,61 +1,32 @@
 #include "server/server.h"
 
-// Hundreds of clients connect at once (bench_serve.py at 256): httplib's backlog of 5 would
-// reset some of them.
-#define CPPHTTPLIB_LISTEN_BACKLOG 1024
-#include <httplib.h>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
 
 #include <algorithm>
-#include <chrono>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <thread>
 
 #include "core/error.h"
+#include "server/gen_response.h"
+#include "server/http_conn.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 
 namespace smolrt::server {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using error_code = boost::system::error_code;
 
 namespace {
 
-// --- per-request log line (the handler and the logger run on the same worker thread) -------------
-
-struct LogState {
-  Clock::time_point start{};
-  std::string note;  // "prompt=12 gen=34 finish=stop"
-};
-thread_local LogState t_log;
-
-std::string dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-void send_json(httplib::Response& res, int status, const json& j) {
-  res.status = status;
-  res.set_content(dump(j), "application/json");
-}
-
-void send_error(httplib::Response& res, const ApiError& e) {
-  send_json(res, e.status, error_body(e));
-  if (e.status == 503) res.set_header("Retry-After", "1");
-}
-
-const char* status_type(int status) {
-  switch (status) {
-    case 401:
-      return "authentication_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "invalid_request_error";
-    default:
-      return status >= 500 ? "server_error" : "invalid_request_error";
-  }
-}
+// Connections answered 503 past the limit at once, at most; beyond them a new connection is
+// closed without an answer (each one answered holds a descriptor for up to the linger time).
+constexpr int kMaxRefusing = 64;
+constexpr int kSendBuffer = 64 << 10;
 
 // The path as a metrics label: the served routes, "other" for anything else (bounded labels).
 std::string endpoint_label(const std::string& path) {
@@ -65,399 +36,346 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
-json usage_json(const Delta& d) {
-  return {{"prompt_tokens", d.n_prompt},
-          {"completion_tokens", d.n_generated},
-          {"total_tokens", d.n_prompt + d.n_generated}};
+Reply json_reply(int status, const json& j) {
+  Reply r;
+  r.status = status;
+  r.body = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
 }
 
-// --- logprobs in the two OpenAI shapes -----------------------------------------------------------
-
-// A token's text as it reads inside a sequence: decode() of one SPM token drops the leading
-// space a sequence-initial "▁" stands for, so put it back.
-std::string piece(const Tokenizer& tok, int id) {
-  std::string s = tok.decode(std::span<const int>(&id, 1));
-  if (tok.vocab().model == "llama" && tok.piece(id).starts_with("\xe2\x96\x81") &&
-      !s.starts_with(' '))
-    s.insert(s.begin(), ' ');
-  return s;
+Reply error_reply(const ApiError& e) {
+  Reply r;
+  r.status = e.status;
+  r.body = error_json(e);
+  if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
-json bytes_of(const std::string& s) {
-  json b = json::array();
-  for (unsigned char c : s) b.push_back(static_cast<int>(c));
-  return b;
+// Equal, in a time that does not depend on where they differ (the API key).
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
 
-// Completions: parallel arrays; text_offset counts bytes of the response text.
-struct CompletionLogprobs {
-  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
-       text_offset = json::array();
-  void add(const Tokenizer& tok, const TokenLogprob& lp, size_t& offset) {
-    const std::string s = piece(tok, lp.token);
-    tokens.push_back(s);
-    text_offset.push_back(offset);
-    offset += s.size();
-    if (!lp.has_logprob) {
-      token_logprobs.push_back(nullptr);
-      top_logprobs.push_back(nullptr);
-      return;
-    }
-    token_logprobs.push_back(lp.logprob);
-    json top = json::object();
-    for (const TopLogprob& t : lp.top) {
-      const std::string k = piece(tok, t.token);
-      if (!top.contains(k)) top[k] = t.logprob;
-    }
-    top_logprobs.push_back(top);
-  }
-  json to_json() const {
-    return {{"tokens", tokens},
-            {"token_logprobs", token_logprobs},
-            {"top_logprobs", top_logprobs},
-            {"text_offset", text_offset}};
-  }
-};
-
-json chat_logprob(const Tokenizer& tok, const TokenLogprob& lp) {
-  const std::string s = piece(tok, lp.token);
-  json top = json::array();
-  for (const TopLogprob& t : lp.top) {
-    const std::string ts = piece(tok, t.token);
-    top.push_back({{"token", ts}, {"logprob", t.logprob}, {"bytes", bytes_of(ts)}});
-  }
-  return {{"token", s}, {"logprob", lp.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}};
+// Access-Control-Request-Headers echoed back when it holds only header-name characters.
+bool header_list(std::string_view s) {
+  return !s.empty() && s.size() < 1024 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ',' ||
+           c == ' ';
+  });
 }
-
-// --- one generation response being written ------------------------------------------------------
-
-struct GenState {
-  std::shared_ptr<Job> job;
-  Endpoint ep;
-  std::string id;
-  long long created;
-  std::string model;
-  bool first = true;  // nothing written yet
-  size_t offset = 0;  // completions: bytes of text so far (logprobs text_offset)
-  Delta all;          // non-streaming: everything so far
-  CompletionLogprobs lp;
-  json chat_lp = json::array();
-};
-
-class Pump {
- public:
-  Pump(GenState& st, const Tokenizer& tok) : st_(st), tok_(tok) {}
-
-  // One call of the content provider: wait for news, write it. False: stop (client gone).
-  bool operator()(httplib::DataSink& sink) {
-    const GenRequest& r = st_.job->request();
-    Delta d;
-    if (!st_.job->take(d, std::chrono::milliseconds(1000))) {
-      const std::string beat = r.stream ? ": keep-alive\n\n" : " ";
-      if (!sink.write(beat.data(), beat.size())) return gone();
-      return true;
-    }
-    std::string out = r.stream ? stream_chunks(d) : "";
-    if (!r.stream) accumulate(d);
-    if (d.finished) {
-      out += r.stream ? stream_end(d) : dump(whole(st_.all)) + "\n";
-      t_log.note = cat("prompt=", d.n_prompt, " gen=", d.n_generated, " finish=", d.finish_reason);
-    }
-    if (!out.empty() && !sink.write(out.data(), out.size())) return gone();
-    if (d.finished) sink.done();
-    return true;
-  }
-
- private:
-  bool gone() {
-    st_.job->cancel();
-    t_log.note = "client disconnected";
-    return false;
-  }
-
-  json head(const char* object) const {
-    return {{"id", st_.id}, {"object", object}, {"created", st_.created}, {"model", st_.model}};
-  }
-
-  // The choice's logprobs for these tokens (prompt ones first), null when not asked.
-  json logprobs_of(const std::vector<TokenLogprob>& prompt, const std::vector<TokenLogprob>& gen,
-                   bool keep) {
-    if (st_.job->request().logprobs < 0) return nullptr;
-    if (st_.ep == Endpoint::kChat) {
-      json content = json::array();
-      for (const TokenLogprob& t : gen) content.push_back(chat_logprob(tok_, t));
-      if (keep) {
-        for (auto& c : content) st_.chat_lp.push_back(c);
-        return nullptr;
-      }
-      return {{"content", content}, {"refusal", nullptr}};
-    }
-    CompletionLogprobs fresh;
-    CompletionLogprobs& lp = keep ? st_.lp : fresh;
-    for (const TokenLogprob& t : prompt) lp.add(tok_, t, st_.offset);
-    for (const TokenLogprob& t : gen) lp.add(tok_, t, st_.offset);
-    return keep ? json(nullptr) : lp.to_json();
-  }
-
-  std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
-
-  json chunk(const std::string& text, json logprobs, json finish) {
-    const bool chat = st_.ep == Endpoint::kChat;
-    json c = head(chat ? "chat.completion.chunk" : "text_completion");
-    json choice = {{"index", 0}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
-    if (chat) {
-      json delta = json::object();
-      if (st_.first) delta["role"] = "assistant";
-      if (!text.empty() || st_.first) delta["content"] = text;
-      choice["delta"] = delta;
-    } else {
-      choice["text"] = text;
-    }
-    st_.first = false;
-    c["choices"] = json::array({choice});
-    return c;
-  }
-
-  std::string stream_chunks(const Delta& d) {
-    const GenRequest& r = st_.job->request();
-    std::string text = d.text;
-    if (st_.first && r.echo) text = r.prompt_text + text;
-    // Nothing to show: no chunk (the first one, which names the role, waits for the end).
-    if (text.empty() && d.logprobs.empty() && d.prompt_logprobs.empty() &&
-        (!st_.first || d.finished))
-      return "";
-    return sse(chunk(text, logprobs_of(d.prompt_logprobs, d.logprobs, false), nullptr));
-  }
-
-  std::string stream_end(const Delta& d) {
-    std::string out;
-    if (d.finish_reason == "error") {
-      out += sse(error_body(ApiError(500, d.error, "", "internal_error", "server_error")));
-    } else {
-      out += sse(chunk("", nullptr, d.finish_reason));
-      const auto& so = st_.job->request();
-      if (so.include_usage) {
-        json u = head(st_.ep == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
-        u["choices"] = json::array();
-        u["usage"] = usage_json(d);
-        out += sse(u);
-      }
-    }
-    return out + "data: [DONE]\n\n";
-  }
-
-  void accumulate(const Delta& d) {
-    st_.all.text += d.text;
-    logprobs_of(d.prompt_logprobs, d.logprobs, true);
-    st_.all.finished = d.finished;
-    st_.all.finish_reason = d.finish_reason;
-    st_.all.error = d.error;
-    st_.all.n_prompt = d.n_prompt;
-    st_.all.n_generated = d.n_generated;
-  }
-
-  json whole(const Delta& d) {
-    if (d.finish_reason == "error")
-      return error_body(ApiError(500, d.error, "", "internal_error", "server_error"));
-    const GenRequest& r = st_.job->request();
-    const bool chat = st_.ep == Endpoint::kChat;
-    json j = head(chat ? "chat.completion" : "text_completion");
-    json choice = {{"index", 0}, {"finish_reason", d.finish_reason}};
-    json lp = nullptr;
-    if (r.logprobs >= 0)
-      lp = chat ? json{{"content", st_.chat_lp}, {"refusal", nullptr}} : st_.lp.to_json();
-    choice["logprobs"] = lp;
-    if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", d.text}, {"refusal", nullptr}};
-    else
-      choice["text"] = r.echo ? r.prompt_text + d.text : d.text;
-    j["choices"] = json::array({choice});
-    j["usage"] = usage_json(d);
-    return j;
-  }
-
-  GenState& st_;
-  const Tokenizer& tok_;
-};
 
 }  // namespace
 
-Server::Server(Scheduler& sched, Metrics& metrics, ParseContext pc, ServerOptions opt, json info)
-    : http_(std::make_unique<httplib::Server>()),
-      sched_(sched),
-      metrics_(metrics),
-      pc_(std::move(pc)),
-      opt_(std::move(opt)),
-      info_(std::move(info)),
-      created_(static_cast<long long>(std::time(nullptr))) {
+// --- the server ----------------------------------------------------------------------------------
+
+struct Server::Impl {
+  Impl(Scheduler& sched, Metrics& metrics, ParseContext pc, ServerOptions opt, json info);
+  ~Impl();
+
+  void accept();
+  void on_accept(error_code ec, tcp::socket s, Lane& lane);
+  void stop();
+
+  // Routes (a worker thread).
+  Reply handle(HttpRequest& req);
+  Reply route(HttpRequest& req);
+  Reply preflight(const HttpRequest& req);
+  Reply health(bool authorized);
+  Reply generate(HttpRequest& req, Endpoint ep);
+  bool cors_allowed(std::string_view origin) const;
+  void log(const LogEntry& e);
+
+  Scheduler& sched;
+  Metrics& metrics;
+  ParseContext pc;
+  ServerOptions opt;
+  json info;
+  long long created;
+  std::atomic<unsigned long long> next_id{1};
+
+  HttpShared shared;
+  std::unique_ptr<net::thread_pool> workers;
+  std::vector<std::unique_ptr<Lane>> lanes;
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> accept_retry;
+  size_t next_lane = 0;
+  Clock::time_point last_accept_error{};
+};
+
+Server::Impl::Impl(Scheduler& s, Metrics& m, ParseContext p, ServerOptions o, json i)
+    : sched(s),
+      metrics(m),
+      pc(std::move(p)),
+      opt(std::move(o)),
+      info(std::move(i)),
+      created(static_cast<long long>(std::time(nullptr))) {
   std::signal(SIGPIPE, SIG_IGN);  // a write to a closed socket must fail, not kill the server
-  int threads = opt_.http_threads;
-  if (threads <= 0) threads = 64;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server bind a port in use.
-  http_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  http_->set_payload_max_length(opt_.max_body_bytes);
-  http_->set_keep_alive_timeout(1);  // idle connections do not hold up shutdown long
-  http_->set_read_timeout(30);
-  http_->set_write_timeout(30);
-  routes();
+  shared.limits.max_body_bytes = opt.max_body_bytes;
+  shared.limits.idle_timeout_s = opt.idle_timeout_s;
+  shared.limits.header_timeout_s = opt.header_timeout_s;
+  shared.limits.body_timeout_s = opt.body_timeout_s;
+  shared.limits.write_timeout_s = opt.write_timeout_s;
+  shared.handle = [this](HttpRequest& req) { return handle(req); };
+  shared.log = [this](const LogEntry& e) { log(e); };
+  shared.metrics = &metrics;
+  int n = opt.http_threads;
+  if (n <= 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+  // The workers parse and tokenize request bodies (up to 8 MiB), off the I/O threads.
+  workers = std::make_unique<net::thread_pool>(std::max(2, n));
+  shared.workers = workers.get();
+  for (int k = 0; k < n; ++k) lanes.push_back(std::make_unique<Lane>());
+  accept_retry.emplace(lanes[0]->ioc());
+  metrics.connections(0);
 }
+
+Server::Impl::~Impl() {
+  stop();
+  workers->join();  // no worker posts to a lane after this
+  accept_retry.reset();
+  acceptor.reset();
+  lanes.clear();  // drops the connections (their Jobs are cancelled)
+}
+
+void Server::Impl::stop() {
+  for (auto& l : lanes) l->ioc().stop();
+}
+
+void Server::Impl::accept() {
+  Lane& lane = *lanes[next_lane++ % lanes.size()];
+  acceptor->async_accept(lane.ioc(), [this, &lane](error_code ec, tcp::socket s) {
+    on_accept(ec, std::move(s), lane);
+  });
+}
+
+void Server::Impl::on_accept(error_code ec, tcp::socket s, Lane& lane) {
+  if (ec == net::error::operation_aborted) return;
+  if (ec) {
+    // Out of descriptors (EMFILE) or memory: retry shortly instead of spinning on the error.
+    const auto now = Clock::now();
+    if (now - last_accept_error > std::chrono::seconds(1)) {
+      std::fprintf(stderr, "smolrt serve: accept: %s (%d connections open)\n", ec.message().c_str(),
+                   shared.open.load());
+      last_accept_error = now;
+    }
+    accept_retry->expires_after(std::chrono::milliseconds(50));
+    accept_retry->async_wait([this](error_code e) {
+      if (!e) accept();
+    });
+    return;
+  }
+  error_code ig;
+  s.set_option(tcp::no_delay(true), ig);  // events go out as written
+  // A modest kernel send buffer (the kernel doubles it; autotuning would grow it to megabytes):
+  // a slow reader pushes back after ~128 KiB, and its pending tokens are coalesced in its Job.
+  s.set_option(net::socket_base::send_buffer_size(kSendBuffer), ig);
+  const bool refused = shared.open.load() >= opt.max_connections;
+  if (refused) {
+    metrics.connection_rejected();
+    if (shared.refusing.load() >= kMaxRefusing) {
+      s.close(ig);
+      return accept();
+    }
+    ++shared.refusing;
+  } else {
+    metrics.connections(++shared.open);
+  }
+  auto c = std::make_shared<Connection>(std::move(s), lane, shared, refused);
+  net::post(lane.ioc(), [this, c, &lane, refused] {
+    lane.add(c);
+    if (!refused) return c->start();
+    c->refuse(error_json(ApiError(503,
+                                  cat("the server has ", opt.max_connections,
+                                      " connections open (its --max-connections); retry later"),
+                                  "", "too_many_connections", "server_error")));
+  });
+  accept();
+}
+
+// --- routes --------------------------------------------------------------------------------------
+
+Reply Server::Impl::handle(HttpRequest& req) {
+  Reply r;
+  try {
+    r = route(req);
+  } catch (const ApiError& e) {
+    r = error_reply(e);
+  } catch (const Error& e) {
+    r = error_reply(ApiError(400, e.what()));
+  } catch (const std::exception& e) {
+    r = error_reply(ApiError(500, e.what(), "", "internal_error", "server_error"));
+  }
+  const std::string_view origin = req.msg[http::field::origin];
+  if (!origin.empty() && cors_allowed(origin)) {
+    const bool any =
+        std::find(opt.cors_origins.begin(), opt.cors_origins.end(), "*") != opt.cors_origins.end();
+    r.headers.emplace_back("Access-Control-Allow-Origin", any ? "*" : std::string(origin));
+    if (!any) r.headers.emplace_back("Vary", "Origin");
+  }
+  return r;
+}
+
+bool Server::Impl::cors_allowed(std::string_view origin) const {
+  for (const std::string& o : opt.cors_origins)
+    if (o == "*" || o == origin) return true;
+  return false;
+}
+
+Reply Server::Impl::preflight(const HttpRequest& req) {
+  Reply r;
+  r.status = 204;
+  r.content_type.clear();
+  r.headers.emplace_back("Allow", "GET, HEAD, POST, OPTIONS");
+  if (!cors_allowed(req.msg[http::field::origin])) return r;
+  r.headers.emplace_back("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+  const std::string_view asked = req.msg[http::field::access_control_request_headers];
+  r.headers.emplace_back("Access-Control-Allow-Headers",
+                         header_list(asked) ? std::string(asked) : "Authorization, Content-Type");
+  r.headers.emplace_back("Access-Control-Max-Age", "600");
+  return r;
+}
+
+Reply Server::Impl::route(HttpRequest& req) {
+  const auto& m = req.msg;
+  if (m.method() == http::verb::options) return preflight(req);
+  struct Route {
+    const char* path;
+    http::verb verb;
+  };
+  static const Route kRoutes[] = {
+      {"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
+      {"/v1/models", http::verb::get},       {"/health", http::verb::get},
+      {"/metrics", http::verb::get},         {"/tokenize", http::verb::post},
+      {"/detokenize", http::verb::post}};
+  const Route* rt = nullptr;
+  for (const Route& x : kRoutes)
+    if (req.path == x.path) rt = &x;
+  if (!rt)
+    throw ApiError(404, cat("no route ", m.method_string(), " ", req.path), "", "not_found",
+                   "not_found_error");
+  const bool get = rt->verb == http::verb::get;
+  if (m.method() != rt->verb && !(get && m.method() == http::verb::head)) {
+    Reply r = error_reply(ApiError(405, cat(m.method_string(), " is not allowed on ", req.path), "",
+                                   "method_not_allowed"));
+    r.headers.emplace_back("Allow", get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
+    return r;
+  }
+  const bool authorized = opt.api_key.empty() || same_secret(m[http::field::authorization],
+                                                             std::string("Bearer ") + opt.api_key);
+  if (req.path == "/health") return health(authorized);
+  if (!authorized)
+    throw ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", "",
+                   "invalid_api_key", "authentication_error");
+
+  if (req.path == "/v1/completions") return generate(req, Endpoint::kCompletions);
+  if (req.path == "/v1/chat/completions") return generate(req, Endpoint::kChat);
+  if (req.path == "/v1/models") {
+    json mj = info;
+    mj["id"] = pc.model_name;
+    mj["object"] = "model";
+    mj["created"] = created;
+    mj["owned_by"] = "smolrt";
+    mj["max_model_len"] = pc.seq_ctx;
+    return json_reply(200, {{"object", "list"}, {"data", json::array({mj})}});
+  }
+  if (req.path == "/metrics") {
+    Reply r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = metrics.serialize();
+    return r;
+  }
+  if (req.path == "/tokenize")
+    return json_reply(200, {{"tokens", parse_tokenize(parse_json_body(m.body()), pc)}});
+  const std::vector<int> ids = parse_detokenize(parse_json_body(m.body()), pc);
+  return json_reply(200, {{"content", pc.tok->decode(ids)}});
+}
+
+Reply Server::Impl::health(bool authorized) {
+  const bool ok = sched.accepting();
+  json j = authorized ? info : json::object();
+  j["status"] = ok ? "ok" : "draining";
+  if (authorized) {
+    j["running"] = sched.running();
+    j["waiting"] = sched.waiting();
+    j["connections"] = shared.open.load();
+  }
+  return json_reply(ok ? 200 : 503, j);
+}
+
+Reply Server::Impl::generate(HttpRequest& req, Endpoint ep) {
+  const json body = parse_json_body(req.msg.body());
+  GenRequest g = ep == Endpoint::kChat ? parse_chat(body, pc) : parse_completion(body, pc);
+  std::shared_ptr<Job> job = sched.submit(std::move(g), std::move(req.on_news));
+  if (!job) {
+    throw ApiError(503,
+                   cat("the server is busy (", sched.running(), " running, ", sched.waiting(),
+                       " waiting) or shutting down; retry later"),
+                   "", "overloaded", "server_error");
+  }
+  Reply r;
+  r.gen = std::make_unique<GenResponse>(
+      job, ep,
+      cat(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-", std::hex, created, "-", next_id++),
+      static_cast<long long>(std::time(nullptr)), pc.model_name, *pc.tok);
+  return r;
+}
+
+void Server::Impl::log(const LogEntry& e) {
+  metrics.request(endpoint_label(e.path), e.status);
+  if (!opt.log_requests) return;
+  std::fprintf(stderr, "%s %s %s %d %.1f ms%s%s\n", e.remote.c_str(), e.method.c_str(),
+               e.path.c_str(), e.status, e.ms, e.note.empty() ? "" : " ", e.note.c_str());
+}
+
+// --- Server --------------------------------------------------------------------------------------
+
+Server::Server(Scheduler& sched, Metrics& metrics, ParseContext pc, ServerOptions opt, json info)
+    : impl_(
+          std::make_unique<Impl>(sched, metrics, std::move(pc), std::move(opt), std::move(info))) {}
 
 Server::~Server() = default;
 
 int Server::bind() {
-  int port = opt_.port;
-  if (port == 0) {
-    port = http_->bind_to_any_port(opt_.host);
-  } else if (!http_->bind_to_port(opt_.host, port)) {
-    port = -1;
+  Impl& m = *impl_;
+  const auto cannot = [&](const error_code& ec) {
+    fail("cannot listen on ", m.opt.host, ":", m.opt.port, " (", ec.message(),
+         "); pick another --port or --host");
+  };
+  error_code ec;
+  tcp::endpoint ep;
+  const net::ip::address addr = net::ip::make_address(m.opt.host, ec);
+  if (!ec) {
+    ep = tcp::endpoint(addr, static_cast<unsigned short>(m.opt.port));
+  } else {
+    tcp::resolver resolver(m.lanes[0]->ioc());
+    auto found = resolver.resolve(m.opt.host, std::to_string(m.opt.port), ec);
+    if (ec || found.empty()) cannot(ec);
+    ep = found.begin()->endpoint();
   }
-  if (port < 0)
-    fail("cannot listen on ", opt_.host, ":", opt_.port,
-         " (in use, or not an address of this host); pick another --port or --host");
-  return port;
+  m.acceptor.emplace(m.lanes[0]->ioc());
+  m.acceptor->open(ep.protocol(), ec);
+  if (!ec) m.acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) m.acceptor->bind(ep, ec);
+  if (!ec) m.acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) cannot(ec);
+  return m.acceptor->local_endpoint().port();
 }
 
 void Server::run() {
-  http_->listen_after_bind();
+  impl_->accept();
+  std::vector<std::thread> threads;
+  for (auto& l : impl_->lanes) threads.emplace_back([&l] { l->run(); });
+  for (auto& t : threads) t.join();
 }
+
 void Server::stop() {
-  http_->stop();
+  impl_->stop();
 }
 
-void Server::routes() {
-  httplib::Server& s = *http_;
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    t_log.start = Clock::now();
-    t_log.note.clear();
-    if (!opt_.api_key.empty() && req.path != "/health") {
-      const std::string want = "Bearer " + opt_.api_key;
-      if (req.get_header_value("Authorization") != want) {
-        send_error(res, ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", "",
-                                 "invalid_api_key", "authentication_error"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // Statuses httplib sets itself (404 no route, 413 body too large, 400 bad HTTP) get a body.
-  s.set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty() || res.content_provider_)
-          return httplib::Server::HandlerResponse::Unhandled;
-        std::string msg = cat("HTTP ", res.status, " for ", req.method, " ", req.path);
-        std::string code = "error";
-        if (res.status == 404)
-          msg = cat("no route ", req.method, " ", req.path), code = "not_found";
-        if (res.status == 413) msg = "the request body is too large", code = "payload_too_large";
-        send_error(res, ApiError(res.status, msg, "", code, status_type(res.status)));
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  s.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown error";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        send_error(res, ApiError(500, what, "", "internal_error", "server_error"));
-      });
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_.request(endpoint_label(req.path), res.status);
-    if (opt_.log_requests) {
-      const double ms =
-          t_log.start == Clock::time_point{}
-              ? 0.0
-              : std::chrono::duration<double, std::milli>(Clock::now() - t_log.start).count();
-      std::fprintf(stderr, "%s %s %s %d %.1f ms%s%s\n", req.remote_addr.c_str(), req.method.c_str(),
-                   req.path.c_str(), res.status, ms, t_log.note.empty() ? "" : " ",
-                   t_log.note.c_str());
-    }
-    t_log = LogState{};
-  });
-
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    json j = info_;
-    j["status"] = sched_.accepting() ? "ok" : "draining";
-    j["running"] = sched_.running();
-    j["waiting"] = sched_.waiting();
-    send_json(res, sched_.accepting() ? 200 : 503, j);
-  });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    json m = info_;
-    m["id"] = pc_.model_name;
-    m["object"] = "model";
-    m["created"] = created_;
-    m["owned_by"] = "smolrt";
-    m["max_model_len"] = pc_.seq_ctx;
-    send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.serialize(), "text/plain; version=0.0.4");
-  });
-  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    try {
-      send_json(res, 200, {{"tokens", parse_tokenize(parse_json_body(req.body), pc_)}});
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    }
-  });
-  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    try {
-      const std::vector<int> ids = parse_detokenize(parse_json_body(req.body), pc_);
-      send_json(res, 200, {{"content", pc_.tok->decode(ids)}});
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    }
-  });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, Endpoint::kCompletions);
-  });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, Endpoint::kChat);
-  });
-}
-
-void Server::generate(const httplib::Request& req, httplib::Response& res, Endpoint ep) {
-  std::shared_ptr<Job> job;
-  try {
-    const json body = parse_json_body(req.body);
-    job =
-        sched_.submit(ep == Endpoint::kChat ? parse_chat(body, pc_) : parse_completion(body, pc_));
-  } catch (const ApiError& e) {
-    send_error(res, e);
-    return;
-  } catch (const Error& e) {
-    send_error(res, ApiError(400, e.what()));
-    return;
-  }
-  if (!job) {
-    send_error(res, ApiError(503,
-                             cat("the server is busy (", sched_.running(), " running, ",
-                                 sched_.waiting(), " waiting) or shutting down; retry later"),
-                             "", "overloaded", "server_error"));
-    return;
-  }
-  ++in_flight_;
-  auto st = std::make_shared<GenState>();
-  st->job = job;
-  st->ep = ep;
-  st->id = cat(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-", std::hex, created_, "-", next_id_++);
-  st->created = static_cast<long long>(std::time(nullptr));
-  st->model = pc_.model_name;
-  const Tokenizer& tok = *pc_.tok;
-  res.set_chunked_content_provider(
-      job->request().stream ? "text/event-stream" : "application/json",
-      [st, &tok](size_t, httplib::DataSink& sink) { return Pump(*st, tok)(sink); },
-      [this, st](bool) {
-        st->job->cancel();  // no-op when it finished; frees the sequence when the client left
-        --in_flight_;
-      });
+int Server::in_flight() const {
+  return impl_->shared.in_flight.load();
 }
 
 }  // namespace smolrt::server

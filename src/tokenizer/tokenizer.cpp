@@ -135,7 +135,8 @@ void Tokenizer::Impl::encode_text(std::string_view text, bool prefix_space,
   for (const auto& [b, e] : words) bpe->encode_word(text.substr(b, e - b), out);
 }
 
-std::vector<int> Tokenizer::encode(std::string_view text, bool parse_special, int add_bos) const {
+std::vector<int> Tokenizer::encode(std::string_view text, bool parse_special, int add_bos,
+                                   std::span<const std::pair<size_t, size_t>> plain) const {
   const Impl& m = *impl_;
   std::vector<int> out;
   out.reserve(text.size() / 3 + 2);
@@ -145,14 +146,17 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool parse_special, in
   // in the text (llama.cpp's rule).
   bool after_special = m.v.add_space_prefix;
   size_t start = 0, i = 0;
+  size_t r = 0;  // the first plain range not entirely before i
   while (i < text.size()) {
     const Impl::Special* hit = nullptr;
     if (m.first_byte[static_cast<unsigned char>(text[i])]) {
+      while (r < plain.size() && plain[r].second <= i) ++r;
       for (const auto& s : m.specials) {  // longest first: leftmost-longest match
-        if ((parse_special || s.always) && text.compare(i, s.text.size(), s.text) == 0) {
-          hit = &s;
-          break;
-        }
+        if (!(parse_special || s.always) || text.compare(i, s.text.size(), s.text) != 0) continue;
+        // A control token overlapping plain text is plain text.
+        if (!s.always && r < plain.size() && plain[r].first < i + s.text.size()) continue;
+        hit = &s;
+        break;
       }
     }
     if (!hit) {
@@ -238,6 +242,13 @@ std::string Tokenizer::decode(std::span<const int> ids, bool special) const {
   std::string out;
   bool at_start = true;
   for (int id : ids) detail::decode_token(impl_->v, id, special, out, at_start);
+  return out;
+}
+
+std::string Tokenizer::token_text(int id) const {
+  std::string out;
+  bool at_start = false;
+  detail::decode_token(impl_->v, id, /*special=*/false, out, at_start);
   return out;
 }
 

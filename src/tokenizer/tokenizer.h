@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace smolrt {
@@ -64,10 +65,16 @@ class Tokenizer {
   // prepends "▁" to the text and to each text run after such a token. add_bos: -1 = as the vocab
   // says, 0 = no, 1 = yes (add_eos follows the vocab unless add_bos is 0). Invalid UTF-8 is
   // tokenized as bytes; a byte the vocab has no token for becomes unk, or is dropped when there is
-  // no unk.
-  std::vector<int> encode(std::string_view text, bool parse_special = true, int add_bos = -1) const;
+  // no unk. `plain`: sorted, disjoint byte ranges [first, second) of the text that are read as
+  // with parse_special false (chat message content that must not turn into control tokens).
+  std::vector<int> encode(std::string_view text, bool parse_special = true, int add_bos = -1,
+                          std::span<const std::pair<size_t, size_t>> plain = {}) const;
   // Exact inverse of encoding (control tokens render as their text only when `special` is true).
   std::string decode(std::span<const int> ids, bool special = false) const;
+  // The bytes token `id` adds to the text after an ordinary token (mid-text: SPM's "▁" is a
+  // space here); "" for control, unknown and unused tokens. What a grammar matcher compares with
+  // grammar text. Error for an out-of-range id.
+  std::string token_text(int id) const;
   // The piece for display (e.g. "Ġthe"); Error for an out-of-range id.
   const std::string& piece(int id) const;
 

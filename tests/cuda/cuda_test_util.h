@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
 #include "core/cuda_check.h"
 #include "core/env.h"
+#include "cuda/device_buffer.h"
 #include "model/model.h"
 #include "quant/formats.h"
 

@@ -28,10 +28,14 @@ namespace {
 
 constexpr int kCtx = 1100;  // longest prompt (1000) + decode steps, well under the model's 8192
 
-std::unique_ptr<CudaBackendApi> make(const Model& m, bool batched, int chunk = 512) {
+// dense: -1 = no fp16 copies (every chunk on the quantized GEMM), 0 = the measured choice, n > 0
+// = chunks of n rows or more on the dense GEMMs.
+std::unique_ptr<CudaBackendApi> make(const Model& m, bool batched, int chunk = 512, int dense = 0) {
   BackendOptions o;
   o.kind = "cuda";
   o.n_ctx = kCtx;
+  o.f16_weights = dense >= 0;
+  o.dense_rows = std::max(dense, 0);
   CudaOptions c;
   c.batched_prefill = batched;
   c.prefill_chunk = chunk;
@@ -70,9 +74,10 @@ double rel_l2(const float* g, const float* r, size_t n) {
 }
 
 // Logits bound (relative L2 per row): the batched GEMMs run on tensor cores with fp16 operands
-// (~6e-4 relative per GEMM, bench/results/prefill_notes.md and test_prefill_forward.cpp measure
-// well under 1e-2 on 2 layers with an fp16 cache); here the cache is fp32 (the decode one) but
-// 30 layers compound, so the prefill kernels' own stated bound, 2e-2, is kept.
+// (~6e-4 relative per GEMM, in the prefill notes kept in git history: `git log -- bench/results`;
+// test_prefill_forward.cpp measures well under 1e-2 on 2 layers with an fp16 cache); here the
+// cache is fp32 (the decode one) but 30 layers compound, so the prefill kernels' own stated
+// bound, 2e-2, is kept.
 constexpr double kBound = 2e-2;
 
 struct RowStats {
@@ -121,27 +126,32 @@ TEST_P(CudaPrefillLength, MatchesSequentialForwardToken) {
   REQUIRE_SYNTH(m);
   const int n = GetParam();
   const int V = m.config.vocab_size;
-  auto gpu = make(m, true);
-  ASSERT_TRUE(gpu->stats().batched_prefill) << "the synth model must take the batched path";
   const std::vector<int> toks = prompt_of(n, V, (unsigned)n);
-  const std::vector<float> ref = sequential_all(*gpu, toks);
+  std::vector<float> ref;
+  // The quantized GEMM for every chunk, then the dense fp16 GEMMs for every chunk.
+  for (int dense : {-1, 1}) {
+    auto gpu = make(m, true, 512, dense);
+    ASSERT_TRUE(gpu->stats().batched_prefill) << "the synth model must take the batched path";
+    if (ref.empty()) ref = sequential_all(*gpu, toks);
 
-  gpu->reset();
-  const std::vector<float> all = gpu->forward_prompt_all(toks);
-  EXPECT_EQ(gpu->position(), n);
-  const RowStats st = expect_rows_close(all, ref, V, cat("n=", n, " all"));
+    gpu->reset();
+    const std::vector<float> all = gpu->forward_prompt_all(toks);
+    EXPECT_EQ(gpu->position(), n);
+    const RowStats st = expect_rows_close(all, ref, V, cat("n=", n, " all"));
 
-  gpu->reset();
-  std::span<const float> last = gpu->forward_prompt(toks);
-  EXPECT_EQ(gpu->position(), n);
-  const std::vector<float> ref_last(ref.end() - V, ref.end());
-  const double e_last = rel_l2(last.data(), ref_last.data(), V);
-  EXPECT_LT(e_last, kBound) << "n=" << n << " last-token logits";
-  expect_rows_close(std::vector<float>(last.begin(), last.end()), ref_last, V,
-                    cat("n=", n, " last"));
-  std::cout << "[ prefill n=" << n << " ] worst row rel L2 " << st.worst << ", last " << e_last
-            << ", argmax equal at " << st.argmax_equal << "/" << n << " positions\n";
-  RecordProperty("worst_rel_l2", std::to_string(st.worst));
+    gpu->reset();
+    std::span<const float> last = gpu->forward_prompt(toks);
+    EXPECT_EQ(gpu->position(), n);
+    const std::vector<float> ref_last(ref.end() - V, ref.end());
+    const double e_last = rel_l2(last.data(), ref_last.data(), V);
+    EXPECT_LT(e_last, kBound) << "n=" << n << " last-token logits";
+    expect_rows_close(std::vector<float>(last.begin(), last.end()), ref_last, V,
+                      cat("n=", n, " last"));
+    std::cout << "[ prefill n=" << n << (dense > 0 ? " dense" : " quantized")
+              << " ] worst row rel L2 " << st.worst << ", last " << e_last << ", argmax equal at "
+              << st.argmax_equal << "/" << n << " positions\n";
+    RecordProperty(dense > 0 ? "worst_rel_l2_dense" : "worst_rel_l2", std::to_string(st.worst));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Prompt, CudaPrefillLength, ::testing::Values(1, 7, 32, 100, 512, 1000));
@@ -222,12 +232,6 @@ TEST(CudaPrefill, DecodeAfterPrefillMatchesDecodeAfterSequential) {
   }
 }
 
-// Bit-reproducible GEMMs (no split-K atomics) for the scope, so runs can be compared exactly.
-struct NoSplitK {
-  NoSplitK() { cuda::gemm_q4_set_split_k(0); }
-  ~NoSplitK() { cuda::gemm_q4_set_split_k(-1); }
-};
-
 // A prompt shape seen before is captured as a CUDA graph and replayed (CudaPrefill::run_last):
 // same logits as the eager run, and decode continues from the cache the replay wrote. A graph is
 // never replayed after the workspace it baked in was reallocated, or after the options changed.
@@ -235,7 +239,11 @@ TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
   auto gpu = make(m, true);
-  const NoSplitK bitwise;
+  {  // bit-reproducible GEMMs (no split-K atomics), so runs can be compared exactly
+    CudaOptions o = gpu->options();
+    o.split_k = false;
+    gpu->set_options(o);
+  }
   auto run = [&](int n, uint32_t seed, std::vector<int>* greedy = nullptr) {
     gpu->reset();
     std::span<const float> l = gpu->forward_prompt(prompt_of(n, V, seed));
@@ -269,17 +277,25 @@ TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
   // The replayed graph really used the new ids: another prompt, other logits.
   EXPECT_GT(rel_l2(logits[2].data(), logits[0].data(), V), 1e-2);
 
-  // A longer prompt grows (reallocates) the workspace: the old graph is dropped, the shape runs
-  // eagerly once more, then is captured again.
+  // Another shape runs eagerly and leaves the captured graph in place (the workspace was sized
+  // for whole chunks at start-up, so it does not grow).
   run(100, 7u);
   EXPECT_EQ(run(32, 5u), logits[0]);
-  EXPECT_EQ(graphs(), (std::pair<int, int>{1, 3}));
+  EXPECT_EQ(graphs(), (std::pair<int, int>{1, 4}));
+  // New options drop the graphs (the shape was seen: captured again at once).
+  CudaOptions o = gpu->options();
+  gpu->set_options(o);
   EXPECT_EQ(run(32, 5u), logits[0]);
-  EXPECT_EQ(graphs(), (std::pair<int, int>{2, 4}));
-  // New options drop the graphs too (the shape was seen: captured again at once).
-  gpu->set_options(gpu->options());
+  EXPECT_EQ(graphs(), (std::pair<int, int>{2, 5}));
+  // A larger chunk (the 1000-token prompt in one) reallocates the workspace: the shape runs
+  // eagerly once more, then is captured again.
+  o.prefill_chunk = 1024;
+  gpu->set_options(o);
+  run(1000, 7u);
   EXPECT_EQ(run(32, 5u), logits[0]);
-  EXPECT_EQ(graphs(), (std::pair<int, int>{3, 5}));
+  EXPECT_EQ(graphs(), (std::pair<int, int>{2, 5}));
+  EXPECT_EQ(run(32, 5u), logits[0]);
+  EXPECT_EQ(graphs(), (std::pair<int, int>{3, 6}));
 }
 
 // --- continuing an existing cache ---------------------------------------------------------------

@@ -115,10 +115,10 @@ TEST_P(GemmTokens, StoreAccumulateNorm) {
     for (cudaStream_t s : {(cudaStream_t) nullptr, st.s})
       for (bool f16 : {false, true}) {
         SCOPED_TRACE(cat("T=", T, " n=", cs.n, " k=", cs.k, " pdl=", s != nullptr, " f16=", f16));
-        auto run = [&](GemmQ4Args a, GemmEpilogue ep, const GemmOut& o) {
+        auto run = [&](GemmQ4Args a, GemmEpilogue ep, const GemmOut& o, bool split = false) {
           CUDA_CHECK(cudaDeviceSynchronize());
           if (f16) xh.use(a, dx.p, cs.k, s);
-          gemm_q4(a, ep, o, s);
+          gemm_q4(a, ep, o, Launch(s, true, split));
           CUDA_CHECK(cudaDeviceSynchronize());
         };
         GemmQ4Args a;
@@ -139,10 +139,8 @@ TEST_P(GemmTokens, StoreAccumulateNorm) {
         // blocks with atomic adds.
         for (bool split : {false, true}) {
           SCOPED_TRACE(cat("split_k=", split));
-          gemm_q4_set_split_k(split ? 1 : 0);
           dy.upload(resid);
-          run(a, GemmEpilogue::Accumulate, o);
-          gemm_q4_set_split_k(-1);
+          run(a, GemmEpilogue::Accumulate, o, split);
           std::vector<double> want(ref);
           for (size_t i = 0; i < want.size(); ++i) want[i] += resid[i];
           const auto got = dy.download();

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <memory>
 
-#include "cuda/prefill_model.h"
+#include "backend/cuda/prefill_model.h"
 #include "prefill_test_util.h"
 #include "test_util.h"
 
@@ -191,19 +191,22 @@ TEST_P(PrefillForward, AllLogitsMatchReferenceAcrossChunkings) {
   HostModel hm(geo.dim, geo.layers, geo.heads, geo.kv, geo.hidden, geo.vocab);
   const auto toks = random_tokens(n, geo.vocab, 99 + n);
   const auto ref = hm.reference(toks);
-  PrefillModel pm(hm.c, hm.w, n + 8, /*kv_half=*/true);
-  Stream st;
-  PrefillWorkspace ws;
-  for (int chunk : {n, 1, 7, 32, 100, 512}) {
-    if (chunk > n && chunk != n) continue;
-    if (chunk == 1 && n > 100) continue;  // token-by-token for long prompts: covered at <= 100
-    const auto got = prefill_tokens(pm.weights(), ws, toks, 0, chunk, true, st.s);
-    expect_rows_close(got, ref, n, geo.vocab, kLogitBound,
-                      cat(geo.name, " n=", n, " chunk=", chunk));
-    // Last-token-only logits equal the last row of the all-logits run's reference.
-    const auto last = prefill_tokens(pm.weights(), ws, toks, 0, chunk, false, st.s);
-    const std::vector<double> ref_last(ref.end() - geo.vocab, ref.end());
-    EXPECT_LT(rel_l2(last, ref_last), kLogitBound) << "chunk=" << chunk;
+  // The quantized GEMM, and the dense fp16 path (cuBLASLt) for chunks of dense_min_rows or more.
+  for (bool dense : {false, true}) {
+    PrefillModel pm(hm.c, hm.w, n + 8, /*kv_half=*/true, dense);
+    Stream st;
+    PrefillWorkspace ws;
+    for (int chunk : {n, 1, 7, 32, 100, 512}) {
+      if (chunk > n && chunk != n) continue;
+      if (chunk == 1 && n > 100) continue;  // token-by-token for long prompts: covered at <= 100
+      const std::string what = cat(geo.name, " n=", n, " chunk=", chunk, " dense=", dense);
+      const auto got = prefill_tokens(pm.weights(), ws, toks, 0, chunk, true, st.s);
+      expect_rows_close(got, ref, n, geo.vocab, kLogitBound, what);
+      // Last-token-only logits equal the last row of the all-logits run's reference.
+      const auto last = prefill_tokens(pm.weights(), ws, toks, 0, chunk, false, st.s);
+      const std::vector<double> ref_last(ref.end() - geo.vocab, ref.end());
+      EXPECT_LT(rel_l2(last, ref_last), kLogitBound) << what;
+    }
   }
 }
 

@@ -18,33 +18,25 @@ namespace {
 class CpuBatchBackend final : public BatchBackend {
  public:
   CpuBatchBackend(const Model& m, const BatchOptions& opt, const BatchGeometry& g)
-      : kv_(g.n_pages, opt.page_size, opt.max_seqs, g.seq_ctx),
-        max_step_tokens_(opt.max_step_tokens != 0 ? opt.max_step_tokens : kCpuStepTokens),
+      : max_step_tokens_(opt.max_step_tokens != 0 ? opt.max_step_tokens : kCpuStepTokens),
         f_(m, g.n_pages * opt.page_size, g.seq_ctx, max_step_tokens_, opt.n_threads,
-           cpu::kernel_choice(opt.kind)) {}
+           cpu::kernel_choice(opt.kind)) {
+    kv_ = std::make_unique<KvPages>(g.n_pages, opt.page_size, opt.max_seqs, g.seq_ctx,
+                                    opt.prefix_cache);
+  }
 
   std::string name() const override { return f_.fast() ? "cpu" : "cpu-ref"; }
   std::string device_name() const override { return f_.device_name(); }
   const ModelConfig& config() const override { return f_.config(); }
-  int max_seqs() const override { return kv_.max_seqs(); }
-  int seq_ctx() const override { return kv_.seq_ctx(); }
   int max_step_tokens() const override { return max_step_tokens_; }
-  int page_size() const override { return kv_.page_size(); }
-  int kv_pages_total() const override { return kv_.pages_total(); }
-  int kv_pages_free() const override { return kv_.pages_free(); }
-
-  int add_sequence() override { return kv_.add(); }
-  void free_sequence(int seq) override { kv_.remove(seq); }
-  int position(int seq) const override { return kv_.position(seq); }
-  void rollback(int seq, int pos) override { kv_.truncate(seq, pos); }
 
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
 
  private:
-  KvPages kv_;
   int max_step_tokens_;
   cpu::Forward f_;
   cpu::SampleScratch scratch_;
+  std::vector<float> masked_;
 };
 
 std::vector<SeqResult> CpuBatchBackend::step(std::span<const SeqStep> batch) {
@@ -52,11 +44,14 @@ std::vector<SeqResult> CpuBatchBackend::step(std::span<const SeqStep> batch) {
   std::vector<int> start(batch.size());
   size_t grown = 0;
   try {
+    std::vector<PageCopy> copies;
     for (; grown < batch.size(); ++grown) {
       const SeqStep& s = batch[grown];
-      start[grown] = kv_.position(s.seq);
-      kv_.grow(s.seq, static_cast<int>(s.tokens.size()));
+      start[grown] = kv_->position(s.seq);
+      kv_->grow(s.seq, s.tokens, copies);
     }
+    const int ps = kv_->page_size();
+    for (const PageCopy& c : copies) f_.copy_kv(c.src * ps, c.dst * ps, ps);
     // One row per token, sequences in batch order, each in position order; owner[i]: the entry
     // row i belongs to.
     std::vector<cpu::Forward::Row> rows;
@@ -66,7 +61,7 @@ std::vector<SeqResult> CpuBatchBackend::step(std::span<const SeqStep> batch) {
       const int n = static_cast<int>(s.tokens.size());
       for (int i = 0; i < n; ++i) {
         const bool last = i == n - 1;
-        rows.push_back({s.tokens[i], start[b] + i, kv_.block_table(s.seq),
+        rows.push_back({s.tokens[i], start[b] + i, kv_->block_table(s.seq),
                         s.logits == 2 || (last && (s.logits == 1 || s.sample))});
         owner.push_back(static_cast<int>(b));
       }
@@ -74,20 +69,22 @@ std::vector<SeqResult> CpuBatchBackend::step(std::span<const SeqStep> batch) {
     std::vector<SeqResult> out(batch.size());
     for (size_t b = 0; b < batch.size(); ++b)
       if (batch[b].logits == 2) out[b].logits.reserve(batch[b].tokens.size() * config().vocab_size);
-    f_.forward(rows, kv_.page_size(), [&](int i, std::span<const float> logits) {
+    f_.forward(rows, kv_->page_size(), [&](int i, std::span<const float> logits) {
       const SeqStep& s = batch[owner[i]];
       SeqResult& r = out[owner[i]];
       if (s.logits == 2) r.logits.insert(r.logits.end(), logits.begin(), logits.end());
       if (i + 1 < static_cast<int>(rows.size()) && owner[i + 1] == owner[i]) return;  // not last
-      if (s.logits == 1) r.logits.assign(logits.begin(), logits.end());
+      const std::span<const float> last = masked_logits(logits, s.allowed, masked_);
+      if (s.logits == 1) r.logits.assign(last.begin(), last.end());
       // The same call as Backend::forward_token_sample's default, so the token matches it.
-      if (s.sample) r.token = cpu::sample(logits, s.params, s.u, s.history, scratch_);
+      if (s.sample) r.token = cpu::sample(last, s.params, s.u, s.history, scratch_);
     });
+    for (const SeqStep& s : batch) kv_->publish(s.seq);
     return out;
   } catch (...) {
     // check_step makes this unreachable in practice; still, an Error must leave every sequence
     // as it was (batch.h), and the KV rows before `start` were never touched.
-    for (size_t i = 0; i < grown; ++i) kv_.truncate(batch[i].seq, start[i]);
+    for (size_t i = 0; i < grown; ++i) kv_->truncate(batch[i].seq, start[i]);
     throw;
   }
 }

@@ -252,4 +252,14 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
   if (g > 0) flush();
 }
 
+void Forward::copy_kv(int src, int dst, int n) {
+  if (src < 0 || dst < 0 || n < 0 || src + n > kv_tokens_ || dst + n > kv_tokens_)
+    fail("copy_kv: rows [", src, ", ", src + n, ") -> [", dst, ", ", dst + n,
+         ") are outside the pool of ", kv_tokens_);
+  const size_t row = static_cast<size_t>(kv_dim_), count = row * n;
+  for (int l = 0; l < c_.n_layers; ++l)
+    for (float* cache : {k_cache_.get(), v_cache_.get()})
+      std::copy_n(cache + layer_offset(l) + src * row, count, cache + layer_offset(l) + dst * row);
+}
+
 }  // namespace smolrt::cpu

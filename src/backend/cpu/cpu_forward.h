@@ -61,6 +61,10 @@ class Forward {
   // is exactly that of running it alone: results never depend on what else is in the call.
   void forward(std::span<const Row> rows, int page_size, const LogitsFn& on_logits);
 
+  // K/V rows [src, src + n) of the pool copied to [dst, dst + n) in every layer (a KV page's
+  // copy-on-write, kv_pages.h).
+  void copy_kv(int src, int dst, int n);
+
   // Debug: when on, forward() records named per-layer activations of its last row.
   void set_debug(bool on) { debug_ = on; }
   const std::vector<Activation>& activations() const { return acts_; }

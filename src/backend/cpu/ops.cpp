@@ -110,7 +110,7 @@ inline const uint8_t* row_ptr(const TensorView& w, int64_t r) {
 
 // dot(block b of a row, x[0..32)) for the quantized types, with the scale factored out of the
 // sum: d * sum(q * x) (+ m * sum(x) for Q4_1). Same f32 math as dequantize-then-dot up to
-// rounding order, and ~2x faster because the int->float nibble unpack and the multiply-add
+// rounding order, and faster because the int->float nibble unpack and the multiply-add
 // vectorize together (8 independent lanes, no -ffast-math needed).
 template <GgmlType T>
 inline float block_dot(const uint8_t* row, int64_t b, const float* x) {

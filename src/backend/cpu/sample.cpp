@@ -77,8 +77,8 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
   } else {
     if (p.min_p > 0.0f) {
       // Top-k off: only tokens at or above the min-p cut can survive (min-p comes last and the
-      // top token stays first), so sort just those (a 49k-token sort costs ~5 ms); top-p still
-      // normalizes over every token.
+      // top token stays first), so sort just those (sorting a whole vocabulary per token would
+      // dominate sampling); top-p still normalizes over every token.
       float l_top = -std::numeric_limits<float>::infinity();
       for (int id : ids) l_top = std::max(l_top, logits[id]);
       if (l_top != -std::numeric_limits<float>::infinity()) {

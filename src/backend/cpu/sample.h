@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "backend/sampling.h"
+#include "core/sampling.h"
 
 namespace smolrt::cpu {
 

@@ -8,14 +8,14 @@
 
 #include "backend/cpu/sample.h"
 #include "backend/cuda/cuda_prefill.h"
-#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/decode_layer.h"
 #include "backend/cuda/device_weights.h"
 #include "core/cuda_check.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
-#include "cuda/decode_layer.h"
+#include "cuda/device_buffer.h"
 #include "cuda/embed.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_head.h"
@@ -95,6 +95,7 @@ class CudaBackend final : public CudaBackendApi {
       fail("n_heads ", cfg_.n_heads, " is not a multiple of n_kv_heads ", cfg_.n_kv_heads);
     }
     w_ = cuda::upload_weights(m.weights, cfg_);
+    if (opt.f16_weights) dense_ = cuda::make_dense(w_, cfg_);
 
     // A sliding-window layer's KV cache is a ring of window + prefill-chunk rows (the last
     // `window` keys any query reads, plus the chunk written before its attention runs), when
@@ -122,7 +123,9 @@ class CudaBackend final : public CudaBackendApi {
     CUDA_CHECK(cudaMemset(s_.attn_count, 0, sizeof(int) * cfg_.n_heads));
     std::vector<void*> kc, vc;
     for (int l = 0; l < cfg_.n_layers; ++l) kc.push_back(kcache(l)), vc.push_back(vcache(l));
-    prefill_ = cuda::CudaPrefill::create(m, w_, kc, vc, ring_, n_ctx_);  // nullptr: per token
+    prefill_ =
+        cuda::CudaPrefill::create(m, w_, kc, vc, ring_, n_ctx_,
+                                  opt.f16_weights ? &dense_ : nullptr);  // nullptr: per token
 
     // [0..1] token/pos staging, [2] 4-byte readbacks, [3] id stored by the argmax kernel.
     // [4]: the id of the odd-parity step graph (speculative steps alternate, see speculate).
@@ -132,6 +135,7 @@ class CudaBackend final : public CudaBackendApi {
     logits_host_ = cuda::PinnedBuffer(sizeof(float) * cfg_.vocab_size, "logits readback");
     hist_host_ = cuda::PinnedBuffer(sizeof(int) * n_ctx_, "sampling history");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (prefill_) prefill_->set_dense_rows(opt.dense_rows, prefill_chunk(), kernels());
     debug_ = env_flag("SMOLRT_DEBUG_ACTIVATIONS", false);
     for (cudaEvent_t& e : step_done_) {
       CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -226,7 +230,7 @@ class CudaBackend final : public CudaBackendApi {
                             std::span<const int> history) override {
     if (tokens.empty()) fail("forward_prompt: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      prefill_->run_last(tokens, pos_, prefill_chunk(), prefill_out(), stream_, copt_.use_graph);
+      prefill_->run_last(tokens, pos_, prefill_chunk(), prefill_out(), kernels(), copt_.use_graph);
       pos_ += (int)tokens.size();
       return sample_last(p, u, history);  // logits stay on the GPU
     }
@@ -242,7 +246,7 @@ class CudaBackend final : public CudaBackendApi {
     if (batched(tokens)) {
       cuda::PrefillLastOut out = prefill_out();
       out.host_logits = static_cast<float*>(logits_host_.get());
-      prefill_->run_last(tokens, pos_, prefill_chunk(), out, stream_, copt_.use_graph);
+      prefill_->run_last(tokens, pos_, prefill_chunk(), out, kernels(), copt_.use_graph);
       pos_ += (int)tokens.size();
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       return {static_cast<const float*>(logits_host_.get()), (size_t)cfg_.vocab_size};
@@ -255,7 +259,7 @@ class CudaBackend final : public CudaBackendApi {
   std::vector<float> forward_prompt_all(std::span<const int> tokens) override {
     if (tokens.empty()) fail("forward_prompt_all: the prompt is empty; give at least one token");
     if (batched(tokens)) {
-      std::vector<float> all = prefill_->run_all(tokens, pos_, prefill_chunk(), stream_);
+      std::vector<float> all = prefill_->run_all(tokens, pos_, prefill_chunk(), kernels());
       pos_ += (int)tokens.size();
       return all;
     }
@@ -285,7 +289,7 @@ class CudaBackend final : public CudaBackendApi {
                                    cudaMemcpyHostToDevice, stream_));
       }
       cuda::sample(s_.logits, vocab, p, u, s_.sample_hist, static_cast<int>(w.size()),
-                   s_.sample_out, stream_);
+                   s_.sample_out, kernels());
       int* out = static_cast<int*>(params_host_.get()) + 2;
       CUDA_CHECK(cudaMemcpyAsync(out, s_.sample_out, sizeof(int), cudaMemcpyDeviceToHost, stream_));
       CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -372,7 +376,6 @@ class CudaBackend final : public CudaBackendApi {
            " does not fit the context of ", n_ctx_, " tokens; pass a larger --ctx (at most ",
            cfg_.n_ctx_train, ") or a shorter prompt");
     }
-    set_kernel_switches();  // the embedding, lm_head and argmax launches
     return true;
   }
 
@@ -433,13 +436,12 @@ class CudaBackend final : public CudaBackendApi {
     pos_ = pos + 1;
   }
 
-  // The kernel files' process-wide switches, from this backend's options (before launching).
-  void set_kernel_switches() const { cuda::pdl_enabled() = copt_.pdl; }
+  // How this backend's kernels are launched (its stream and options).
+  cuda::Launch kernels() const { return {stream_, copt_.pdl, copt_.split_k}; }
 
   // Enqueues one decode step reading token/pos from the device slots; par selects the host slot
   // its argmax stores the id in (params_host_[3 + par]) and the graph that does so.
   void launch(int par) {
-    set_kernel_switches();
     par_ = par;
     if (debug_) {
       acts_.clear();
@@ -484,7 +486,7 @@ class CudaBackend final : public CudaBackendApi {
   // Q/K/V and the separate RoPE kernel, with readbacks of every named activation.
   void enqueue_step(bool debug, unsigned mask = kAllParts) {
     if (debug) mask = kAllParts;
-    cudaStream_t st = stream_;
+    const cuda::Launch st = kernels();
     const float eps = cfg_.norm_eps;
     const int* pos = s_.params + 1;
     if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st, cfg_.embed_scale);
@@ -578,7 +580,6 @@ class CudaBackend final : public CudaBackendApi {
     hp[0] = 1;
     hp[1] = pos_ - 1;
     CUDA_CHECK(cudaMemcpyAsync(s_.params, hp, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
-    set_kernel_switches();
     std::vector<std::pair<std::string, double>> out;
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -635,6 +636,7 @@ class CudaBackend final : public CudaBackendApi {
   int ring_chunk_ = 0;          // the prefill chunk the rings were sized with
   int pos_ = 0;
   cuda::DeviceWeights w_;
+  cuda::DenseWeights dense_;  // fp16 copies (BackendOptions::f16_weights), else empty
   cuda::DeviceBuffer scratch_;
   Scratch s_ = {};
   std::unique_ptr<cuda::CudaPrefill> prefill_;  // batched prefill; nullptr: not supported
@@ -668,6 +670,7 @@ CudaOptions cuda_options_from_env() {
   o.prefill_chunk =
       env_int("SMOLRT_PREFILL_CHUNK", o.prefill_chunk, 1, 1 << 20, "a token count per chunk");
   o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
+  o.split_k = env_flag("SMOLRT_GEMM_SPLITK", true);
   return o;
 }
 

@@ -24,20 +24,20 @@
 #include "backend/batch.h"
 #include "backend/cpu/sample.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/decode_layer.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/prefill_model.h"
 #include "backend/kv_pages.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
-#include "cuda/decode_layer.h"
+#include "cuda/device_buffer.h"
 #include "cuda/embed_batch.h"
 #include "cuda/gemm_q4.h"
 #include "cuda/gemv.h"
 #include "cuda/launch.h"
-#include "cuda/prefill_model.h"
 #include "cuda/prefill_ops.h"
 #include "cuda/sample.h"
 
@@ -63,26 +63,21 @@ class CudaBatchBackend final : public BatchBackend {
   std::string name() const override { return "cuda"; }
   std::string device_name() const override;
   const ModelConfig& config() const override { return c_; }
-  int max_seqs() const override { return kv_->max_seqs(); }
-  int seq_ctx() const override { return kv_->seq_ctx(); }
   int max_step_tokens() const override { return max_step_; }
-  int page_size() const override { return kv_->page_size(); }
-  int kv_pages_total() const override { return kv_->pages_total(); }
-  int kv_pages_free() const override { return kv_->pages_free(); }
   int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
 
-  int add_sequence() override { return kv_->add(); }
-  void free_sequence(int seq) override { kv_->remove(seq); }
-  int position(int seq) const override { return kv_->position(seq); }
   void rollback(int seq, int pos) override;
+  int fork_sequence(int seq) override;
 
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
 
  private:
   // The launches of one step of nb rows, mb output rows, attention in `splits` splits (captured
   // per bucket).
-  void forward(int nb, int mb, int splits);
+  void forward(int nb, int mb, int splits, bool masked);
   void upload_tables(int seq);
+  // Copies rows [src, src + n) of layer l's K and V to [dst, dst + n) (a page copy or a ring).
+  void copy_rows(int l, int src, int dst, int n);
   // Ring slot of position pos of sequence (slot) seq in a sliding-window layer (0 without rings).
   int ring_slot(int seq, int pos) const {
     const int ps = kv_->page_size();
@@ -92,8 +87,8 @@ class CudaBatchBackend final : public BatchBackend {
   ModelConfig c_;
   int max_step_ = 0;
   int table_stride_ = 0;
-  std::unique_ptr<KvPages> kv_;
   cuda::DeviceWeights dw_;
+  cuda::DenseWeights dense_;  // fp16 copies (BatchOptions::f16_weights), else empty
   // K and V per layer: [slots + page][kv_dim] each, or for a sliding-window layer with rings
   // [(max_seqs + 1) * ring rows][kv_dim]
   cuda::DeviceBuffer pool_;
@@ -104,18 +99,25 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PrefillWorkspace ws_;
   cuda::DeviceBuffer dev_;   // staging mirror + tables + gathered rows + sampled ids + history
   cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids
-  // Staging layout (ints, both sides): tokens | pos | slot | seq | out rows | ring slot | first
-  // position of the row's sequence in the step, each [nb] for a step of bucket nb (<= cap).
-  static constexpr int kStaged = 7;
+  // Staging layout (ints, both sides): one array [nb] per field for a step of bucket nb (<= cap):
+  // each row's token, position, pool slot, sequence, ring slot and its sequence's first position
+  // in the step; each output row's step row and mask (index into the masks, or -1).
+  enum Field { kTok, kPos, kSlot, kSeq, kOutRow, kRingSlot, kFirstPos, kMaskIdx, kStaged };
   int* st_ = nullptr;
   int* d_st_ = nullptr;
+  int* st(Field f, int nb) const { return st_ + f * nb; }
+  const int* d_st(Field f, int nb) const { return d_st_ + f * nb; }
   int* tables_host_ = nullptr;  // [max_seqs + 1][table_stride]
   int* d_tables_ = nullptr;
   int* d_ring_tables_ = nullptr;  // [max_seqs + 1][table_stride]: ring pages, repeated
   float* d_xo_ = nullptr;         // [cap][dim] gathered output rows
   int* out_host_ = nullptr;       // [cap] chosen ids (pinned, written by the kernels)
   int* d_hist_ = nullptr;         // penalty windows of the sampled rows
-  float* d_partials_ = nullptr;   // attention_paged scratch
+  uint32_t* d_masks_ = nullptr;   // [max_seqs][mask_words_] allowed-token masks of a step
+  uint32_t* masks_host_ = nullptr;
+  int mask_words_ = 0;
+  cuda::PinnedBuffer masks_pinned_;
+  float* d_partials_ = nullptr;  // attention_paged scratch
   int* d_counters_ = nullptr;
   cuda::AttnScratch attn1_;    // one-row steps: the decode attention's split scratch
   float* d_part_v_ = nullptr;  // one-row lm_head's argmax partials
@@ -124,9 +126,11 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PinnedBuffer hist_pinned_;
   std::vector<int> uploaded_;  // pages of each sequence's table already on the device
   cudaStream_t stream_ = nullptr;
-  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
-  bool pdl_ = true;
+  bool pdl_ = true, split_k_ = true;
+  // How this backend's kernels are launched (its stream and options).
+  cuda::Launch kernels() const { return {stream_, pdl_, split_k_}; }
   cpu::SampleScratch scratch_;
 };
 
@@ -146,6 +150,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
         "format its GEMM takes (all but F32) and dim a multiple of 4; use --backend cpu");
   const int cap = bucket(max_step_);
   dw_ = cuda::upload_weights(m.weights, c_);
+  // The dense copies come before the KV pool is sized from the memory left.
+  if (opt.f16_weights) dense_ = cuda::make_dense(dw_, c_);
 
   // KV pool: what was asked, else every sequence's full context, capped by half the free memory
   // left after the weights and the step's workspace.
@@ -175,7 +181,10 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     }
   }
   const int seq_ctx = geo.seq_ctx, pages = geo.n_pages;
-  kv_ = std::make_unique<KvPages>(pages, opt.page_size, opt.max_seqs, seq_ctx);
+  // A ring holds a sequence's own window: pages whose K/V other sequences could share exist only
+  // for the global layers then, so nothing is cached.
+  kv_ = std::make_unique<KvPages>(pages, opt.page_size, opt.max_seqs, seq_ctx,
+                                  opt.prefix_cache && ring_pages_ == 0);
   table_stride_ = (seq_ctx + opt.page_size - 1) / opt.page_size;
 
   const size_t slots = size_t(pages + 1) * opt.page_size;  // + the padding rows' page
@@ -190,16 +199,27 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
     v.push_back(static_cast<char*>(pool_.get()) + (at[l] + at[l + 1]) / 2);
   }
   pw_ = cuda::prefill_view(c_, dw_, seq_ctx, opt.kv_half, k, v);
-  pw_.token_embd = cuda::DevMat{};         // step() embeds from its own staging
-  ws_.reserve(c_, std::max(cap, 2), cap);  // one-row steps: row 1 of x is the residual's 2nd buffer
+  pw_.token_embd = cuda::DevMat{};  // step() embeds from its own staging
+  // one-row steps: row 1 of x is the residual's 2nd buffer
+  if (opt.f16_weights) {
+    for (int l = 0; l < c_.n_layers; ++l) pw_.layers[l].dense = dense_.layers[l];
+    pw_.dense_output = dense_.output;
+    ws_.reserve_dense(c_, std::max(cap, 2), cap);
+  } else {
+    ws_.reserve(c_, std::max(cap, 2), cap);
+  }
 
   const size_t tables = size_t(opt.max_seqs + 1) * table_stride_;
+  mask_words_ = (c_.vocab_size + 31) / 32;
+  masks_pinned_ = cuda::PinnedBuffer(sizeof(uint32_t) * opt.max_seqs * mask_words_, "token masks");
+  masks_host_ = static_cast<uint32_t*>(masks_pinned_.get());
   cuda::Carver sizer;
   auto carve = [&](cuda::Carver& cv) {
     d_st_ = cv.take<int>(kStaged * size_t(cap));
     d_tables_ = cv.take<int>(tables);
     if (ring_pages_) d_ring_tables_ = cv.take<int>(tables);
     d_xo_ = cv.take<float>(size_t(cap) * c_.dim);
+    d_masks_ = cv.take<uint32_t>(size_t(opt.max_seqs) * mask_words_);
     // penalty windows: one per sampled row, at most one row per sequence
     d_hist_ = cv.take<int>(size_t(std::min(cap, opt.max_seqs)) * seq_ctx);
     d_partials_ =
@@ -240,6 +260,10 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   const CudaOptions co = cuda_options_from_env();  // the switches the decode backend honours
   use_graph_ = co.use_graph;
   pdl_ = co.pdl;
+  split_k_ = co.split_k;
+  if (opt.f16_weights)
+    pw_.dense_rows =
+        opt.dense_rows > 0 ? opt.dense_rows : cuda::measure_dense_rows(pw_, ws_, cap, kernels());
 }
 
 CudaBatchBackend::~CudaBatchBackend() {
@@ -279,19 +303,44 @@ void CudaBatchBackend::upload_tables(int seq) {
   uploaded_[seq] = (int)bt.size();
 }
 
-void CudaBatchBackend::forward(int nb, int mb, int splits) {
+int CudaBatchBackend::fork_sequence(int seq) {
+  const int f = kv_->fork(seq);
+  // Sliding-window layers keep their rows in the sequence's ring: the fork takes a copy.
+  const int rows = ring_pages_ * kv_->page_size();
+  if (rows > 0)
+    for (int l = 0; l < c_.n_layers; ++l)
+      if (c_.is_swa(l)) copy_rows(l, seq * rows, f * rows, rows);
+  return f;
+}
+
+void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
+  const size_t row = size_t(c_.kv_dim()) * (pw_.kv_half ? 2 : 4);
+  for (void* base : {pw_.layers[l].k_cache, pw_.layers[l].v_cache}) {
+    char* b = static_cast<char*>(base);
+    CUDA_CHECK(
+        cudaMemcpyAsync(b + dst * row, b + src * row, n * row, cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
+  const cuda::Launch k = kernels();
   cuda::StepRows rows;
-  rows.pos = d_st_ + nb, rows.slot = d_st_ + 2 * nb, rows.seq = d_st_ + 3 * nb;
+  rows.pos = d_st(kPos, nb), rows.slot = d_st(kSlot, nb), rows.seq = d_st(kSeq, nb);
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_, rows.attn_splits = splits;
-  if (ring_pages_) rows.ring_slot = d_st_ + 5 * nb, rows.ring_tables = d_ring_tables_;
-  rows.first_new = d_st_ + 6 * nb;
-  cuda::embed_batch(dw_.token_embd, d_st_, nb, ws_.x, c_.dim, stream_, c_.embed_scale);
-  cuda::pdl_enabled() = pdl_;  // the decode GEMVs' launches (process-wide switch)
+  if (ring_pages_) rows.ring_slot = d_st(kRingSlot, nb), rows.ring_tables = d_ring_tables_;
+  rows.first_new = d_st(kFirstPos, nb);
+  const int V = c_.vocab_size;
+  // Structured output: rows with a mask have the others' logits set to -inf before the argmax.
+  auto mask_and_argmax = [&] {
+    if (masked)
+      cuda::mask_logits(ws_.logits, V, V, mb, d_st(kMaskIdx, nb), d_masks_, mask_words_, k);
+    cuda::argmax_rows(ws_.logits, V, V, mb, out_host_, k);
+  };
+  cuda::embed_batch(dw_.token_embd, d_st(kTok, nb), nb, ws_.x, c_.dim, k, c_.embed_scale);
   if (nb == 1) {
     // One row: the decode step's kernels, GEMVs and the split decode attention over the row's
-    // block table (built for latency: H200, synth SmolLM-135M, a step of one sequence took 0.74
-    // ms on the GEMM path, 0.56 ms with GEMVs + attention_paged).
+    // block table, built for latency and faster for a lone sequence than the GEMM path.
     const float eps = c_.norm_eps;
     // The residual stream: row 0 of ws_.x, row 1 its second buffer (decode_layer.h).
     cuda::DecodeResidual res(c_, ws_.x, ws_.x + c_.dim, ws_.tmp, /*fuse=*/true);
@@ -302,34 +351,45 @@ void CudaBatchBackend::forward(int nb, int mb, int splits) {
       const float* x = nullptr;
       cuda::ResidualIn ri = res.take(&x);
       cuda::step_qkv(c_, dw_, l, x, L.attn_norm, lr.pos, lr.slot, ws_.q, ws_.k, ws_.v, P.k_cache,
-                     P.v_cache, stream_, /*ring=*/0, pw_.kv_half, ri);
+                     P.v_cache, k, /*ring=*/0, pw_.kv_half, ri);
       cuda::attention_decode(
           ws_.att, ws_.q, P.k_cache, P.v_cache, lr.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
-          c_.head_dim, attn1_, stream_,
+          c_.head_dim, attn1_, k,
           cuda::AttnPages{lr.tables, lr.seq, lr.table_stride, lr.page_size, pw_.kv_half},
           c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
-      res.add(L.wo, ws_.att, L.post_attn_norm, stream_);
+      res.add(L.wo, ws_.att, L.post_attn_norm, k);
       ri = res.take(&x);
-      cuda::gemv_gate_up(L.w_gate, L.w_up, x, L.ffn_norm, eps, ws_.ffh, stream_,
-                         static_cast<int>(c_.act), ri);
-      res.add(L.w_down, ws_.ffh, L.post_ffn_norm, stream_);
+      cuda::gemv_gate_up(L.w_gate, L.w_up, x, L.ffn_norm, eps, ws_.ffh, k, static_cast<int>(c_.act),
+                         ri);
+      res.add(L.w_down, ws_.ffh, L.post_ffn_norm, k);
     }
-    res.flush(stream_);
+    res.flush(k);
+    if (masked) {  // the logits first, masked, then their argmax
+      cuda::gemv(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits, /*accumulate=*/false, k);
+      return mask_and_argmax();
+    }
     // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
     const int parts = cuda::gemv_argmax(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits,
-                                        d_part_v_, d_part_i_, stream_);
-    cuda::argmax_final(d_part_v_, d_part_i_, parts, out_host_, stream_);
+                                        d_part_v_, d_part_i_, k);
+    cuda::argmax_final(d_part_v_, d_part_i_, parts, out_host_, k);
     return;
   }
-  cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, stream_, &rows);
-  cuda::gather_rows(ws_.x, c_.dim, d_st_ + 4 * nb, mb, c_.dim, d_xo_, stream_);
+  cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, k, &rows);
+  cuda::gather_rows(ws_.x, c_.dim, d_st(kOutRow, nb), mb, c_.dim, d_xo_, k);
+  if (pw_.dense() && mb >= pw_.dense_rows && c_.vocab_size % 4 == 0) {
+    cuda::act_to_f16(d_xo_, c_.dim, mb, c_.dim, dw_.output_norm, c_.norm_eps, ws_.xd, ws_.ldd(), k,
+                     cuda::F16Order::kRowMajor);
+    ws_.dense().run(pw_.dense_output, c_.vocab_size, c_.dim, ws_.xd, ws_.ldd(), mb,
+                    {ws_.logits, c_.vocab_size, false, false}, k);
+    return mask_and_argmax();
+  }
   cuda::GemmQ4Args h;
   h.t = mb, h.w0 = dw_.output, h.x = d_xo_, h.ldx = c_.dim, h.norm_w = dw_.output_norm;
   h.eps = c_.norm_eps;
   cuda::GemmOut o;
   o.y = ws_.logits, o.ldy = c_.vocab_size;
-  cuda::gemm_q4(h, cuda::GemmEpilogue::Store, o, stream_);
-  cuda::argmax_rows(ws_.logits, c_.vocab_size, c_.vocab_size, mb, out_host_, stream_);
+  cuda::gemm_q4(h, cuda::GemmEpilogue::Store, o, k);
+  mask_and_argmax();
 }
 
 std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
@@ -337,53 +397,77 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int rows = 0;
   for (const SeqStep& s : batch) rows += (int)s.tokens.size();
   const int nb = bucket(rows);
-  int n = 0, m = 0, max_pos = 0;
+  int n = 0, m = 0, max_pos = 0, n_masks = 0;
   // out rows of each entry: [first, first + count) of the gathered rows
   std::vector<std::pair<int, int>> outs(batch.size());
+  std::vector<PageCopy> copies;
+  int *toks = st(kTok, nb), *pos = st(kPos, nb), *slot = st(kSlot, nb), *seq = st(kSeq, nb);
+  int *out_row = st(kOutRow, nb), *ring = st(kRingSlot, nb), *first_pos = st(kFirstPos, nb);
+  int* mask_idx = st(kMaskIdx, nb);
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
-    kv_->grow(s.seq, len);
+    kv_->grow(s.seq, s.tokens, copies);
     max_pos = std::max(max_pos, p0 + len - 1);
     upload_tables(s.seq);
     const int first = s.logits == 2 ? n : n + len - 1;
     const int count = s.logits == 2 ? len : (s.sample || s.logits == 1 ? 1 : 0);
     outs[i] = {m, count};
     for (int j = 0; j < len; ++j, ++n) {
-      st_[n] = s.tokens[j];
-      st_[nb + n] = p0 + j;
-      st_[2 * nb + n] = kv_->slot(s.seq, p0 + j);
-      st_[3 * nb + n] = s.seq;
-      st_[5 * nb + n] = ring_slot(s.seq, p0 + j);
-      st_[6 * nb + n] = p0;
+      toks[n] = s.tokens[j];
+      pos[n] = p0 + j;
+      slot[n] = kv_->slot(s.seq, p0 + j);
+      seq[n] = s.seq;
+      ring[n] = ring_slot(s.seq, p0 + j);
+      first_pos[n] = p0;
     }
-    for (int j = 0; j < count; ++j) st_[4 * nb + m++] = first + j;
+    const bool masked = !s.allowed.empty() && count > 0;
+    if (masked)
+      std::copy_n(s.allowed.begin(), mask_words_, masks_host_ + size_t(n_masks) * mask_words_);
+    for (int j = 0; j < count; ++j) {
+      out_row[m] = first + j;
+      mask_idx[m++] = masked && j == count - 1 ? n_masks : -1;  // the last token's logits
+    }
+    n_masks += masked ? 1 : 0;
   }
   const int mb = bucket(std::max(m, 1));
   const int splits = cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
   const int pad_slot = kv_->pages_total() * kv_->page_size();
   for (int r = n; r < nb; ++r) {
-    st_[r] = 0, st_[nb + r] = 0, st_[2 * nb + r] = pad_slot, st_[3 * nb + r] = max_seqs();
-    st_[5 * nb + r] = ring_slot(max_seqs(), 0);
-    st_[6 * nb + r] = 0;
+    toks[r] = 0, pos[r] = 0, slot[r] = pad_slot, seq[r] = max_seqs();
+    ring[r] = ring_slot(max_seqs(), 0);
+    first_pos[r] = 0;
   }
-  for (int r = m; r < mb; ++r) st_[4 * nb + r] = 0;
+  for (int r = m; r < mb; ++r) out_row[r] = 0, mask_idx[r] = -1;
+  // Copy-on-write pages before the step writes into them (kv_pages.h).
+  const int ps = kv_->page_size();
+  for (const PageCopy& c : copies)
+    for (int l = 0; l < c_.n_layers; ++l)
+      if (!(ring_pages_ && c_.is_swa(l))) copy_rows(l, c.src * ps, c.dst * ps, ps);
   CUDA_CHECK(
       cudaMemcpyAsync(d_st_, st_, sizeof(int) * kStaged * nb, cudaMemcpyHostToDevice, stream_));
+  if (n_masks > 0)
+    CUDA_CHECK(cudaMemcpyAsync(d_masks_, masks_host_, sizeof(uint32_t) * n_masks * mask_words_,
+                               cudaMemcpyHostToDevice, stream_));
+  const bool masked = n_masks > 0;
 
   if (use_graph_) {
-    cudaGraphExec_t& g = graphs_[{nb, mb, splits}];
+    cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked}];
     if (!g) {
+      // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
+      // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
+      // and ids are written again by the replay).
+      forward(nb, mb, splits, masked);
       cudaGraph_t graph;
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      forward(nb, mb, splits);
+      forward(nb, mb, splits, masked);
       CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
       CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
       CUDA_CHECK(cudaGraphDestroy(graph));
     }
     CUDA_CHECK(cudaGraphLaunch(g, stream_));
   } else {
-    forward(nb, mb, splits);
+    forward(nb, mb, splits, masked);
   }
 
   // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
@@ -416,9 +500,10 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     const int r = outs[i].first + outs[i].second - 1;
     const int nh = (int)cpu::penalty_window(s.history, s.params).size();
     cuda::sample(ws_.logits + size_t(r) * V, V, s.params, s.u, d_hist_ + hist_off[i], nh,
-                 out_host_ + r, stream_);
+                 out_host_ + r, kernels());
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the ids are in out_host_
+  for (const SeqStep& s : batch) kv_->publish(s.seq);
 
   std::vector<SeqResult> res(batch.size());
   std::vector<float> row;

@@ -16,9 +16,9 @@
 #include <span>
 #include <vector>
 
-#include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
-#include "cuda/prefill_forward.h"
+#include "backend/cuda/prefill_forward.h"
+#include "cuda/device_buffer.h"
 #include "model/model.h"
 
 namespace smolrt::cuda {
@@ -28,9 +28,8 @@ namespace smolrt::cuda {
 struct PrefillLastOut {
   float* logits = nullptr;  // device [vocab]
   // Pinned host [vocab], or nullptr: the lm_head kernel then stores its rows straight into this
-  // buffer (mapped into the device's address space) instead of out.logits, so no copy trails it
-  // (measured on H200, `smolrt bench` pp32 medians of three runs each: 50,248 / 50,920 / 50,961 vs
-  // 50,071 / 50,540 / 50,324 tok/s with device buffer + copy); out.logits is not written.
+  // buffer (mapped into the device's address space) instead of out.logits, so no device-to-host
+  // copy trails the prompt; out.logits is not written.
   float* host_logits = nullptr;
 };
 
@@ -41,10 +40,13 @@ class CudaPrefill {
   // dw: the decode weights (embedding, norms, lm_head are used from there; must outlive this).
   // k, v: each layer's fp32 decode KV cache; rings: per layer 0 (n_ctx rows) or the rows of a
   // sliding-window layer's ring cache (prefill_forward.h PrefillLayerWeights::ring).
+  // dense: fp16 weight copies for the chunk GEMMs (device_weights.h), or nullptr; must outlive
+  // this.
   static std::unique_ptr<CudaPrefill> create(const Model& m, const DeviceWeights& dw,
                                              const std::vector<void*>& k,
                                              const std::vector<void*>& v,
-                                             const std::vector<int>& rings, int n_ctx);
+                                             const std::vector<int>& rings, int n_ctx,
+                                             const DenseWeights* dense);
 
   // Tokens at positions [pos0, pos0 + n) in chunks of at most `chunk_size`; the caller has
   // validated the ids and pos0 + n <= n_ctx. Logits of the last token only, into
@@ -54,13 +56,18 @@ class CudaPrefill {
   // and regenerations skip ~160 launches. A first-seen shape runs eagerly (capturing would cost
   // more than it saves for a one-off prompt).
   void run_last(std::span<const int> tokens, int pos0, int chunk_size, const PrefillLastOut& out,
-                cudaStream_t s, bool graph = true);
+                const Launch& s, bool graph = true);
   // Same, returning the logits of every token, row-major [n][vocab] (synchronizes the stream).
   // The chunk is capped at kAllLogitsChunk so the logits workspace stays kAllLogitsChunk rows.
-  std::vector<float> run_all(std::span<const int> tokens, int pos0, int chunk_size, cudaStream_t s);
+  std::vector<float> run_all(std::span<const int> tokens, int pos0, int chunk_size,
+                             const Launch& s);
 
   static constexpr int kAllLogitsChunk = 128;
   static constexpr int kGraphs = 4;
+
+  // With dense copies: chunks of `rows` rows or more take the dense GEMMs; rows 0 measures it
+  // (cuda::measure_dense_rows, chunks of up to `chunk` rows). Call once before the first prompt.
+  void set_dense_rows(int rows, int chunk, const Launch& s);
 
   // Destroys the captured prompt graphs (they bake in the options of the launches they recorded:
   // the caller calls this when those change).
@@ -75,14 +82,17 @@ class CudaPrefill {
 
  private:
   CudaPrefill() = default;
+  // The workspace for chunks of `tokens` rows (with the dense buffers when pw_.dense()).
+  void reserve(int tokens, int logit_rows);
+  bool dense_ = false;  // dense copies given to create()
   // Copies tokens into pinned staging memory (grown on demand) for async H2D chunk copies.
-  const int* stage_tokens(std::span<const int> tokens, cudaStream_t s);
+  const int* stage_tokens(std::span<const int> tokens, const Launch& s);
   // H2D ids of tokens [i0, i0 + m), embedding into ws_.x, the layers.
-  void chunk(const int* host_ids, int i0, int m, int pos0, cudaStream_t s);
+  void chunk(const int* host_ids, int i0, int m, int pos0, const Launch& s);
   // logits row = lm_head(output_norm(ws_.x row i)) with the decode gemv.
-  void head_row(int i, float* logits, cudaStream_t s);
+  void head_row(int i, float* logits, const Launch& s);
   // Same into out.logits, and the copy to out.host_logits.
-  void head_last(int i, const PrefillLastOut& out, cudaStream_t s);
+  void head_last(int i, const PrefillLastOut& out, const Launch& s);
 
   const DeviceWeights* dw_ = nullptr;
   PrefillWeights pw_;
@@ -104,7 +114,7 @@ class CudaPrefill {
   int captures_ = 0, launches_ = 0;
   // The launches of a one-chunk prompt (H2D ids, embedding, layers, lm_head, the copy to
   // out.host_logits).
-  void one_chunk(const int* host_ids, int n, int pos0, const PrefillLastOut& out, cudaStream_t s);
+  void one_chunk(const int* host_ids, int n, int pos0, const PrefillLastOut& out, const Launch& s);
 };
 
 }  // namespace smolrt::cuda

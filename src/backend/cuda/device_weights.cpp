@@ -6,6 +6,7 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "cuda/dequantize.h"
 #include "cuda/qformat.h"
 
 namespace smolrt::cuda {
@@ -176,6 +177,49 @@ DeviceWeights upload_weights(const Weights& w, const ModelConfig& c) {
   dw.upload_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return dw;
+}
+
+namespace {
+
+// Elements of one layer's dense matrices: QKV, O, gate/up, down.
+size_t dense_layer_elems(const ModelConfig& c) {
+  const size_t dim = c.dim, qd = c.q_dim(), kv = c.kv_dim(), hid = c.hidden_dim;
+  return (qd + 2 * kv) * dim + dim * qd + 2 * hid * dim + dim * hid;
+}
+
+}  // namespace
+
+size_t dense_bytes(const ModelConfig& c) {
+  return sizeof(uint16_t) *
+         (dense_layer_elems(c) * c.n_layers + size_t(c.vocab_size) * size_t(c.dim));
+}
+
+DenseWeights make_dense(const DeviceWeights& dw, const ModelConfig& c) {
+  DenseWeights d;
+  d.bytes = dense_bytes(c);
+  d.buffer = DeviceBuffer(d.bytes, "fp16 weight copies (pass --no-f16-weights to go without)");
+  uint16_t* p = static_cast<uint16_t*>(d.buffer.get());
+  // Each matrix's rows are 16-byte aligned: every dimension is a multiple of 8.
+  auto put = [&](const DevMat& m) {
+    dequantize_f16(m, p, m.cols, nullptr);
+    const uint16_t* at = p;
+    p += size_t(m.rows) * m.cols;
+    return at;
+  };
+  for (const DevLayer& L : dw.layers) {
+    DenseLayer D;
+    D.qkv = put(L.wq);  // Wk and Wv follow Wq's rows
+    put(L.wk);
+    put(L.wv);
+    D.o = put(L.wo);
+    D.gate_up = put(L.w_gate);  // W_up follows
+    put(L.w_up);
+    D.down = put(L.w_down);
+    d.layers.push_back(D);
+  }
+  d.output = put(dw.output);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return d;
 }
 
 }  // namespace smolrt::cuda

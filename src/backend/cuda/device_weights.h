@@ -5,8 +5,9 @@
 
 #include <vector>
 
-#include "backend/cuda/device_buffer.h"
+#include "cuda/dense_gemm.h"
 #include "cuda/dev_mat.h"
+#include "cuda/device_buffer.h"
 #include "model/model.h"
 
 namespace smolrt::cuda {
@@ -34,6 +35,18 @@ struct DeviceWeights {
   size_t bytes = 0;                     // size of the allocation
   double upload_ms = 0;                 // repack + host-to-device copy, wall time
 };
+
+// fp16 copies of the layer matrices and the lm_head (dense_gemm.h) for the large-batch GEMMs: two
+// bytes per weight beside the quantized image, built on the device from it.
+struct DenseWeights {
+  DeviceBuffer buffer;
+  std::vector<DenseLayer> layers;
+  const uint16_t* output = nullptr;  // [vocab][dim]
+  size_t bytes = 0;
+};
+// Bytes make_dense would allocate for this model.
+size_t dense_bytes(const ModelConfig& c);
+DenseWeights make_dense(const DeviceWeights& dw, const ModelConfig& c);
 
 // Checks every tensor has a CUDA kernel for its type and shape (Error names the tensor, its type
 // and the supported ones), then uploads. Throws the out-of-memory Error from device_buffer.h.

@@ -1,0 +1,171 @@
+// Layer-major batched prefill on the GPU: all tokens of a chunk pass layer L before layer L+1.
+// Per layer, five launches over the whole chunk:
+//   1. gemm_q4 QkvRope    : RMSNorm(attn_norm) prologue, [Wq;Wk;Wv] GEMM, RoPE on q and k,
+//                           k and v written into the KV cache at positions pos0..pos0+n-1
+//   2. attention_prefill  : causal GQA over cache positions [0, pos0+i] for query i
+//   3. gemm_q4 Accumulate : x += Wo * att
+//   4. gemm_q4 GatePair   : RMSNorm(ffn_norm) prologue, gate and up GEMMs, silu(g)*u
+//   5. gemm_q4 Accumulate : x += Wdown * h
+// then RMSNorm(output_norm) + lm_head (the decode gemv, one launch per logits row) and argmax.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/cuda/device_weights.h"
+#include "cuda/attention_paged.h"
+#include "cuda/dense_gemm.h"
+#include "cuda/dev_mat.h"
+#include "cuda/launch.h"
+#include "model/model.h"
+#include "quant/formats.h"
+
+namespace smolrt::cuda {
+
+// Device pointers the prefill reads: the decode backend's own weight image (cuda/dev_mat.h split
+// layout), so nothing is copied for the prefill.
+// The layer's weights are the decode weights' (DevLayer: matrices in any format the GEMM takes,
+// f32 norms, the architecture's optional vectors) plus where its KV cache lives.
+struct PrefillLayerWeights : DevLayer {
+  void* k_cache = nullptr;  // [n_ctx][kv_dim], fp16 if kv_half else fp32
+  void* v_cache = nullptr;
+  // > 0: a sliding-window layer's cache is a ring of this many rows (position p at row p % ring,
+  // see attention_decode.h); its layer never takes the fused QKV epilogue.
+  int ring = 0;
+  DenseLayer dense;
+};
+
+struct PrefillWeights {
+  ModelConfig cfg;
+  int n_ctx = 0;
+  bool kv_half = true;
+  // Embedding table (any type embed_batch takes); q == nullptr: prefill_forward skips the
+  // embedding and the caller has filled ws.x rows [0, n) itself.
+  DevMat token_embd;
+  const float* output_norm = nullptr;   // [dim]
+  DevMat output;                        // lm_head (any type the decode gemv takes)
+  const float* rope_factors = nullptr;  // [rope_dim / 2] llama3 frequency factors, or nullptr
+  std::vector<PrefillLayerWeights> layers;
+  // The dense path (layers[].dense set): fp16 [vocab][dim] lm_head, and the row count from which
+  // a chunk's or step's GEMMs run on it (0: never; the engines set measure_dense_rows()).
+  const uint16_t* dense_output = nullptr;
+  int dense_rows = 0;
+  bool dense() const { return dense_rows > 0; }
+};
+
+// Activation buffers for one chunk; allocated once, grown by reserve(), reused across calls.
+class PrefillWorkspace {
+ public:
+  PrefillWorkspace() = default;
+  ~PrefillWorkspace();
+  PrefillWorkspace(const PrefillWorkspace&) = delete;
+  PrefillWorkspace& operator=(const PrefillWorkspace&) = delete;
+
+  // Ensures room for max_tokens tokens per chunk and logits for max_logit_rows of them.
+  void reserve(const ModelConfig& c, int max_tokens, int max_logit_rows);
+  int capacity() const { return cap_tokens_; }
+  int logit_capacity() const { return cap_logits_; }
+  // Also the dense path's buffers (xd, qkv, gu, hd) when dense.
+  void reserve_dense(const ModelConfig& c, int max_tokens, int max_logit_rows);
+  bool has_dense() const { return dense_ != nullptr; }
+  DenseGemm& dense() { return *dense_; }
+  // Bumped by every reallocation: anything that baked in the buffer addresses (a captured graph)
+  // is stale once it changes. (A new buffer may land at an old address, so comparing pointers
+  // does not tell.)
+  unsigned long generation() const { return generation_; }
+
+  float* x = nullptr;    // [cap][dim] residual stream
+  float* q = nullptr;    // [cap][q_dim] roped queries
+  float* att = nullptr;  // [cap][q_dim] attention output
+  float* ffh = nullptr;  // [cap][hidden_dim] act(gate)*up
+  // The unfused architecture path (cuda/decode_layer.h qkv_fused false, post norms): raw K and
+  // V [cap][kv_dim] and a projection before its post norm [cap][dim].
+  float* k = nullptr;
+  float* v = nullptr;
+  float* tmp = nullptr;
+  float* attn_scratch = nullptr;  // attention_prefill's key-split partials (wide heads)
+  // fp16 GEMM inputs in fragment order (gemm_q4.h), pad columns zero: xh for chunks of at least
+  // kGemmF16MinTokens, hh (the down GEMM's input) from 33 tokens on:
+  uint16_t* xh = nullptr;  // [cap][ldh()] normalized x or attention output
+  uint16_t* hh = nullptr;  // [cap][ldh()] silu(gate)*up
+  int ldh() const { return ldh_; }
+  // The dense path: fp16 row-major GEMM inputs and outputs.
+  uint16_t* xd = nullptr;  // [cap][ldd()] normalized x or attention output
+  float* qkv = nullptr;    // [cap][q_dim + 2 kv_dim] the QKV product (q finished in place)
+  uint16_t* gu = nullptr;  // [cap][2 hidden_dim] gate | up products
+  uint16_t* hd = nullptr;  // [cap][ldd()] act(gate) * up
+  int ldd() const { return ldd_; }
+  float* logits = nullptr;  // [cap_logits][vocab]
+  int* tokens = nullptr;    // [cap] token ids of the chunk
+  int* argmax = nullptr;    // [cap_logits] argmax of each logits row
+
+ private:
+  void release();
+  int cap_tokens_ = 0, cap_logits_ = 0;
+  unsigned long generation_ = 0;
+  int dim_ = 0, q_dim_ = 0, kv_dim_ = 0, heads_ = 0, hd_ = 0, hidden_ = 0, vocab_ = 0, ldh_ = 0;
+  int ldd_ = 0;
+  bool want_dense_ = false;
+  std::unique_ptr<DenseGemm> dense_;
+};
+
+// Rows from which a batch's layers run faster on the dense fp16 weights (cuBLASLt) than on the
+// quantized GEMM (gemm_q4), measured on this GPU for this model: the layer stack of both paths
+// timed as CUDA graphs at 2, 8, 32, 128 and 512 rows (those <= max_rows and <= w.n_ctx); the
+// smallest probe from which the dense path wins at every larger probe, or INT_MAX. The crossover
+// depends on the format (how fast gemm_q4 decodes it) and the widths (how well the tensor cores
+// fill). w needs its dense copies; ws room for max_rows rows with the dense buffers. Writes KV
+// rows [0, probe) of the layers' caches (free at start-up) and clobbers ws. Synchronizes s.
+int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_rows,
+                       const Launch& stream);
+
+// Where the rows of a multi-sequence step go (device arrays [n]; the layers' k_cache/v_cache are
+// then a paged pool's [slots][kv_dim] per layer): row i is token ws.tokens[i] of the sequence
+// whose block table is tables[seq[i] * table_stride ..], at position pos[i], its K/V written to
+// pool slot slot[i]; attention is attention_paged (cuda/attention_paged.h).
+struct StepRows {
+  const int* pos = nullptr;
+  const int* slot = nullptr;
+  const int* seq = nullptr;
+  const int* first_new = nullptr;  // [n] the first position of the row's sequence in this step
+  const int* tables = nullptr;
+  int table_stride = 0, page_size = 0;
+  float* attn_partials = nullptr;  // attention_paged's scratch for n rows (attention_paged.h)
+  int* attn_counters = nullptr;
+  int attn_splits = kAttnPagedSplits;  // attention_paged's splits (attn_paged_splits of the step)
+  // Sliding-window layers whose caches are per-sequence rings (set both, or neither): their K/V
+  // slots and block tables (a ring's table repeats its pages, so positions wrap through them).
+  const int* ring_slot = nullptr;
+  const int* ring_tables = nullptr;
+  // The rows as layer l of config c sees them: a sliding-window layer takes the rings.
+  StepRows for_layer(const ModelConfig& c, int l) const {
+    StepRows r = *this;
+    if (ring_tables && c.is_swa(l)) r.slot = ring_slot, r.tables = ring_tables;
+    return r;
+  }
+};
+
+// Attention of a multi-sequence step's n rows for one layer: roped queries q (pitch ldq) -> ws.att
+// over the paged pool in the layer's k_cache / v_cache (attention_paged).
+void attention_rows(const PrefillWeights& w, int layer, const float* q, int ldq,
+                    PrefillWorkspace& ws, int n, const StepRows& rows, const Launch& stream);
+
+// One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
+// logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.
+// Throws smolrt::Error for shapes the kernels do not support (e.g. head_dim 96).
+// rows != nullptr: a multi-sequence step placed by *rows (pos0 ignored; the context check is
+// the caller's, per sequence).
+void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
+                     const Launch& stream, const StepRows* rows = nullptr);
+
+// Whole prompt in chunks of at most `chunk` tokens starting at pos0 (the cache must already hold
+// [0, pos0)). Returns the logits: of the last token ([vocab]) or, when all_logits, of every token
+// ([n][vocab]). Synchronizes the stream.
+std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
+                                  std::span<const int> tokens, int pos0, int chunk, bool all_logits,
+                                  const Launch& stream);
+
+}  // namespace smolrt::cuda

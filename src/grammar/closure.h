@@ -1,0 +1,89 @@
+// The pushdown automaton's step machinery (internal to src/grammar/), shared by the matcher
+// (advancing by a token's bytes) and the mask computation (walking the token trie).
+//
+// A configuration is a set of threads (state, stack); stacks are nodes in a store, linked to
+// their parents, hash-consed so that equal stacks have equal ids. After a byte moves a thread to
+// a new state, its closure adds what that state implies without consuming input: entering each
+// called rule (pushing the return state, or nothing when the return state could only end the
+// caller: a tail call), and returning to the caller when the state may end its rule. Only
+// threads that can consume a byte are kept; reaching the end of the root rule sets can_end.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/automaton.h"
+#include "grammar/matcher.h"
+
+namespace smolrt::grammar::detail {
+
+// Threads per configuration at most: only highly ambiguous grammars get near it; beyond it the
+// later threads are dropped, the same way in the matcher and in the mask walk (both step the
+// threads in the same order with the same hash-consed stacks), so masks stay exact.
+inline constexpr size_t kMaxThreads = 512;
+
+inline void push_unique(std::vector<Thread>& out, size_t begin, Thread t) {
+  for (size_t i = begin; i < out.size(); ++i)
+    if (out[i] == t) return;
+  if (out.size() - begin < kMaxThreads) out.push_back(t);
+}
+
+// Store: int32_t add(int32_t state, int32_t parent) (the node id, -1 when too deep) and
+// Node at(int32_t id). Appends seed's closure to out (deduplicated from out_begin) and returns
+// whether the root rule can end there. work/seen: scratch.
+template <class Store>
+bool close_into(const Automaton& a, Store& store, Thread seed, std::vector<Thread>& out,
+                size_t out_begin, std::vector<Thread>& work, std::vector<Thread>& seen) {
+  bool can_end = false;
+  work.clear();
+  seen.clear();
+  work.push_back(seed);
+  while (!work.empty()) {
+    const Thread t = work.back();
+    work.pop_back();
+    bool was_seen = false;
+    for (const Thread& s : seen) was_seen = was_seen || s == t;
+    if (was_seen) continue;
+    seen.push_back(t);
+    const auto ts = static_cast<size_t>(t.state);
+    const uint8_t f = a.flags[ts];
+    if (f & kHasBytes) push_unique(out, out_begin, t);
+    if (f & kHasCalls) {
+      for (int32_t k = a.call_begin[ts]; k < a.call_begin[ts + 1]; ++k) {
+        const Automaton::Call c = a.calls[static_cast<size_t>(k)];
+        int32_t cont = t.parent;
+        if (!(a.flags[static_cast<size_t>(c.ret)] & kSinkFinal)) {
+          cont = store.add(c.ret, t.parent);
+          if (cont < 0) continue;  // nested too deep
+        }
+        work.push_back({a.rule_start[static_cast<size_t>(c.rule)], cont});
+      }
+    }
+    if (f & kAccept) {
+      if (t.parent < 0) {
+        can_end = true;
+      } else {
+        const Node n = store.at(t.parent);
+        work.push_back({n.state, n.parent});
+      }
+    }
+  }
+  return can_end;
+}
+
+// (state, parent) -> node id of a store's nodes: stacks are hash-consed.
+using NodeIds = std::unordered_map<uint64_t, int32_t>;
+inline uint64_t node_key(int32_t state, int32_t parent) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) |
+         static_cast<uint32_t>(parent);
+}
+
+// The allowed-token bits (vocab.mask_words() words) of the configuration `threads` over the
+// matcher's `nodes` (and their ids): a token is allowed when its bytes keep some thread alive;
+// end-of-generation tokens when can_end.
+void compute_mask(const Automaton& a, const TokenVocab& vocab, std::span<const Thread> threads,
+                  std::span<const Node> nodes, const NodeIds& ids, bool can_end, uint64_t* out);
+
+}  // namespace smolrt::grammar::detail
