@@ -13,12 +13,12 @@ smolrt but the file: dequantization is gguf-py's, the arithmetic numpy's.
 
 smolrt's logits come from `smolrt logits --json --all-positions` (the fp32 oracle, cpu-ref, by
 default); every position's row must be within a relative L2 error (||smolrt - f64|| / ||f64||)
-of TOL = 1e-3. Why 1e-3: both sides dequantize to the same weights (a block's q·d is exact in fp32), so the only
-difference is smolrt's fp32 arithmetic: rounding of 2^-24 per operation over dot products of a
-few hundred terms and a softmax per layer, ~1e-7 to 1e-6 relative at the logits (measured on the
-CPU backend: 1.6e-7 to 7.1e-7 for every case here). 1e-3 is three orders of magnitude above that,
-so thread counts, summation orders, compilers and a mixed-precision GPU backend (--backend cuda)
-stay well inside it, yet any convention error lands above it: the wrong RoPE pairing (NeoX halves
+of TOL = 1e-3. Why 1e-3: both sides dequantize to the same weights (a block's q·d is exact in
+fp32), so the only difference is smolrt's fp32 arithmetic: rounding of 2^-24 per operation over
+dot products of a few hundred terms and a softmax per layer, ~1e-7 to 1e-6 relative at the logits
+(measured on the fp32 oracle: 1.6e-7 to 7.1e-7 for every case here). 1e-3 is three orders of
+magnitude above that, so thread counts, summation orders, compilers and a mixed-precision GPU
+backend (--backend cuda) stay well inside it, yet any convention error lands above it: the wrong RoPE pairing (NeoX halves
 instead of adjacent pairs, which the script evaluates and prints as a sensitivity check) is off
 by 2.8e-1 on stories260K and 8e-3 on the random tiny models, whose near-uniform attention makes
 positions matter least; a wrong GQA mapping, eps, norm weight or nibble order moves them further.
