@@ -70,7 +70,8 @@ def main():
     ap.add_argument("-m", "--model", action="append", required=True)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--json", help="append JSON lines here")
-    ap.add_argument("--no-f64", action="store_true", help="skip the float64 check where greedy parts")
+    ap.add_argument("--no-f64", action="store_true",
+                    help="skip the float64 check where greedy parts")
     ap.add_argument("--llama-completion", help="llama.cpp's llama-completion, for its greedy text")
     a = ap.parse_args()
     for model in a.model:

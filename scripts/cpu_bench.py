@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Benchmark the fast CPU path on a shared machine: waits for a quiet moment (the CPUs at least
---min-idle idle over the last 3 seconds), then runs `smolrt bench --json --backend cpu` (and
-llama.cpp's llama-bench on the same files when given) several times, and appends one JSON line per
+"""Benchmark the CPU backends on a shared machine: waits for a quiet moment (the CPUs at least
+--min-idle idle over the last 3 seconds), then runs `smolrt bench --json --backend B` for each
+--backend (default: cpu, the fast path; add cpu-ref for the oracle) and llama.cpp's llama-bench on
+the same files when given, several times, and appends one JSON line per
 run and prompt length to OUT with the machine, the idle fraction before, the 1-minute load average
 before and after, and the repeat index. Report medians over the repeats.
 
-  scripts/cpu_bench.py --smolrt build/smolrt -m MODEL [-m MODEL...] --out bench/results/cpu-DATE.jsonl
-      [--repeats 5] [--min-idle 0.9] [--wait 600] [--threads 2]
+  scripts/cpu_bench.py --smolrt build/smolrt -m MODEL [-m MODEL...]
+      --out bench/results/DATE-cpu-TOPIC.jsonl
+      [--repeats 5] [--min-idle 0.9] [--wait 600] [--threads 2] [--backend cpu --backend cpu-ref]
       [--llama-bench /work/llama.cpp/build-native/bin/llama-bench --llama-label native ...]
 """
 import argparse
@@ -64,6 +66,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="0: smolrt's default (physical cores)")
     ap.add_argument("--prompt-lengths", default="32,128")
     ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--backend", action="append", default=[],
+                    help="smolrt backend to run (repeatable; default: cpu)")
     ap.add_argument("--llama-bench", action="append", default=[],
                     help="a llama-bench binary to run on the same files (repeatable)")
     ap.add_argument("--llama-label", action="append", default=[],
@@ -73,10 +77,10 @@ def main():
     threads = a.threads or os.cpu_count()
     with open(a.out, "a") as out:
         for rep in range(a.repeats):
-            for model in a.model:
+            for model, backend in ((m, b) for m in a.model for b in a.backend or ["cpu"]):
                 idle = wait_quiet(a.min_idle, a.wait)
                 before = load1()
-                cmd = [a.smolrt, "bench", "-m", model, "--backend", "cpu", "--json",
+                cmd = [a.smolrt, "bench", "-m", model, "--backend", backend, "--json",
                        "--prompt-lengths", a.prompt_lengths, "--gen-length", str(a.gen),
                        "--iterations", "3"]
                 if a.threads:
@@ -89,10 +93,13 @@ def main():
                               "idle_before": idle, "load_1m_before": before,
                               "load_1m_after": after})
                     out.write(json.dumps(j) + "\n")
-                    print(f"smolrt {os.path.basename(model)} pp{j['prompt_length']}: prefill "
+                    print(f"smolrt[{backend}] {os.path.basename(model)} "
+                          f"pp{j['prompt_length']}: prefill "
                           f"{j['prefill_tok_s']['median']:.0f} decode "
                           f"{j['decode_tok_s']['median']:.1f} tok/s (idle {idle:.2f}, load "
                           f"{before:.2f} -> {after:.2f})", flush=True)
+                if backend != (a.backend or ["cpu"])[0]:
+                    continue  # llama.cpp once per model
                 for lb, label in zip(a.llama_bench, a.llama_label or a.llama_bench):
                     idle = wait_quiet(a.min_idle, a.wait)
                     before = load1()
