@@ -263,7 +263,8 @@ TEST(CpuBackend, OutOfRangeTokenAndPositionThrow) {
 TEST(CpuBackend, BadOptionsThrow) {
   const auto tm = test::make_tiny_model({}, 7);
   EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu-ref", -1, 1}), Error);
-  EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 65, 1}), Error);  // > 64 trained
+  // A context past the 64 positions the tiny model was trained for.
+  EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 65, 1}), Error);
   EXPECT_THROW(make_cpu_backend(tm->model, BackendOptions{"cpu-ref", 0, -2}), Error);
   EXPECT_THROW(make_backend(tm->model, BackendOptions{"tpu", 0, 1}), Error);
   EXPECT_EQ(make_backend(tm->model, BackendOptions{"cpu-ref", 16, 1})->n_ctx(), 16);
