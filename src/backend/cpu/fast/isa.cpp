@@ -1,5 +1,9 @@
 #include "backend/cpu/fast/isa.h"
 
+#if defined(SMOLRT_HAVE_X86_KERNELS)
+#include <cpuid.h>
+#endif
+
 #include "core/env.h"
 #include "core/error.h"
 
@@ -20,8 +24,11 @@ bool isa_supported(Isa isa) {
   // libgcc's cpu model also checks XCR0, so an OS that does not save the AVX-512 state reads as
   // not supporting it.
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  // F16C from cpuid itself: clang's __builtin_cpu_supports has no "f16c" (the fuzz build is clang).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c &&
+                    __builtin_cpu_supports("bmi2");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq");

@@ -4,12 +4,17 @@
 #pragma once
 
 // GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm*_undefined_* placeholders
-// (GCC bug 105593, fixed in 13); silenced for the header's lines only.
+// (GCC bug 105593, fixed in 13); silenced for the header's lines only. Clang has neither the bug
+// nor the -Wmaybe-uninitialized group.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #include "backend/cpu/fast/layout.h"
 
