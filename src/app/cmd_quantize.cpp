@@ -74,7 +74,7 @@ REGISTER_COMMAND(Command{
       sub.add_flag("-v,--verbose", a->verbose,
                    "every tensor's conversion and each row-length fallback (default: a summary)");
       // Accepted for scripts written when the per-tensor lines were the default.
-      sub.add_flag("-q,--quiet", "the default (kept for scripts)");
+      sub.add_flag("-q,--quiet")->description("the default (kept for scripts)");
       return [a] { return run_quantize(*a); };
     }});
 
