@@ -12,18 +12,22 @@ using nlohmann::json;
 
 struct Fixture {
   Tokenizer tok{builtin_byte_vocab()};
+  std::shared_ptr<grammar::GrammarCache> grammars =
+      std::make_shared<grammar::GrammarCache>(std::make_shared<const grammar::TokenVocab>(tok));
+  std::string name = "m";  // (a member: GCC 12 misreads assigning the literal as -Wrestrict)
   ParseContext ctx() const {
     ParseContext c;
     c.tok = &tok;
-    c.model_name = "m";
+    c.model_name = name;
     c.seq_ctx = 64;
     c.chat = true;
+    c.grammars = grammars;
     return c;
   }
 };
 
 // The ApiError a body raises (status, param); fails the test when it parses.
-std::pair<int, std::string> error_of(const json& body, bool chat = false) {
+std::pair<int, std::string> error_of(const Body& body, bool chat = false) {
   Fixture f;
   try {
     if (chat)
@@ -105,7 +109,10 @@ TEST(ServerRequest, ErrorsNameTheField) {
   EXPECT_EQ(error_of({{"prompt", "a"}, {"top_k", 2.5}}).second, "top_k");
   EXPECT_EQ(error_of({{"prompt", "a"}, {"min_p", -0.1}}).second, "min_p");
   EXPECT_EQ(error_of({{"prompt", "a"}, {"max_tokens", -2}}).second, "max_tokens");
-  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 3}}).second, "n");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 0}}).second, "n");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 17}}).second, "n");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 2}, {"best_of", 3}}).second, "best_of");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"best_of", 2}}).second, "best_of");
   EXPECT_EQ(error_of({{"prompt", "a"}, {"logprobs", 21}}).second, "logprobs");
   EXPECT_EQ(error_of({{"prompt", "a"}, {"stop", std::vector<std::string>(17, "s")}}).second,
             "stop");

@@ -305,7 +305,7 @@ Reply Server::Impl::health(bool authorized) {
 }
 
 Reply Server::Impl::generate(HttpRequest& req, Endpoint ep) {
-  const json body = parse_json_body(req.msg.body());
+  const Body body = parse_json_body(req.msg.body());
   GenRequest g = ep == Endpoint::kChat ? parse_chat(body, pc) : parse_completion(body, pc);
   std::shared_ptr<Job> job = sched.submit(std::move(g), std::move(req.on_news));
   if (!job) {
