@@ -2,28 +2,17 @@
 // type and range checks naming the field, prompts as text or ids, chat rendering.
 #include <gtest/gtest.h>
 
-#include "model/synth.h"
 #include "server/request.h"
+#include "server_request_fixture.h"
 
 namespace smolrt::server {
 namespace {
 
 using nlohmann::json;
 
-struct Fixture {
-  Tokenizer tok{builtin_byte_vocab()};
-  std::shared_ptr<grammar::GrammarCache> grammars =
-      std::make_shared<grammar::GrammarCache>(std::make_shared<const grammar::TokenVocab>(tok));
-  std::string name = "m";  // (a member: GCC 12 misreads assigning the literal as -Wrestrict)
-  ParseContext ctx() const {
-    ParseContext c;
-    c.tok = &tok;
-    c.model_name = name;
-    c.seq_ctx = 64;
-    c.chat = true;
-    c.grammars = grammars;
-    return c;
-  }
+// A 64-position context: prompts just over it are refused.
+struct Fixture : RequestFixture {
+  Fixture() : RequestFixture(64) {}
 };
 
 // The ApiError a body raises (status, param); fails the test when it parses.

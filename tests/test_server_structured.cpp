@@ -5,29 +5,18 @@
 
 #include <algorithm>
 
-#include "model/synth.h"
 #include "runtime/tools.h"
 #include "server/request.h"
+#include "server_request_fixture.h"
 
 namespace smolrt::server {
 namespace {
 
 using nlohmann::ordered_json;
 
-struct Fixture {
-  Tokenizer tok{builtin_byte_vocab()};
-  std::shared_ptr<grammar::GrammarCache> grammars =
-      std::make_shared<grammar::GrammarCache>(std::make_shared<const grammar::TokenVocab>(tok));
-  std::string name = "m";  // (a member: GCC 12 misreads assigning the literal as -Wrestrict)
-  ParseContext ctx() const {
-    ParseContext c;
-    c.tok = &tok;
-    c.model_name = name;
-    c.seq_ctx = 4096;
-    c.chat = true;
-    c.grammars = grammars;
-    return c;
-  }
+// Room for rendered tools.
+struct Fixture : RequestFixture {
+  Fixture() : RequestFixture(4096) {}
   GenRequest chat(const Body& body) const { return parse_chat(body, ctx()); }
   GenRequest completion(const Body& body) const { return parse_completion(body, ctx()); }
 };
