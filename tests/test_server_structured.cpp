@@ -233,6 +233,13 @@ TEST(ServerStructured, BadToolsAndToolMessagesNameTheField) {
   expect_error({{"messages",
                  Body::parse(R"([{"role": "assistant", "tool_calls": [{"type": "function"}]}])")}},
                "messages", "tool_calls[0]");
+  // Fields of the wrong JSON type are 400s too (not the JSON library's type errors).
+  expect_error(
+      {{"messages", Body::parse(R"([{"role": "user", "content": [{"type": 5, "text": "x"}]}])")}},
+      "messages", "text content parts");
+  expect_error({{"messages", Body::parse(R"([{"role": "assistant", "tool_calls": [{"type": 1,
+                 "function": {"name": "f"}}]}])")}},
+               "messages", "tool_calls[0]");
   expect_error({{"messages", Body::parse(R"([{"role": "assistant", "tool_calls": [{"function":
                  {"name": "f", "arguments": 5}}]}])")}},
                "messages", "arguments");

@@ -245,7 +245,7 @@ std::string message_text(const json& m, const std::string& at) {
     bad("messages", cat(at, ".content must be a string or a list of text parts"), "invalid_type");
   std::string text;
   for (const json& part : *c) {  // [{"type": "text", "text": ...}, ...]
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
         !part["text"].is_string())
       bad("messages", cat(at, ": only text content parts are supported"), "invalid_type");
     text += part["text"].get<std::string>();
@@ -262,7 +262,7 @@ std::vector<ChatToolCall> message_tool_calls(const json& calls, const std::strin
     const json& c = calls[j];
     const std::string cj = cat(at, "[", j, "]");
     const auto fn = c.is_object() ? c.find("function") : c.end();
-    if (!c.is_object() || c.value("type", "function") != "function" || fn == c.end() ||
+    if (!c.is_object() || c.value("type", json("function")) != "function" || fn == c.end() ||
         !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
       bad("messages",
           cat(cj,
