@@ -32,10 +32,11 @@ const Tokenizer& tokenizer() {
 }
 
 // One cache for the whole run, as the server keeps one: repeated schemas are hits, and an entry
-// compiled for one input must serve the next one that has its key.
+// compiled for one input must serve the next one that has its key. A few entries only: each
+// grammar keeps its mask cache, and a run meets many more grammars than a server does.
 const std::shared_ptr<grammar::GrammarCache>& grammars() {
   static const auto cache = std::make_shared<grammar::GrammarCache>(
-      std::make_shared<const grammar::TokenVocab>(tokenizer()), 64);
+      std::make_shared<const grammar::TokenVocab>(tokenizer()), 4);
   return cache;
 }
 

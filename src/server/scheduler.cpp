@@ -665,7 +665,8 @@ void Scheduler::run_step() {
       }
       if (e->n_done >= e->n_prompt) {
         e->prompt_scored = true;
-        post(e->job, [&](Delta& d) { d.prompt_logprobs = std::move(e->prompt_lp); });
+        // (Captures the member, not the structured binding e: clang before 16 refuses that.)
+        post(e->job, [&lp = e->prompt_lp](Delta& d) { d.prompt_logprobs = std::move(lp); });
       }
     }
     // A choice group's leader with its whole prompt in the KV pages: the others may fork it.
