@@ -30,10 +30,10 @@ serve() {
   fi
   python3 scripts/bench_serve.py --port "$port" "$@" --out /tmp/sf.jsonl \
     | sed "s/^/$variant: /"
-  python3 - "$variant" "$J" < /tmp/sf.jsonl <<'PY'
+  python3 - "$variant" /tmp/sf.jsonl "$J" <<'PY'
 import json, sys
-with open(sys.argv[2], "a") as f:
-    for line in sys.stdin:
+with open(sys.argv[3], "a") as f:
+    for line in open(sys.argv[2]):
         d = json.loads(line); d["variant"] = sys.argv[1]; f.write(json.dumps(d) + "\n")
 PY
   rm -f /tmp/sf.jsonl
