@@ -8,10 +8,21 @@ the SmolLM2 vocabulary), or with --prompt-ids N prompts of exactly N token ids (
 on every vocabulary), 128 generated tokens each (ignore_eos, temperature 0). It measures the time
 to the first streamed token and the whole request time, and prints and appends one JSON line per
 level to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
-generated and prompt tok/s, TTFT p50/p99, request time p50/p99 (seconds).
+generated and prompt tok/s, TTFT p50/p99, request time p50/p99 (seconds), prompt tokens the prefix
+cache served per request.
+
+Workload options (recorded in each line):
+  --shared-prefix N      every prompt starts with the same N tokens (natural text from the server's
+                         /tokenize, sent as ids) followed by the request's own --prompt-ids ids
+                         (default 50): a shared system prompt, what the prefix cache is for.
+  --response-format F    the JSON schema in file F goes with every request as response_format
+                         {"type": "json_schema", ...} (structured output; requests end when the
+                         schema's value is complete, so generated tokens come from usage).
+  --n N                  N choices per request (the prompt prefilled once, N samples).
 
     build/smolrt serve --parallel 64 &
     python3 scripts/bench_serve.py --port 8080 --out bench/results/serve.jsonl
+    python3 scripts/bench_serve.py --concurrency 64 --shared-prefix 1000 --prompt-ids 50
 """
 import argparse
 import datetime
@@ -45,24 +56,54 @@ def prompt_ids(i, n):
     return [100 + (i * 7919 + k * (i % 13 + 5)) % 1000 for k in range(n)]
 
 
-def one_request(host, port, model, i, gen_tokens, headers, n_ids=0):
-    prompt = prompt_ids(i, n_ids) if n_ids > 0 else prompt_text(i)
-    body = {"prompt": prompt, "max_tokens": gen_tokens, "temperature": 0,
+def request_body(a, i):
+    """The /v1/completions body of request i under the workload options."""
+    if a.prefix_ids:
+        prompt = a.prefix_ids + prompt_ids(i, a.prompt_ids or 50)
+    else:
+        prompt = prompt_ids(i, a.prompt_ids) if a.prompt_ids > 0 else prompt_text(i)
+    body = {"prompt": prompt, "max_tokens": a.gen_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    if model:
-        body["model"] = model
+    if a.model:
+        body["model"] = a.model
+    if a.n > 1:
+        body["n"] = a.n
+    if a.schema is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "bench", "schema": a.schema}}
+    return body
+
+
+def shared_prefix_ids(a, headers):
+    """a.shared_prefix ids of story-like text on the served vocabulary (BOS first if it has one)."""
+    text = " ".join(prompt_text(k) for k in range(a.shared_prefix // 50 + 2))
+    c = http.client.HTTPConnection(a.host, a.port, timeout=60)
+    c.request("POST", "/tokenize", body=json.dumps({"content": text, "add_special": True}),
+              headers={"Content-Type": "application/json", **headers})
+    r = c.getresponse()
+    if r.status != 200:
+        sys.exit(f"bench_serve: POST /tokenize answered {r.status}: {r.read()[:300]!r}")
+    ids = json.loads(r.read())["tokens"]
+    c.close()
+    if len(ids) < a.shared_prefix:
+        sys.exit(f"bench_serve: the prefix text has only {len(ids)} tokens")
+    return ids[:a.shared_prefix]
+
+
+def one_request(a, i, headers):
+    body = request_body(a, i)
     t0 = time.perf_counter()
-    c = http.client.HTTPConnection(host, port, timeout=600)
+    c = http.client.HTTPConnection(a.host, a.port, timeout=600)
     c.request("POST", "/v1/completions", body=json.dumps(body),
               headers={"Content-Type": "application/json", **headers})
     r = c.getresponse()
     if r.status != 200:
         raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
     ttft = None
-    generated = prompt_tokens = 0
+    generated = prompt_tokens = cached = 0
     for raw in r:
-        # Only the events that matter are parsed (the first text, the usage): at hundreds of
-        # thousands of events a second the client must not be what is measured.
+        # Only the events that matter are parsed (the first text of any choice, the usage): at
+        # hundreds of thousands of events a second the client must not be what is measured.
         if ttft is None and raw.startswith(b"data: {"):
             ev = json.loads(raw[6:])
             if ev.get("choices") and ev["choices"][0].get("text"):
@@ -70,11 +111,13 @@ def one_request(host, port, model, i, gen_tokens, headers, n_ids=0):
         if b'"usage"' in raw and raw.startswith(b"data: {"):
             ev = json.loads(raw[6:])
             if ev.get("usage"):
-                generated = ev["usage"]["completion_tokens"]
-                prompt_tokens = ev["usage"]["prompt_tokens"]
+                u = ev["usage"]
+                generated = u["completion_tokens"]
+                prompt_tokens = u["prompt_tokens"]
+                cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
     c.close()
     t = time.perf_counter() - t0
-    return ttft if ttft is not None else t, t, generated, prompt_tokens
+    return ttft if ttft is not None else t, t, generated, prompt_tokens, cached
 
 
 def client_process(a, ids, conc, headers, q):
@@ -90,7 +133,7 @@ def client_process(a, ids, conc, headers, q):
                     return
                 i = todo.pop(0)
             try:
-                res = one_request(a.host, a.port, a.model, i, a.gen_tokens, headers, a.prompt_ids)
+                res = one_request(a, i, headers)
                 with lock:
                     results.append(res)
             except Exception as e:  # noqa: BLE001 (counted and reported)
@@ -132,6 +175,7 @@ def run_level(a, conc, info, headers):
     times = [r[1] for r in results]
     gen = sum(r[2] for r in results)
     prompt = sum(r[3] for r in results)
+    cached = sum(r[4] for r in results)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": info.get("device"), "backend": info.get("backend"),
@@ -139,10 +183,12 @@ def run_level(a, conc, info, headers):
         "kv_type": info.get("kv_type"),
         "kv_ring_rows": info.get("kv_ring_rows"),
         "concurrency": conc, "requests": n, "errors": len(errors),
+        "shared_prefix": a.shared_prefix, "n": a.n, "response_format": a.response_format or None,
         "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
         "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,
         "prompt_tokens_per_request": round(prompt / max(len(results), 1), 1),
         "prompt_tok_s": round(prompt / wall, 1) if wall > 0 else None,
+        "cached_tokens_per_request": round(cached / max(len(results), 1), 1),
         "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
         "request_p50_s": percentile(times, 50), "request_p99_s": percentile(times, 99),
         "first_error": errors[0] if errors else None,
@@ -159,6 +205,12 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--prompt-ids", type=int, default=0,
                     help="prompts of exactly this many token ids (default: ~100-word text)")
+    ap.add_argument("--shared-prefix", type=int, default=0, metavar="N",
+                    help="every prompt starts with the same N tokens, then its own --prompt-ids "
+                         "ids (default 50)")
+    ap.add_argument("--response-format", default="", metavar="FILE",
+                    help="a JSON schema file sent as response_format json_schema")
+    ap.add_argument("--n", type=int, default=1, help="choices per request")
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--requests-per-client", type=int, default=4,
                     help="requests each client sends back to back (the level sends max(this*C, "
@@ -177,6 +229,11 @@ def main():
         sys.exit(f"bench_serve: GET /health answered {r.status}; is `smolrt serve` running?")
     info = json.loads(r.read())
     c.close()
+    a.schema = None
+    if a.response_format:
+        with open(a.response_format) as f:
+            a.schema = json.load(f)
+    a.prefix_ids = shared_prefix_ids(a, headers) if a.shared_prefix > 0 else []
     for conc in [int(x) for x in a.concurrency.split(",") if x]:
         if a.warmup:
             run_level(a, conc, info, headers)

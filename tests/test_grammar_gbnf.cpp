@@ -45,6 +45,25 @@ TEST(GrammarGbnf, Repetitions) {
   EXPECT_FALSE(matches(g, "bddeffgg"));  // g{,1}
 }
 
+// Stacked operators on an open-ended repetition are one repetition with the same language, so a
+// request cannot double the automaton per operator (fuzz_request found 20 stacked '+' taking
+// seconds and gigabytes).
+TEST(GrammarGbnf, StackedRepetitionsCollapse) {
+  const auto g = gbnf(R"(root ::= "x" "a"+*++++++++++++++++++++++++++++++ "b")");
+  EXPECT_TRUE(matches(g, "xb"));  // (a+)* admits none
+  EXPECT_TRUE(matches(g, "xaaaab"));
+  EXPECT_FALSE(matches(g, "xa"));
+  const auto plus = gbnf(R"(root ::= ("a"{2,})+ "b" ("c"?)+ "d" (("e"+)+)? "f" ("g"{2,})?)");
+  EXPECT_TRUE(matches(plus, "aabdf"));
+  EXPECT_TRUE(matches(plus, "aaabcccdeeefgg"));
+  EXPECT_FALSE(matches(plus, "abdf"));    // (a{2,})+ needs two
+  EXPECT_FALSE(matches(plus, "aabdfg"));  // (g{2,})? is none or two and more: not x{0,}
+  const auto nested = gbnf(R"(root ::= (("a"{3,}){2}){2,3})");
+  EXPECT_TRUE(matches(nested, std::string(12, 'a')));
+  EXPECT_TRUE(matches(nested, std::string(40, 'a')));
+  EXPECT_FALSE(matches(nested, std::string(11, 'a')));
+}
+
 TEST(GrammarGbnf, RulesGroupsAndMultiLineAlternatives) {
   const auto g = gbnf(R"(
 root ::= item ("," item)*

@@ -2,28 +2,21 @@
 // type and range checks naming the field, prompts as text or ids, chat rendering.
 #include <gtest/gtest.h>
 
-#include "model/synth.h"
 #include "server/request.h"
+#include "server_request_fixture.h"
 
 namespace smolrt::server {
 namespace {
 
 using nlohmann::json;
 
-struct Fixture {
-  Tokenizer tok{builtin_byte_vocab()};
-  ParseContext ctx() const {
-    ParseContext c;
-    c.tok = &tok;
-    c.model_name = "m";
-    c.seq_ctx = 64;
-    c.chat = true;
-    return c;
-  }
+// A 64-position context: prompts just over it are refused.
+struct Fixture : RequestFixture {
+  Fixture() : RequestFixture(64) {}
 };
 
 // The ApiError a body raises (status, param); fails the test when it parses.
-std::pair<int, std::string> error_of(const json& body, bool chat = false) {
+std::pair<int, std::string> error_of(const Body& body, bool chat = false) {
   Fixture f;
   try {
     if (chat)
@@ -105,7 +98,10 @@ TEST(ServerRequest, ErrorsNameTheField) {
   EXPECT_EQ(error_of({{"prompt", "a"}, {"top_k", 2.5}}).second, "top_k");
   EXPECT_EQ(error_of({{"prompt", "a"}, {"min_p", -0.1}}).second, "min_p");
   EXPECT_EQ(error_of({{"prompt", "a"}, {"max_tokens", -2}}).second, "max_tokens");
-  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 3}}).second, "n");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 0}}).second, "n");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 17}}).second, "n");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"n", 2}, {"best_of", 3}}).second, "best_of");
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"best_of", 2}}).second, "best_of");
   EXPECT_EQ(error_of({{"prompt", "a"}, {"logprobs", 21}}).second, "logprobs");
   EXPECT_EQ(error_of({{"prompt", "a"}, {"stop", std::vector<std::string>(17, "s")}}).second,
             "stop");

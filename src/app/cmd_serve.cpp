@@ -21,6 +21,7 @@
 #include "backend/batch.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "grammar/grammar_cache.h"
 #include "model/model.h"
 #include "runtime/chat_template.h"
 #include "server/metrics.h"
@@ -100,6 +101,8 @@ int serve_main(const ServeArgs& a) {
   pc.tok = &tok;
   pc.model_name = a.model_name.empty() ? std::filesystem::path(path).stem().string() : a.model_name;
   pc.special_in_content = a.special_in_content;
+  pc.grammars =
+      std::make_shared<grammar::GrammarCache>(std::make_shared<const grammar::TokenVocab>(tok));
   if (a.chat_template == "none") {
     pc.chat = false;
   } else {

@@ -1,5 +1,7 @@
 #include "grammar/grammar.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 
 namespace smolrt::grammar {
@@ -51,6 +53,23 @@ Expr alt(std::vector<Expr> items) {
 }
 
 Expr repeat(Expr item, int min, int max) {
+  // A repetition of an open-ended one (x+ then + or *, (x*)+, (x?)* ...) is one open-ended
+  // repetition: the automaton emits a repeated body twice for x{n,}, so stacked operators would
+  // double it per level. (x{a,}){b,c} with b >= 1 is x{a*b,}; with b = 0 it is x{0,} when a <= 1;
+  // (x?){b,} is x{0,}.
+  if (item.kind == Expr::Kind::kRepeat && max != 0) {
+    const bool open = item.max == kUnbounded;
+    if (open && (min >= 1 || item.min <= 1)) {
+      const long long lo = min >= 1 ? static_cast<long long>(item.min) * min : 0;
+      Expr body = std::move(item.items[0]);
+      return repeat(std::move(body), static_cast<int>(std::min<long long>(lo, INT_MAX)),
+                    kUnbounded);
+    }
+    if (item.min == 0 && item.max == 1 && max == kUnbounded) {
+      Expr body = std::move(item.items[0]);
+      return repeat(std::move(body), 0, kUnbounded);
+    }
+  }
   Expr e;
   e.kind = Expr::Kind::kRepeat;
   e.min = min;

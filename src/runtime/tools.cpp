@@ -121,33 +121,41 @@ std::string header(const std::string& role) {
 }
 
 std::string render_llama3(std::span<const ChatMessage> messages, std::span<const ToolSpec> tools,
-                          bool add_generation_prompt) {
+                          bool add_generation_prompt,
+                          std::vector<std::pair<size_t, size_t>>* content) {
+  std::string out;
+  const auto put = [&](const std::string& text) {  // a turn's body: the client's text
+    if (content) content->emplace_back(out.size(), out.size() + text.size());
+    out += text;
+  };
   size_t i = 0;
   std::string system;
   if (!messages.empty() && messages[0].role == "system") {
     system = trimmed(messages[0].content);
     i = 1;
   }
-  std::string out = header("system");
+  out = header("system");
   if (!tools.empty()) out += "Environment: ipython\n";
-  out +=
-      "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + system + "<|eot_id|>";
+  out += "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  put(system);
+  out += "<|eot_id|>";
   if (!tools.empty()) {  // the tools go in front of the first message after the system one
-    std::string first;
-    if (i < messages.size()) first = trimmed(messages[i++].content);
-    out +=
-        header("user") +
+    std::string first =
         "Given the following functions, please respond with a JSON for a function call with its "
         "proper arguments that best answers the given prompt.\n\nRespond in the format "
         "{\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do "
         "not use variables.\n\n";
-    for (const ToolSpec& t : tools) out += python_json(t.json, 4) + "\n\n";
-    out += first + "<|eot_id|>";
+    for (const ToolSpec& t : tools) first += python_json(t.json, 4) + "\n\n";
+    if (i < messages.size()) first += trimmed(messages[i++].content);
+    out += header("user");
+    put(first);
+    out += "<|eot_id|>";
   }
   for (; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role == "tool") {
-      out += header("ipython") + python_json(ordered_json(m.content)) + "<|eot_id|>";
+      out += header("ipython");
+      put(python_json(ordered_json(m.content)));
     } else if (!m.tool_calls.empty()) {
       if (m.tool_calls.size() > 1) {
         throw ToolError("messages", cat("messages[", i,
@@ -155,11 +163,13 @@ std::string render_llama3(std::span<const ChatMessage> messages, std::span<const
                                         "message; send each call in its own message"));
       }
       const ChatToolCall& c = m.tool_calls[0];
-      out += header("assistant") + "{\"name\": \"" + c.name +
-             "\", \"parameters\": " + arguments_json(c.arguments) + "}<|eot_id|>";
+      out += header("assistant");
+      put("{\"name\": \"" + c.name + "\", \"parameters\": " + arguments_json(c.arguments) + "}");
     } else {
-      out += header(m.role) + trimmed(m.content) + "<|eot_id|>";
+      out += header(m.role);
+      put(trimmed(m.content));
     }
+    out += "<|eot_id|>";
   }
   if (add_generation_prompt) out += header("assistant");
   return out;
@@ -260,10 +270,14 @@ ToolChoice parse_tool_choice(const ordered_json* choice, std::span<const ToolSpe
 }
 
 std::string render_chat_with_tools(ChatFormat f, std::span<const ChatMessage> messages,
-                                   std::span<const ToolSpec> tools, bool add_generation_prompt) {
-  if (f == ChatFormat::kLlama3) return render_llama3(messages, tools, add_generation_prompt);
+                                   std::span<const ToolSpec> tools, bool add_generation_prompt,
+                                   std::vector<std::pair<size_t, size_t>>* content) {
+  if (f == ChatFormat::kLlama3)
+    return render_llama3(messages, tools, add_generation_prompt, content);
+  // Every folded turn's text is the client's (tools, calls, results) or wrapper text that holds
+  // no control token: all of it is content.
   const std::vector<ChatMessage> plain = hermes_messages(messages, tools);
-  return render_chat(f, plain, add_generation_prompt);
+  return render_chat(f, plain, add_generation_prompt, content);
 }
 
 std::optional<grammar::Grammar> tool_call_grammar(ToolFormat f, std::span<const ToolSpec> tools,

@@ -70,8 +70,11 @@ ToolChoice parse_tool_choice(const nlohmann::ordered_json* choice, std::span<con
 // tool calls and role "tool" messages render as the family does whether or not tools are given.
 // Without tools and tool turns, ChatML and Gemma give exactly render_chat's text. Throws
 // ToolError for what a family cannot render (Llama 3: more than one call in one message).
+// content: as render_chat's, the byte ranges of the turns' bodies (the client's text: messages,
+// tools, calls, results), for tokenizing them as plain text.
 std::string render_chat_with_tools(ChatFormat f, std::span<const ChatMessage> messages,
-                                   std::span<const ToolSpec> tools, bool add_generation_prompt);
+                                   std::span<const ToolSpec> tools, bool add_generation_prompt,
+                                   std::vector<std::pair<size_t, size_t>>* content = nullptr);
 
 // The grammar of a reply for tool_choice "required" (one or more calls of any tool, one per
 // line, or exactly one when !parallel or Llama 3) or a named function (one call of it): the

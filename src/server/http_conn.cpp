@@ -489,9 +489,7 @@ void Connection::on_news() {
 
 void Connection::pump() {
   if (!gen_ || gen_done_ || writing_ || phase_ == Phase::kClosed) return;
-  Delta d;
-  if (!gen_->job().take(d, std::chrono::milliseconds(0))) return;
-  GenStep s = gen_->step(d, stream_started_);
+  GenStep s = gen_->poll(stream_started_);
   if (!s.done && s.data.empty()) return;
   if (!gen_->stream()) {
     Reply r;

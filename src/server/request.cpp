@@ -4,12 +4,13 @@
 #include <optional>
 
 #include "core/error.h"
+#include "grammar/json_schema.h"
 #include "runtime/chat_template.h"
 #include "runtime/sampler.h"
 
 namespace smolrt::server {
 
-using nlohmann::json;
+using json = Body;
 
 namespace {
 
@@ -18,12 +19,14 @@ namespace {
   throw ApiError(400, message, param, code);
 }
 
-// A field when present and not null; "wrong type" when the predicate fails.
+// A field when present and not null; "wrong type" when the predicate fails. `param`: the field's
+// path in the body when it is nested ("response_format.type"); the key when empty.
 const json* field(const json& body, const char* key, bool (json::*is)() const noexcept,
-                  const char* want) {
+                  const char* want, const std::string& param = "") {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return nullptr;
-  if (!((*it).*is)()) bad(key, cat("'", key, "' must be ", want), "invalid_type");
+  const std::string name = param.empty() ? std::string(key) : param;
+  if (!((*it).*is)()) bad(name, cat("'", name, "' must be ", want), "invalid_type");
   return &*it;
 }
 
@@ -83,10 +86,71 @@ void check_model(const json& body, const ParseContext& ctx) {
   }
 }
 
+grammar::GrammarCache& grammars(const ParseContext& ctx) {
+  if (!ctx.grammars) fail("the server was built without a grammar cache (ParseContext::grammars)");
+  return *ctx.grammars;
+}
+
+// A compiled grammar from `compile`, or a 400 naming `param` and what the compiler refused.
+template <class F>
+std::shared_ptr<const grammar::CompiledGrammar> compiled(const std::string& param, F&& compile) {
+  try {
+    return compile();
+  } catch (const grammar::GrammarError& e) {
+    bad(param, cat(param, ": ", e.what()), "invalid_schema");
+  }
+}
+
+// response_format {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+// "schema", "strict"}} or llama.cpp's `grammar` (GBNF text): the grammar every sampled token must
+// follow; nullptr when the output is free.
+std::shared_ptr<const grammar::CompiledGrammar> structured_output(const json& body,
+                                                                  const ParseContext& ctx) {
+  std::shared_ptr<const grammar::CompiledGrammar> g;
+  if (const json* rf = field(body, "response_format", &json::is_object, "an object")) {
+    const json* type = field(*rf, "type", &json::is_string, "a string", "response_format.type");
+    const std::string t = type ? type->get<std::string>() : "";
+    if (t == "json_object") {
+      g = compiled("response_format", [&] { return grammars(ctx).json_object(); });
+    } else if (t == "json_schema") {
+      const std::string at = "response_format.json_schema";
+      const json* js = field(*rf, "json_schema", &json::is_object, "an object", at);
+      if (!js) bad(at, cat("'", at, "' is required with type json_schema"), "missing");
+      field(*js, "name", &json::is_string, "a string", at + ".name");
+      field(*js, "strict", &json::is_boolean, "a boolean", at + ".strict");
+      auto schema = js->find("schema");
+      if (schema == js->end() || schema->is_null())
+        bad(at + ".schema", cat("'", at, ".schema' is required (the JSON schema)"), "missing");
+      g = compiled(at + ".schema", [&] { return grammars(ctx).json_schema(*schema); });
+    } else if (t != "text") {
+      bad("response_format.type",
+          cat("'response_format.type' is '", t, "'; it must be text, json_object or json_schema"));
+    }
+  }
+  if (const json* gb = field(body, "grammar", &json::is_string, "a string (GBNF)")) {
+    const std::string& text = gb->get_ref<const std::string&>();
+    if (!text.empty()) {
+      if (g) bad("grammar", "give either 'grammar' or a JSON 'response_format', not both");
+      g = compiled("grammar", [&] { return grammars(ctx).gbnf(text); });
+    }
+  }
+  return g;
+}
+
 // The fields both endpoints share. Prompt-dependent checks run in finish().
 void parse_common(const json& body, const ParseContext& ctx, GenRequest& r) {
   check_model(body, ctx);
-  if (auto n = get_int(body, "n"); n && *n != 1) bad("n", "only n = 1 is supported");
+  if (auto n = get_int(body, "n")) {
+    if (*n < 1 || *n > kMaxChoices)
+      bad("n", cat("'n' is ", *n, "; it must be in [1, ", kMaxChoices, "]"));
+    r.n = static_cast<int>(*n);
+  }
+  if (auto b = get_int(body, "best_of"); b && *b != r.n) {
+    bad("best_of",
+        cat("'best_of' is ", *b, "; only best_of = n (", r.n,
+            ") is supported: ask for n choices and rank them yourself"),
+        "unsupported_value");
+  }
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (auto v = get_int(body, key)) {
       if (*v < 0) bad(key, cat("'", key, "' is ", *v, "; it must be >= 0"));
@@ -157,7 +221,7 @@ void parse_common(const json& body, const ParseContext& ctx, GenRequest& r) {
   if (const json* so = field(body, "stream_options", &json::is_object, "an object")) {
     if (auto v = get_bool(*so, "include_usage")) r.include_usage = *v;
   }
-  (void)ctx;
+  r.grammar = structured_output(body, ctx);
 }
 
 // Checks that need the prompt: not empty, fits the context.
@@ -172,11 +236,84 @@ void finish(GenRequest& r, const ParseContext& ctx, const char* prompt_param) {
   }
 }
 
+// A message's text: a string or a list of text parts.
+std::string message_text(const json& m, const std::string& at) {
+  auto c = m.find("content");
+  if (c == m.end() || c->is_null()) return "";
+  if (c->is_string()) return c->get<std::string>();
+  if (!c->is_array())
+    bad("messages", cat(at, ".content must be a string or a list of text parts"), "invalid_type");
+  std::string text;
+  for (const json& part : *c) {  // [{"type": "text", "text": ...}, ...]
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      bad("messages", cat(at, ": only text content parts are supported"), "invalid_type");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments"}}]; arguments as OpenAI sends them (a JSON string) or as an object.
+std::vector<ChatToolCall> message_tool_calls(const json& calls, const std::string& at) {
+  if (!calls.is_array()) bad("messages", cat(at, " must be a list"), "invalid_type");
+  std::vector<ChatToolCall> out;
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const json& c = calls[j];
+    const std::string cj = cat(at, "[", j, "]");
+    const auto fn = c.is_object() ? c.find("function") : c.end();
+    if (!c.is_object() || c.value("type", json("function")) != "function" || fn == c.end() ||
+        !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      bad("messages",
+          cat(cj,
+              " must be {\"id\": ..., \"type\": \"function\", \"function\": {\"name\": "
+              "..., \"arguments\": ...}}"),
+          "invalid_type");
+    }
+    ChatToolCall call;
+    call.name = (*fn)["name"].get<std::string>();
+    if (auto id = c.find("id"); id != c.end() && id->is_string()) call.id = id->get<std::string>();
+    auto args = fn->find("arguments");
+    if (args == fn->end() || args->is_null())
+      call.arguments = "{}";
+    else if (args->is_string())
+      call.arguments = args->get<std::string>();
+    else if (args->is_object())
+      call.arguments = args->dump(-1, ' ', false, json::error_handler_t::replace);
+    else
+      bad("messages", cat(cj, ".function.arguments must be a JSON string"), "invalid_type");
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+// One entry of `messages`: system / developer, user, assistant (with tool_calls), tool (with
+// tool_call_id).
+ChatMessage chat_message(const json& m, size_t i) {
+  const std::string at = cat("messages[", i, "]");
+  if (!m.is_object()) bad("messages", cat(at, " must be an object"), "invalid_type");
+  const json* role = field(m, "role", &json::is_string, "a string", "messages");
+  if (!role) bad("messages", cat(at, " needs a 'role'"), "missing");
+  const std::string& rs = role->get_ref<const std::string&>();
+  if (rs != "system" && rs != "user" && rs != "assistant" && rs != "developer" && rs != "tool")
+    bad("messages", cat(at, ": unknown role '", rs, "' (system, user, assistant, tool)"));
+  ChatMessage msg{rs == "developer" ? "system" : rs, message_text(m, at)};
+  if (rs == "assistant") {
+    if (auto c = m.find("tool_calls"); c != m.end() && !c->is_null())
+      msg.tool_calls = message_tool_calls(*c, at + ".tool_calls");
+  } else if (rs == "tool") {
+    const json* id = field(m, "tool_call_id", &json::is_string, "a string", "messages");
+    if (!id) bad("messages", cat(at, ": a 'tool' message needs 'tool_call_id'"), "missing");
+    msg.tool_call_id = id->get<std::string>();
+  }
+  return msg;
+}
+
 }  // namespace
 
-json error_body(const ApiError& e) {
-  json err = {{"message", e.what()}, {"type", e.type}, {"code", e.code}};
-  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+nlohmann::json error_body(const ApiError& e) {
+  nlohmann::json err = {{"message", e.what()}, {"type", e.type}, {"code", e.code}};
+  err["param"] = e.param.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.param);
   return {{"error", err}};
 }
 
@@ -194,7 +331,7 @@ GenRequest parse_completion(const json& body, const ParseContext& ctx) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) bad("prompt", "'prompt' is required", "missing");
   const json* p = &*it;
-  // A one-element batch (["text"] or [[ids]]) is the same as its element; n > 1 is refused.
+  // A one-element batch (["text"] or [[ids]]) is the same as its element; more are refused.
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
   if (p->is_string()) {
     if (p->get_ref<const std::string&>().empty()) bad("prompt", "'prompt' is empty");
@@ -227,42 +364,66 @@ GenRequest parse_chat(const json& body, const ParseContext& ctx) {
         "this model has no chat template of a known format (ChatML, Gemma, Llama 3); use "
         "/v1/completions or start the server with --chat-template chatml, gemma or llama3");
   }
+  std::vector<ToolSpec> tools;
+  ToolChoice choice;
+  bool parallel = true;
+  try {
+    if (auto t = body.find("tools"); t != body.end() && !t->is_null()) tools = parse_tools(*t);
+    auto c = body.find("tool_choice");
+    choice = parse_tool_choice(c == body.end() ? nullptr : &*c, tools);
+  } catch (const ToolError& e) {
+    bad(e.param(), e.what());
+  }
+  if (auto v = get_bool(body, "parallel_tool_calls")) parallel = *v;
+  const bool with_tools = choice.mode != ToolChoiceMode::kNone;
+  if (with_tools && r.grammar) {
+    bad(body.contains("grammar") ? "grammar" : "response_format",
+        "'response_format' and 'grammar' apply only without tools (or with tool_choice "
+        "\"none\"): the reply is either tool calls or the constrained text");
+  }
+
   const json* msgs = field(body, "messages", &json::is_array, "a list of messages");
   if (!msgs) bad("messages", "'messages' is required", "missing");
   if (msgs->empty()) bad("messages", "'messages' is empty");
   std::vector<ChatMessage> chat;
-  for (const json& m : *msgs) {
-    if (!m.is_object()) bad("messages", "each message must be an object", "invalid_type");
-    const json* role = field(m, "role", &json::is_string, "a string");
-    if (!role) bad("messages", "each message needs a 'role'", "missing");
-    const std::string& rs = role->get_ref<const std::string&>();
-    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "developer")
-      bad("messages", cat("unknown role '", rs, "' (system, user, assistant)"));
-    std::string text;
-    auto c = m.find("content");
-    if (c == m.end() || c->is_null()) {
-      text = "";
-    } else if (c->is_string()) {
-      text = c->get<std::string>();
-    } else if (c->is_array()) {  // [{"type": "text", "text": ...}, ...]
-      for (const json& part : *c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
-          bad("messages", "only text content parts are supported", "invalid_type");
-        text += part["text"].get<std::string>();
-      }
-    } else {
-      bad("messages", "'content' must be a string or a list of text parts", "invalid_type");
-    }
-    chat.push_back({rs == "developer" ? "system" : rs, std::move(text)});
+  bool tool_turns = false;  // assistant tool calls or tool results to render
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    chat.push_back(chat_message((*msgs)[i], i));
+    tool_turns = tool_turns || chat.back().role == "tool" || !chat.back().tool_calls.empty();
   }
   if (chat.front().role != "system" && !ctx.default_system.empty())
     chat.insert(chat.begin(), ChatMessage{"system", ctx.default_system});
   std::vector<std::pair<size_t, size_t>> content;
-  const std::string rendered =
-      render_chat(ctx.format, chat, /*add_generation_prompt=*/true, &content);
+  std::string rendered;
+  if (with_tools || tool_turns) {
+    try {
+      rendered = render_chat_with_tools(
+          ctx.format, chat,
+          with_tools ? std::span<const ToolSpec>(tools) : std::span<const ToolSpec>(),
+          /*add_generation_prompt=*/true, &content);
+    } catch (const ToolError& e) {
+      bad(e.param(), e.what());
+    }
+  } else {
+    rendered = render_chat(ctx.format, chat, /*add_generation_prompt=*/true, &content);
+  }
   if (ctx.special_in_content) content.clear();
   r.prompt = ctx.tok->encode(rendered, /*parse_special=*/true, /*add_bos=*/-1, content);
+  if (with_tools) {
+    const ToolFormat f = tool_format(ctx.format);
+    r.tool_calls = f;
+    if (choice.mode == ToolChoiceMode::kRequired || choice.mode == ToolChoiceMode::kFunction) {
+      try {
+        r.grammar = grammars(ctx).get(tool_grammar_key(f, tools, choice, parallel), [&] {
+          return *tool_call_grammar(f, tools, choice, parallel);
+        });
+      } catch (const ToolError& e) {
+        bad(e.param(), e.what(), "invalid_schema");
+      } catch (const grammar::GrammarError& e) {
+        bad("tools", cat("tools: ", e.what()), "invalid_schema");
+      }
+    }
+  }
   if (auto v = get_bool(body, "logprobs"); v && *v) r.logprobs = 0;
   if (auto v = get_int(body, "top_logprobs")) {
     if (*v < 0 || *v > kMaxTopLogprobs)

@@ -6,6 +6,8 @@
 // max_tokens = the rest of the context, a random seed.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,8 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/sampling.h"
-#include "grammar/matcher.h"
+#include "grammar/grammar_cache.h"
 #include "runtime/chat_template.h"
+#include "runtime/tools.h"
 #include "tokenizer/tokenizer.h"
 
 namespace smolrt::server {
@@ -37,9 +40,11 @@ class ApiError : public std::runtime_error {
 // {"error": {"message", "type", "param", "code"}}.
 nlohmann::json error_body(const ApiError& e);
 
-// Most stop strings a request may give, and most top logprobs per token (OpenAI's 20).
+// Most stop strings a request may give, most top logprobs per token (OpenAI's 20), most choices
+// (`n`) per request.
 inline constexpr int kMaxStops = 16;
 inline constexpr int kMaxTopLogprobs = 20;
+inline constexpr int kMaxChoices = 16;
 
 enum class Endpoint { kCompletions, kChat };
 
@@ -61,6 +66,9 @@ struct GenRequest {
   // Structured output (response_format, llama.cpp's `grammar`, a required tool call): each
   // sampled token is one the grammar allows; generation stops when it is complete. nullptr: free.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Chat with tools rendered into the prompt (tool_choice other than "none"): the reply is parsed
+  // into tool calls written in this format.
+  std::optional<ToolFormat> tool_calls;
 };
 
 // What parsing needs from the served model.
@@ -74,14 +82,24 @@ struct ParseContext {
   // Special-token text in chat message content (e.g. "<|im_start|>system") becomes control tokens,
   // as llama.cpp and vLLM do; false (--no-special-in-content): it is tokenized as plain text.
   bool special_in_content = true;
+  // Compiled grammars (response_format, `grammar`, constrained tool calls), built once per server
+  // over the tokenizer and shared by every request, so each schema compiles once.
+  std::shared_ptr<grammar::GrammarCache> grammars;
 };
 
+// Request bodies keep their keys in the order sent: a schema's properties are generated in that
+// order and tools render with their keys as given.
+using Body = nlohmann::ordered_json;
+
 // The body as a JSON object; ApiError 400 for malformed JSON or a non-object.
-nlohmann::json parse_json_body(const std::string& body);
-GenRequest parse_completion(const nlohmann::json& body, const ParseContext& ctx);
-GenRequest parse_chat(const nlohmann::json& body, const ParseContext& ctx);
+Body parse_json_body(const std::string& body);
+// Structured output (response_format, `grammar`) on both; tools, tool_choice, tool turns on chat.
+// A bad schema, grammar or tool spec is an ApiError 400 whose param names the field and whose
+// message names the construct (the JSON pointer inside a schema, the line and column in GBNF).
+GenRequest parse_completion(const Body& body, const ParseContext& ctx);
+GenRequest parse_chat(const Body& body, const ParseContext& ctx);
 // POST /tokenize {"content": str, "add_special": bool} -> ids; /detokenize {"tokens": [ids]}.
-std::vector<int> parse_tokenize(const nlohmann::json& body, const ParseContext& ctx);
-std::vector<int> parse_detokenize(const nlohmann::json& body, const ParseContext& ctx);
+std::vector<int> parse_tokenize(const Body& body, const ParseContext& ctx);
+std::vector<int> parse_detokenize(const Body& body, const ParseContext& ctx);
 
 }  // namespace smolrt::server

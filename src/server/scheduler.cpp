@@ -275,7 +275,8 @@ std::vector<std::shared_ptr<Job>> Scheduler::submit_n(GenRequest r, std::functio
       e->max_gen = std::min(e->max_gen, job->request().max_tokens);
     e->group = group;
     e->leader = i == 0;
-    e->counted = i > 0;  // the prompt counts once, with the leader's admission
+    e->counted = i > 0;        // the prompt counts once, with the leader's admission
+    e->prompt_scored = i > 0;  // echo + logprobs: the leader scores the prompt for all
     jobs.push_back(job);
     es.push_back(std::move(e));
   }
@@ -664,7 +665,8 @@ void Scheduler::run_step() {
       }
       if (e->n_done >= e->n_prompt) {
         e->prompt_scored = true;
-        post(e->job, [&](Delta& d) { d.prompt_logprobs = std::move(e->prompt_lp); });
+        // (Captures the member, not the structured binding e: clang before 16 refuses that.)
+        post(e->job, [&lp = e->prompt_lp](Delta& d) { d.prompt_logprobs = std::move(lp); });
       }
     }
     // A choice group's leader with its whole prompt in the KV pages: the others may fork it.

@@ -305,10 +305,10 @@ Reply Server::Impl::health(bool authorized) {
 }
 
 Reply Server::Impl::generate(HttpRequest& req, Endpoint ep) {
-  const json body = parse_json_body(req.msg.body());
+  const Body body = parse_json_body(req.msg.body());
   GenRequest g = ep == Endpoint::kChat ? parse_chat(body, pc) : parse_completion(body, pc);
-  std::shared_ptr<Job> job = sched.submit(std::move(g), std::move(req.on_news));
-  if (!job) {
+  std::vector<std::shared_ptr<Job>> jobs = sched.submit_n(std::move(g), std::move(req.on_news));
+  if (jobs.empty()) {
     throw ApiError(503,
                    cat("the server is busy (", sched.running(), " running, ", sched.waiting(),
                        " waiting) or shutting down; retry later"),
@@ -316,7 +316,7 @@ Reply Server::Impl::generate(HttpRequest& req, Endpoint ep) {
   }
   Reply r;
   r.gen = std::make_unique<GenResponse>(
-      job, ep,
+      std::move(jobs), ep,
       cat(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-", std::hex, created, "-", next_id++),
       static_cast<long long>(std::time(nullptr)), pc.model_name, *pc.tok);
   return r;
