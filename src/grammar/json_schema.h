@@ -1,5 +1,5 @@
 // JSON Schema -> grammar, for the subset OpenAI's strict structured outputs accept and a bit
-// more (docs/notes-grammar.md lists it): object (properties in the order given, required,
+// more (docs/grammar.md lists it): object (properties in the order given, required,
 // additionalProperties false/absent, or a map with additionalProperties and no properties),
 // array (items, minItems, maxItems), string (enum, const, minLength, maxLength, format date /
 // time / date-time / uuid; other formats are annotations), number and integer (minimum,

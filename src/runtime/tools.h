@@ -3,7 +3,7 @@
 // that constrains a reply to tool calls (tool_choice "required" or a named function). Parsing a
 // reply into tool calls is runtime/tool_parser.h.
 //
-// Formats (docs/notes-grammar.md has the exact text):
+// Formats (docs/grammar.md has the exact text):
 //   - ChatML (Qwen2.5 and every other ChatML model, SmolLM2 included) and Gemma: Hermes style,
 //     Qwen2.5's template. The system turn gets a "# Tools" section listing each tool as one JSON
 //     line inside <tools></tools>; the model answers
