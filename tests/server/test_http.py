@@ -610,9 +610,15 @@ async def load_main(port, refs):
             check(st == 200, f"client {k}: {st} {body[:200]}")
 
     bg = [asyncio.create_task(slowloris(w)) for _, w in slow]
+    # The server accepts asynchronously: a connection the client sees open may not be counted
+    # yet, so ask until all are (or 10 s pass).
     reader, writer = idle[0]
-    st, body = await http_exchange(reader, writer, request("GET", "/health"))
-    open_now = json.loads(body)["connections"]
+    for _ in range(50):
+        st, body = await http_exchange(reader, writer, request("GET", "/health"))
+        open_now = json.loads(body)["connections"]
+        if open_now >= 1000:
+            break
+        await asyncio.sleep(0.2)
     t0 = time.time()
     await asyncio.gather(*[normal_client(k, rw) for k, rw in enumerate(normal)],
                          *[other_client(k, rw) for k, rw in enumerate(others)])
