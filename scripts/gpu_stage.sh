@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Stages what scripts/gpu_check.sh needs into a carry folder of the coordinator's checkout:
 #   scripts/gpu_stage.sh BUILD_DIR DEST   (e.g. build /work/main/.gpuz)
-# The binaries are stripped and xz-compressed, and split over two folders, each carried by its
-# own back-to-back call (the carried tree must stay under 64 MiB): DEST.b holds the smolrt binary
-# and the fixtures (a first call can make the synth models and benchmark), DEST the test binary.
+# The binaries are stripped and xz-compressed. Built without PTX (-DCMAKE_CUDA_ARCHITECTURES=
+# 90-real, ~19 MB each) everything fits one folder, DEST, carried by one call. With PTX they are
+# split over two folders, each carried by its own back-to-back call (the carried tree must stay
+# under 64 MiB): DEST.b holds the smolrt binary and the fixtures, DEST the test binary.
 # On the GPU machine copy each to /tmp/g at once, then unpack:
-#   mkdir -p /tmp/g && cp -r DEST.b/* /tmp/g/        (first call; DEST/* in the second)
+#   mkdir -p /tmp/g && cp -r DEST/* /tmp/g/          (and DEST.b/* when there is one)
 #   for f in /tmp/g/*.xz; do xz -d "$f"; done; chmod +x /tmp/g/smolrt*; bash scripts/gpu_check.sh /tmp/g
 set -euo pipefail
 BUILD=${1:-build}
@@ -25,4 +26,11 @@ cp "$SHARED/tokenizers/smollm2-135m/tokenizer.json" "$SHARED/tokenizers/smollm2-
 # smolrt, which looks there first (RPATH $ORIGIN).
 prom=$(ldd "$BUILD/smolrt" | awk '/libprometheus-cpp-core/ {print $3}')
 if [ -n "$prom" ]; then cp -L "$prom" "$DEST.b/"; fi
-du -sh "$DEST" "$DEST.b"
+# A build without PTX (-DCMAKE_CUDA_ARCHITECTURES=90-real) is small enough for one carry: then
+# everything goes in DEST and one call runs the whole check.
+if [ "$(du -sb "$DEST" "$DEST.b" | awk '{s += $1} END {print s}')" -lt $((60 * 1024 * 1024)) ]; then
+  mv "$DEST.b"/* "$DEST"/ && rmdir "$DEST.b"
+  du -sh "$DEST"
+else
+  du -sh "$DEST" "$DEST.b"
+fi
