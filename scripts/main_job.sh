@@ -18,7 +18,7 @@ echo
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
   "$SMOLRT" bench "${MODEL_ARGS[@]}" --prompt-lengths 32,128,512 --gen-length 128 --iterations 5
 else
-  # The fast CPU path (int8 SIMD kernels; docs/cpu.md): about 100 tok/s decode on 2 cores.
+  # The fast CPU path (int8 SIMD kernels; docs/cpu.md): ~200 tok/s decode on 2 idle cores.
   "$SMOLRT" bench "${MODEL_ARGS[@]}" --backend cpu --prompt-lengths 32,128 --gen-length 64 \
     --iterations 3
 fi
