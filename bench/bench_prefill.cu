@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/prefill_model.h"
 #include "core/cuda_check.h"
 #include "cuda/attention_prefill.h"
 #include "cuda/gemm_q4.h"
-#include "backend/cuda/prefill_model.h"
 #include "event_timing.h"
 
 using namespace smolrt;

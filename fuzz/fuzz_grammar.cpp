@@ -94,7 +94,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data + 1), size - 1);
   const size_t nul = in.find('\0');
   const std::string_view head = in.substr(0, nul);
-  const std::string_view tail = nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1);
+  const std::string_view tail =
+      nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1);
   try {
     if (mode == 0) {
       exercise(grammar::parse_gbnf(head), tail, false);
@@ -104,7 +105,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama3})
         parse_reply(f, in, 1 + static_cast<size_t>(data[0] / 4) % 7);
     } else {
-      const auto tools_json = nlohmann::ordered_json::parse(head, nullptr, /*allow_exceptions=*/false);
+      const auto tools_json =
+          nlohmann::ordered_json::parse(head, nullptr, /*allow_exceptions=*/false);
       if (tools_json.is_discarded()) return 0;
       const std::vector<ToolSpec> tools = parse_tools(tools_json);
       std::vector<ChatMessage> msgs = {{"user", std::string(tail)}};

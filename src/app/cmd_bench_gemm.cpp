@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "app/command.h"
+#include "backend/cuda/prefill_model.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/dense_gemm.h"
-#include "backend/cuda/prefill_model.h"
 #include "model/model.h"
 
 namespace smolrt::app {

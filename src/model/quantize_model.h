@@ -79,7 +79,7 @@ std::vector<TensorPlan> plan_model(const std::vector<TensorShape>& tensors, cons
 // be moved: the buffers' heap storage does not move) until writer.write()/to_bytes() returns.
 struct QuantizedModel {
   gguf::Writer writer;
-  std::vector<std::vector<uint8_t>> buffers;          // one per tensor, in file order
+  std::vector<std::vector<uint8_t>> buffers;  // one per tensor, in file order
   // Tensors stored in a fall-back type (their row length is not a multiple of the target's block).
   struct Fallback {
     std::string name;
