@@ -198,7 +198,8 @@ std::vector<int> prompt_of(int n, int vocab, unsigned seed) {
 enum class Gemms { kMeasured, kQuantized, kDense };
 
 std::unique_ptr<BatchBackend> make_batch(const Model& m, bool kv_half = false,
-                                         Gemms g = Gemms::kMeasured) {
+                                         Gemms g = Gemms::kMeasured,
+                                         const CudaOptions& co = cuda_options_from_env()) {
   BatchOptions o;
   o.kind = "cuda";
   o.max_seqs = 16;
@@ -207,7 +208,7 @@ std::unique_ptr<BatchBackend> make_batch(const Model& m, bool kv_half = false,
   o.kv_half = kv_half;
   o.f16_weights = g != Gemms::kQuantized;
   if (g == Gemms::kDense) o.dense_rows = 2;
-  return make_cuda_batch_backend(m, o);
+  return make_cuda_batch_backend_ex(m, o, co);
 }
 
 class CudaBatchGemms : public ::testing::TestWithParam<Gemms> {};
@@ -518,9 +519,9 @@ TEST(CudaBatch, AllowedTokenMaskConstrainsTheSample) {
   // The compared runs must compute the same numbers: split-K's atomic adds reorder the prompt
   // GEMMs' sums from run to run, and the fp16 KV pool turns that into logit differences of ~2e-4
   // (measured), above the bound below. Without split-K the prompt steps are bit-reproducible.
-  ::setenv("SMOLRT_GEMM_SPLITK", "0", 1);
-  auto b = make_batch(model);
-  ::unsetenv("SMOLRT_GEMM_SPLITK");
+  CudaOptions co = cuda_options_from_env();
+  co.split_k = false;
+  auto b = make_batch(model, false, Gemms::kMeasured, co);
   std::vector<uint32_t> mask((V + 31) / 32, 0);
   for (int t = 0; t < V; t += 7) mask[t / 32] |= 1u << (t % 32);
   for (int others : {0, 3}) {

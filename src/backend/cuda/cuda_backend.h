@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/batch.h"
 
 namespace smolrt {
 
@@ -74,5 +75,10 @@ class CudaBackendApi : public Backend {
 // has no CUDA kernel (naming the tensor and type).
 std::unique_ptr<CudaBackendApi> make_cuda_backend_ex(const Model& m, const BackendOptions& opt,
                                                      const CudaOptions& copt);
+
+// The multi-sequence engine with explicit switches (make_cuda_batch_backend reads them from the
+// environment); it honours use_graph, pdl and split_k.
+std::unique_ptr<BatchBackend> make_cuda_batch_backend_ex(const Model& m, const BatchOptions& opt,
+                                                         const CudaOptions& copt);
 
 }  // namespace smolrt

@@ -57,7 +57,7 @@ int bucket(int n) {
 
 class CudaBatchBackend final : public BatchBackend {
  public:
-  CudaBatchBackend(const Model& m, const BatchOptions& opt);
+  CudaBatchBackend(const Model& m, const BatchOptions& opt, const CudaOptions& co);
   ~CudaBatchBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -134,7 +134,8 @@ class CudaBatchBackend final : public BatchBackend {
   cpu::SampleScratch scratch_;
 };
 
-CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_(m.config) {
+CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, const CudaOptions& co)
+    : c_(m.config) {
   max_step_ = opt.max_step_tokens != 0 ? opt.max_step_tokens : kCudaStepTokens;
   if (max_step_ <= 0 || max_step_ > kBuckets[std::size(kBuckets) - 1])
     fail("max step tokens ", max_step_, " is invalid: use 1..", kBuckets[std::size(kBuckets) - 1]);
@@ -257,7 +258,6 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt) : c_
   CUDA_CHECK(cudaMemcpy(d_tables_, tables_host_, sizeof(int) * tables, cudaMemcpyHostToDevice));
   uploaded_.assign(opt.max_seqs, 0);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  const CudaOptions co = cuda_options_from_env();  // the switches the decode backend honours
   use_graph_ = co.use_graph;
   pdl_ = co.pdl;
   split_k_ = co.split_k;
@@ -538,10 +538,15 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
 
 }  // namespace
 
-std::unique_ptr<BatchBackend> make_cuda_batch_backend(const Model& m, const BatchOptions& opt) {
+std::unique_ptr<BatchBackend> make_cuda_batch_backend_ex(const Model& m, const BatchOptions& opt,
+                                                         const CudaOptions& copt) {
   if (!cuda_device_available())
     fail("the CUDA backend was asked for but no CUDA GPU is visible; use --backend cpu");
-  return std::make_unique<CudaBatchBackend>(m, opt);
+  return std::make_unique<CudaBatchBackend>(m, opt, copt);
+}
+
+std::unique_ptr<BatchBackend> make_cuda_batch_backend(const Model& m, const BatchOptions& opt) {
+  return make_cuda_batch_backend_ex(m, opt, cuda_options_from_env());
 }
 
 }  // namespace smolrt
