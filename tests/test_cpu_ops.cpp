@@ -104,20 +104,31 @@ TEST_P(CpuMatvec, MatchesDoubleAndThreadsAgree) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllTypes, CpuMatvec,
-    ::testing::Values(TypeCase{GgmlType::F32, 96}, TypeCase{GgmlType::F32, 70},
-                      TypeCase{GgmlType::F16, 576}, TypeCase{GgmlType::F16, 45},
-                      TypeCase{GgmlType::BF16, 128}, TypeCase{GgmlType::BF16, 33},
-                      TypeCase{GgmlType::Q4_0, 576}, TypeCase{GgmlType::Q4_0, 1536},
-                      TypeCase{GgmlType::Q4_1, 576}, TypeCase{GgmlType::Q8_0, 576},
-                      TypeCase{GgmlType::Q5_0, 576}, TypeCase{GgmlType::Q5_1, 576},
-                      TypeCase{GgmlType::Q4_K, 1536}, TypeCase{GgmlType::Q4_K, 256},
-                      TypeCase{GgmlType::Q5_K, 512}, TypeCase{GgmlType::Q6_K, 1536},
-                      TypeCase{GgmlType::Q6_K, 256}),
-    [](const ::testing::TestParamInfo<TypeCase>& p) {
-      return std::string(type_name(p.param.type)) + "_" + std::to_string(p.param.cols);
-    });
+// Every format: element formats at a row length of whole 32-element chunks and at one with a
+// tail; block formats at one and at several blocks (K-quants), or at the model widths 576 and 1536.
+std::vector<TypeCase> matvec_cases() {
+  std::vector<TypeCase> v;
+  for (GgmlType t : test::all_formats()) {
+    const int bs = type_info(t)->block_size;
+    if (bs == 1) {
+      v.push_back({t, 576});
+      v.push_back({t, 45});
+    } else if (bs == kQKK) {
+      v.push_back({t, 256});
+      v.push_back({t, 1536});
+    } else {
+      v.push_back({t, 576});
+      v.push_back({t, 1536});
+    }
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CpuMatvec, ::testing::ValuesIn(matvec_cases()),
+                         [](const ::testing::TestParamInfo<TypeCase>& p) {
+                           return std::string(type_name(p.param.type)) + "_" +
+                                  std::to_string(p.param.cols);
+                         });
 
 TEST(CpuOps, MatvecLargeUsesThreadsAndMatches) {
   // Big enough to take the threaded path (rows * cols >= 2^15).
@@ -156,9 +167,7 @@ TEST(CpuOps, UnsupportedTypeIsAnError) {
 }
 
 TEST(CpuOps, EmbedReturnsTheRowForEveryType) {
-  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
-                        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType type : test::all_formats()) {
     const int64_t cols = type_info(type)->block_size == 256 ? 512 : 64;
     test::OwnedTensor t = test::make_tensor("token_embd.weight", 50, cols, type, 3, 1.0f);
     t.view.data = t.bytes.data();

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/paths.h"
 #include "gguf/gguf.h"
+#include "quant/format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace smolrt::test {
@@ -35,6 +36,14 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::normal_distribution<float> d(0.0f, scale);
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Every weight format smolrt computes (quant/format.h), in its order: the type list of the tests
+// that cover each format.
+inline std::vector<GgmlType> all_formats() {
+  std::vector<GgmlType> v;
+  for_each_format([&](auto f) { v.push_back(decltype(f)::kType); });
   return v;
 }
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/quantize_model.h"
+#include "quant/format.h"
 
 namespace smolrt::app {
 namespace {
@@ -62,14 +63,12 @@ REGISTER_COMMAND(Command{
     "quantize", "Requantize a llama GGUF (q4_0 | q4_k_m | q5_k_m | q6_k | q8_0 | f16 | ...)", 60,
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<QuantizeArgs>();
-      sub.add_option("input", a->in,
-                     "source GGUF (f32/f16/bf16/q4_0/q4_1/q5_0/q5_1/q8_0/q4_k/q5_k/q6_k tensors)")
-          ->required();
+      sub.add_option("input", a->in, "source GGUF (tensors of " + format_names() + ")")->required();
       sub.add_option("output", a->out, "GGUF to write")->required();
       sub.add_option("-t,--type", a->type,
-                     "target: q4_0 | q4_1 (embedding q8_0), q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, "
-                     "f16, bf16, f32 (output/tied embedding q6_k or q8_0 for the quantized "
-                     "ones), or llama.cpp's mixtures q4_k_s, q4_k_m, q5_k_s, q5_k_m")
+                     "target: one format for every matrix, " + format_names() +
+                         " (q4_1's embedding q8_0; the output/tied embedding q6_k or q8_0 for the "
+                         "quantized ones), or llama.cpp's mixtures q4_k_s, q4_k_m, q5_k_s, q5_k_m")
           ->required();
       sub.add_flag("-v,--verbose", a->verbose,
                    "every tensor's conversion and each row-length fallback (default: a summary)");

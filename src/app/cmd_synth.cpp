@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/quantize_model.h"
 #include "model/synth.h"
+#include "quant/format.h"
 
 namespace smolrt::app {
 namespace {
@@ -55,9 +56,9 @@ REGISTER_COMMAND(Command{
           ->capture_default_str();
       sub.add_option("--tokenizer", a->tokenizer,
                      "Hugging Face tokenizer.json to embed (default: a built-in byte-level vocab)");
-      sub.add_option("-t,--type", a->type,
-                     "any `smolrt quantize --type`: q4_0 | q4_1 (embedding q8_0), q5_0, q5_1, "
-                     "q8_0, q4_k, q5_k, q6_k, f16, bf16, f32, q4_k_s, q4_k_m, q5_k_s, q5_k_m")
+      sub.add_option(
+             "-t,--type", a->type,
+             "any `smolrt quantize --type`: " + format_names() + ", q4_k_s, q4_k_m, q5_k_s, q5_k_m")
           ->capture_default_str();
       sub.add_option("-s,--seed", a->seed, "random seed (same seed, same bytes)")
           ->capture_default_str();

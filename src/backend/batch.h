@@ -106,7 +106,8 @@ class BatchBackend {
   int kv_tokens() const { return kv_pages_total() * page_size(); }
   // > 0: the sliding-window layers keep, outside the pool, a ring of this many rows per sequence
   // slot (the window plus a step's chunk), so the pool's pages hold only the global layers' K/V.
-  // rollback() then goes back at most kv_ring_rows() - window positions (else Error).
+  // rollback() then goes back at most kv_ring_rows() - window + 1 positions (else Error;
+  // kv_pages.h's sliding_ring_back).
   virtual int kv_ring_rows() const { return 0; }
 
   // A new empty sequence; Error when max_seqs() sequences exist.

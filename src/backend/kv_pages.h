@@ -36,6 +36,18 @@ struct PrefixStats {
   int cached_pages = 0;        // pages in the cache now (held or not)
 };
 
+// The sliding-window ring rule, one for both CUDA engines. A layer that attends to the last
+// `window` positions keeps a ring of window + step - 1 rows for steps (prompt chunks) of up to
+// `step` tokens: a step writes all its K/V rows before its first row reads back window - 1
+// positions. A sequence may then roll back ring - window + 1 positions: the next step's first row
+// reads the window - 1 positions below the rollback point, which the ring still holds.
+inline int64_t sliding_ring_rows(int window, int step) {
+  return int64_t(window) + step - 1;
+}
+inline int64_t sliding_ring_back(int64_t ring, int window) {
+  return ring - window + 1;
+}
+
 class KvPages {
  public:
   // Throws Error when a count is not positive. prefix_cache false: nothing is published or matched.

@@ -22,7 +22,7 @@ void check_embedding(const char* who, const DevMat& emb) {
   const DevLayout l = dev_layout(emb.type);
   if (l.qk == 0) {
     fail(who, ": no CUDA embedding kernel for type ", type_name(emb.type),
-         "; supported: ", kDeviceFormats);
+         "; supported: ", format_names());
   }
   if (emb.q == nullptr || emb.cols <= 0 || emb.rows <= 0) fail(who, ": null or empty matrix");
   if (l.block && (emb.d == nullptr || emb.cols % l.qk != 0)) {

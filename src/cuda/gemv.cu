@@ -798,7 +798,7 @@ void dispatch(const GemvParams& p, const Launch& s, int max_blocks = 0) {
       p.m0.type, [&](auto tag) { launch_t<decltype(tag)::value, E>(p, s, max_blocks); });
   if (!ok) {
     fail("gemv: no CUDA matrix-vector kernel for type ", type_name(p.m0.type),
-         "; supported: ", kDeviceFormats);
+         "; supported: ", format_names());
   }
 }
 
@@ -807,7 +807,7 @@ void check_mat(const DevMat& w, const char* what) {
   const DevLayout l = dev_layout(w.type);
   if (l.qk == 0) {
     fail("gemv: ", what, " has type ", type_name(w.type),
-         ", which has no CUDA kernel; supported: ", kDeviceFormats);
+         ", which has no CUDA kernel; supported: ", format_names());
   }
   if (w.cols > kGemvMaxCols) {
     fail("gemv: ", what, " has ", w.cols, " columns; the CUDA decode matvec stages at most ",

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "quant/format.h"
 #include "quant/formats.h"
 
 #if defined(__CUDACC__)
@@ -832,52 +833,24 @@ struct QFormat<GgmlType::Q6_K> {
 // --- the one dispatch table
 // -----------------------------------------------------------------------
 
-// Calls f(std::integral_constant-like tag) for the format t; returns false for a type with no
-// device description. F is a generic lambda taking `auto tag` with tag.value the GgmlType.
+// Calls f(tag) for the format t, tag.value its GgmlType; false for a type that is no format. The
+// formats are quant/format.h's list: each needs its QFormat<T> above (this fails to compile
+// without one). F is a generic lambda taking `auto tag`.
 template <GgmlType T>
 struct FormatTag {
   static constexpr GgmlType value = T;
 };
 
+template <class F, GgmlType... Ts>
+SMOLRT_HD bool dispatch_in(GgmlType t, F& f, const FormatList<Ts...>*) {
+  bool hit = false;
+  ((!hit && t == Ts ? (f(FormatTag<Ts>{}), hit = true) : false), ...);
+  return hit;
+}
+
 template <class F>
 SMOLRT_HD bool dispatch_format(GgmlType t, F&& f) {
-  switch (t) {
-    case GgmlType::F32:
-      f(FormatTag<GgmlType::F32>{});
-      return true;
-    case GgmlType::F16:
-      f(FormatTag<GgmlType::F16>{});
-      return true;
-    case GgmlType::BF16:
-      f(FormatTag<GgmlType::BF16>{});
-      return true;
-    case GgmlType::Q4_0:
-      f(FormatTag<GgmlType::Q4_0>{});
-      return true;
-    case GgmlType::Q4_1:
-      f(FormatTag<GgmlType::Q4_1>{});
-      return true;
-    case GgmlType::Q5_0:
-      f(FormatTag<GgmlType::Q5_0>{});
-      return true;
-    case GgmlType::Q5_1:
-      f(FormatTag<GgmlType::Q5_1>{});
-      return true;
-    case GgmlType::Q8_0:
-      f(FormatTag<GgmlType::Q8_0>{});
-      return true;
-    case GgmlType::Q4_K:
-      f(FormatTag<GgmlType::Q4_K>{});
-      return true;
-    case GgmlType::Q5_K:
-      f(FormatTag<GgmlType::Q5_K>{});
-      return true;
-    case GgmlType::Q6_K:
-      f(FormatTag<GgmlType::Q6_K>{});
-      return true;
-    default:
-      return false;
-  }
+  return dispatch_in(t, f, static_cast<const Formats*>(nullptr));
 }
 
 // The device layout of t; layout.qk == 0 for a type with no device description.
@@ -886,9 +859,5 @@ SMOLRT_HD DevLayout dev_layout(GgmlType t) {
   dispatch_format(t, [&](auto tag) { l = QFormat<decltype(tag)::value>::kLayout; });
   return l;
 }
-
-// The formats the CUDA kernels take, for messages.
-constexpr const char* kDeviceFormats =
-    "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k";
 
 }  // namespace smolrt::cuda

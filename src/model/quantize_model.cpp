@@ -4,9 +4,11 @@
 #include <cctype>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 #include "core/error.h"
 #include "core/parallel_for.h"
+#include "quant/format.h"
 #include "quant/quantize.h"
 
 namespace smolrt {
@@ -20,26 +22,25 @@ struct TargetName {
   uint32_t ftype;  // llama_ftype
 };
 
-constexpr TargetName kTargets[] = {
-    {"f32", GgmlType::F32, QuantMix::None, 0},
-    {"f16", GgmlType::F16, QuantMix::None, 1},
-    {"bf16", GgmlType::BF16, QuantMix::None, 32},
-    {"q8_0", GgmlType::Q8_0, QuantMix::None, 7},
-    {"q4_0", GgmlType::Q4_0, QuantMix::None, 2},
-    {"q4_1", GgmlType::Q4_1, QuantMix::None, 3},
-    {"q5_0", GgmlType::Q5_0, QuantMix::None, 8},
-    {"q5_1", GgmlType::Q5_1, QuantMix::None, 9},
-    {"q4_k", GgmlType::Q4_K, QuantMix::None, 14},
-    {"q5_k", GgmlType::Q5_K, QuantMix::None, 16},
-    {"q6_k", GgmlType::Q6_K, QuantMix::None, 18},
-    {"q4_k_s", GgmlType::Q4_K, QuantMix::Q4_K_S, 14},
-    {"q4_k_m", GgmlType::Q4_K, QuantMix::Q4_K_M, 15},
-    {"q5_k_s", GgmlType::Q5_K, QuantMix::Q5_K_S, 16},
-    {"q5_k_m", GgmlType::Q5_K, QuantMix::Q5_K_M, 17},
-};
+// Every format as a single type (format.h), then llama.cpp's mixtures.
+const std::vector<TargetName>& targets() {
+  static const std::vector<TargetName> t = [] {
+    std::vector<TargetName> v;
+    for_each_format([&](auto f) {
+      using F = decltype(f);
+      v.push_back({F::kName, F::kType, QuantMix::None, F::kFileType});
+    });
+    v.insert(v.end(), {{"q4_k_s", GgmlType::Q4_K, QuantMix::Q4_K_S, 14},
+                       {"q4_k_m", GgmlType::Q4_K, QuantMix::Q4_K_M, 15},
+                       {"q5_k_s", GgmlType::Q5_K, QuantMix::Q5_K_S, 16},
+                       {"q5_k_m", GgmlType::Q5_K, QuantMix::Q5_K_M, 17}});
+    return v;
+  }();
+  return t;
+}
 
 const TargetName* find_target(const QuantTarget& t) {
-  for (const TargetName& n : kTargets) {
+  for (const TargetName& n : targets()) {
     if (n.type == t.type && n.mix == t.mix) return &n;
   }
   return nullptr;
@@ -47,7 +48,7 @@ const TargetName* find_target(const QuantTarget& t) {
 
 std::string target_list() {
   std::string s;
-  for (const TargetName& n : kTargets) s += cat(s.empty() ? "" : ", ", n.name);
+  for (const TargetName& n : targets()) s += cat(s.empty() ? "" : ", ", n.name);
   return s;
 }
 
@@ -82,7 +83,7 @@ GgmlType fit_row_length(GgmlType t, uint64_t cols, const std::string& name, std:
 QuantTarget parse_quant_target(const std::string& s, const std::string& flag) {
   std::string l = s;
   std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const TargetName& n : kTargets) {
+  for (const TargetName& n : targets()) {
     if (l == n.name) return QuantTarget(n.type, n.mix);
   }
   fail("unknown type '", s, "' for ", flag, "; use one of ", target_list());

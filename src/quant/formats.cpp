@@ -1,19 +1,37 @@
 #include "quant/formats.h"
 
+#include <array>
+#include <cctype>
+#include <string>
+
+#include "quant/format.h"
+
 namespace smolrt {
 
 namespace {
-// Sizes as ggml defines them; the K-quants have 256-element super-blocks.
-constexpr TypeInfo kTypes[] = {
-    {GgmlType::F32, "f32", 1, 4, true},       {GgmlType::F16, "f16", 1, 2, true},
-    {GgmlType::Q4_0, "q4_0", 32, 18, true},   {GgmlType::Q4_1, "q4_1", 32, 20, true},
-    {GgmlType::Q5_0, "q5_0", 32, 22, true},   {GgmlType::Q5_1, "q5_1", 32, 24, true},
-    {GgmlType::Q8_0, "q8_0", 32, 34, true},   {GgmlType::Q8_1, "q8_1", 32, 36, false},
-    {GgmlType::Q2_K, "q2_k", 256, 84, false}, {GgmlType::Q3_K, "q3_k", 256, 110, false},
-    {GgmlType::Q4_K, "q4_k", 256, 144, true}, {GgmlType::Q5_K, "q5_k", 256, 176, true},
-    {GgmlType::Q6_K, "q6_k", 256, 210, true}, {GgmlType::Q8_K, "q8_k", 256, 292, false},
-    {GgmlType::BF16, "bf16", 1, 2, true},
+
+// Types GGUF files may carry that smolrt neither computes nor converts: their sizes (as ggml
+// defines them) let a file that holds them be parsed and the tensor named in the error.
+constexpr TypeInfo kOthers[] = {
+    {GgmlType::Q8_1, "q8_1", 32, 36, false},
+    {GgmlType::Q2_K, "q2_k", 256, 84, false},
+    {GgmlType::Q3_K, "q3_k", 256, 110, false},
+    {GgmlType::Q8_K, "q8_k", 256, 292, false},
 };
+
+// The formats (format.h), then the others.
+constexpr auto make_table() {
+  std::array<TypeInfo, Formats::kCount + std::size(kOthers)> t{};
+  size_t i = 0;
+  for_each_format([&](auto f) {
+    using F = decltype(f);
+    t[i++] = {F::kType, F::kName, F::kBlockSize, F::kBlockBytes, true};
+  });
+  for (const TypeInfo& o : kOthers) t[i++] = o;
+  return t;
+}
+constexpr auto kTypes = make_table();
+
 }  // namespace
 
 const TypeInfo* type_info(uint32_t id) {
@@ -26,6 +44,16 @@ const TypeInfo* type_info(uint32_t id) {
 const char* type_name(GgmlType t) {
   const TypeInfo* ti = type_info(t);
   return ti ? ti->name : "unknown";
+}
+
+std::string format_names(bool upper) {
+  std::string s;
+  for_each_format([&](auto f) {
+    if (!s.empty()) s += ", ";
+    for (const char* c = decltype(f)::kName; *c; ++c)
+      s += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(*c))) : *c;
+  });
+  return s;
 }
 
 }  // namespace smolrt

@@ -6,12 +6,11 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/format.h"
 
 namespace smolrt {
 
 namespace {
-
-constexpr const char* kSupported = "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k";
 
 // --- error helpers -------------------------------------------------------------------------------
 
@@ -91,9 +90,11 @@ inline void min_max(const float* x, int n, float& min, float& max) {
   }
 }
 
-// --- block quantizers (base = index of x[0] in the caller's row, for messages) -------------------
+}  // namespace
 
-void q4_0_block(const float* x, BlockQ4_0& y, int64_t base) {
+// --- the formats' quantizers (format.h; base = index of x[0] in the caller's row, for messages) --
+
+void Format<GgmlType::Q4_0>::quantize(const float* x, BlockQ4_0& y, int64_t base) {
   check_finite_block(x, kQK, base);
   const float max = largest_magnitude(x, kQK);
   const float d = max / -8.0f;
@@ -106,7 +107,7 @@ void q4_0_block(const float* x, BlockQ4_0& y, int64_t base) {
   }
 }
 
-void q4_1_block(const float* x, BlockQ4_1& y, int64_t base) {
+void Format<GgmlType::Q4_1>::quantize(const float* x, BlockQ4_1& y, int64_t base) {
   check_finite_block(x, kQK, base);
   float min, max;
   min_max(x, kQK, min, max);
@@ -122,7 +123,7 @@ void q4_1_block(const float* x, BlockQ4_1& y, int64_t base) {
   }
 }
 
-void q8_0_block(const float* x, BlockQ8_0& y, int64_t base) {
+void Format<GgmlType::Q8_0>::quantize(const float* x, BlockQ8_0& y, int64_t base) {
   check_finite_block(x, kQK, base);
   float amax = 0.0f;
   for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -132,7 +133,7 @@ void q8_0_block(const float* x, BlockQ8_0& y, int64_t base) {
   for (int j = 0; j < kQK; ++j) y.qs[j] = static_cast<int8_t>(round_half_away(x[j] * id));
 }
 
-void q5_0_block(const float* x, BlockQ5_0& y, int64_t base) {
+void Format<GgmlType::Q5_0>::quantize(const float* x, BlockQ5_0& y, int64_t base) {
   check_finite_block(x, kQK, base);
   const float max = largest_magnitude(x, kQK);
   const float d = max / -16.0f;
@@ -149,7 +150,7 @@ void q5_0_block(const float* x, BlockQ5_0& y, int64_t base) {
   store_qh(qh, y.qh);
 }
 
-void q5_1_block(const float* x, BlockQ5_1& y, int64_t base) {
+void Format<GgmlType::Q5_1>::quantize(const float* x, BlockQ5_1& y, int64_t base) {
   check_finite_block(x, kQK, base);
   float min, max;
   min_max(x, kQK, min, max);
@@ -170,6 +171,8 @@ void q5_1_block(const float* x, BlockQ5_1& y, int64_t base) {
   }
   store_qh(qh, y.qh);
 }
+
+namespace {
 
 // --- K-quants (256-element super-blocks) ---------------------------------------------------------
 
@@ -374,7 +377,9 @@ void k_scales_and_levels(const float* x, Block& y, uint8_t* L, int nmax, float r
   }
 }
 
-void q4_k_block(const float* x, BlockQ4_K& y, int64_t base) {
+}  // namespace
+
+void Format<GgmlType::Q4_K>::quantize(const float* x, BlockQ4_K& y, int64_t base) {
   check_k_block(x, base, "q4_k");
   uint8_t L[kQKK];
   k_scales_and_levels(x, y, L, 15, -1.0f, 0.1f, 20, base, "q4_k");
@@ -386,7 +391,7 @@ void q4_k_block(const float* x, BlockQ4_K& y, int64_t base) {
   }
 }
 
-void q5_k_block(const float* x, BlockQ5_K& y, int64_t base) {
+void Format<GgmlType::Q5_K>::quantize(const float* x, BlockQ5_K& y, int64_t base) {
   check_k_block(x, base, "q5_k");
   uint8_t L[kQKK];
   k_scales_and_levels(x, y, L, 31, -0.5f, 0.1f, 15, base, "q5_k");
@@ -409,7 +414,7 @@ void q5_k_block(const float* x, BlockQ5_K& y, int64_t base) {
 //   3. levels recomputed: l = nearest_int(x / (d * sc_g)) clamped to [-32, 31], stored + 32; a
 //      group whose d * sc_g is 0 keeps the levels of step 1;
 //   4. packing as in formats.h (ql low nibbles, qh 2-bit pairs).
-void q6_k_block(const float* x, BlockQ6_K& y, int64_t base) {
+void Format<GgmlType::Q6_K>::quantize(const float* x, BlockQ6_K& y, int64_t base) {
   check_k_block(x, base, "q6_k");
   int8_t L[kQKK];
   float scales[16];
@@ -454,104 +459,52 @@ void q6_k_block(const float* x, BlockQ6_K& y, int64_t base) {
   }
 }
 
+namespace {
+
 // --- whole-row encoders with an element offset for messages --------------------------------------
 
-template <typename Block, int kSize, typename Fn>
-void blocks(const float* x, void* dst, int64_t n, int64_t base, Fn fn) {
-  auto* y = static_cast<Block*>(dst);
-  for (int64_t b = 0; b < n / kSize; ++b) fn(x + b * kSize, y[b], base + b * kSize);
-}
-
-template <typename Block, int kSize, typename Fn>
-void unblocks(const void* src, float* dst, int64_t n, Fn fn) {
-  const auto* x = static_cast<const Block*>(src);
-  for (int64_t b = 0; b < n / kSize; ++b) fn(x[b], dst + b * kSize);
-}
-
 void encode(GgmlType type, const float* x, void* dst, int64_t n, int64_t base) {
-  switch (type) {
-    case GgmlType::F32: {
-      check_finite_block(x, n, base);
-      std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
-      return;
-    }
-    case GgmlType::F16: {
-      auto* y = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) {
-        if (!std::isfinite(x[i])) non_finite(x[i], base + i);
-        y[i] = f32_to_fp16(x[i]);
-        if ((y[i] & 0x7c00u) == 0x7c00u) overflow(x[i], base + i, "f16 (max 65504)");
-      }
-      return;
-    }
-    case GgmlType::BF16: {
-      auto* y = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) {
-        if (!std::isfinite(x[i])) non_finite(x[i], base + i);
-        y[i] = f32_to_bf16(x[i]);
-        if ((y[i] & 0x7f80u) == 0x7f80u) overflow(x[i], base + i, "bf16");
-      }
-      return;
-    }
-    case GgmlType::Q4_0: {
-      auto* y = static_cast<BlockQ4_0*>(dst);
-      for (int64_t b = 0; b < n / kQK; ++b) q4_0_block(x + b * kQK, y[b], base + b * kQK);
-      return;
-    }
-    case GgmlType::Q4_1: {
-      auto* y = static_cast<BlockQ4_1*>(dst);
-      for (int64_t b = 0; b < n / kQK; ++b) q4_1_block(x + b * kQK, y[b], base + b * kQK);
-      return;
-    }
-    case GgmlType::Q8_0: {
-      auto* y = static_cast<BlockQ8_0*>(dst);
-      for (int64_t b = 0; b < n / kQK; ++b) q8_0_block(x + b * kQK, y[b], base + b * kQK);
-      return;
-    }
-    case GgmlType::Q5_0:
-      return blocks<BlockQ5_0, kQK>(x, dst, n, base, q5_0_block);
-    case GgmlType::Q5_1:
-      return blocks<BlockQ5_1, kQK>(x, dst, n, base, q5_1_block);
-    case GgmlType::Q4_K:
-      return blocks<BlockQ4_K, kQKK>(x, dst, n, base, q4_k_block);
-    case GgmlType::Q5_K:
-      return blocks<BlockQ5_K, kQKK>(x, dst, n, base, q5_k_block);
-    case GgmlType::Q6_K:
-      return blocks<BlockQ6_K, kQKK>(x, dst, n, base, q6_k_block);
-    default:
-      break;
-  }
-  fail("cannot quantize to type ", type_name(type), "; supported: ", kSupported);
+  const bool known = with_format(type, [&](auto f) {
+    using F = decltype(f);
+    auto* y = static_cast<typename F::Block*>(dst);
+    for (int64_t b = 0; b < n / F::kBlockSize; ++b)
+      F::quantize(x + b * F::kBlockSize, y[b], base + b * F::kBlockSize);
+  });
+  if (!known) fail("cannot quantize to type ", type_name(type), "; supported: ", format_names());
 }
 
 }  // namespace
 
+// --- the element formats' quantizers (format.h) --------------------------------------------------
+
+void Format<GgmlType::F32>::quantize(const float* x, float& y, int64_t base) {
+  if (!std::isfinite(*x)) non_finite(*x, base);
+  y = *x;
+}
+
+void Format<GgmlType::F16>::quantize(const float* x, uint16_t& y, int64_t base) {
+  if (!std::isfinite(*x)) non_finite(*x, base);
+  y = f32_to_fp16(*x);
+  if ((y & 0x7c00u) == 0x7c00u) overflow(*x, base, "f16 (max 65504)");
+}
+
+void Format<GgmlType::BF16>::quantize(const float* x, uint16_t& y, int64_t base) {
+  if (!std::isfinite(*x)) non_finite(*x, base);
+  y = f32_to_bf16(*x);
+  if ((y & 0x7f80u) == 0x7f80u) overflow(*x, base, "bf16");
+}
+
 // --- public API ----------------------------------------------------------------------------------
 
 bool is_convertible(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-      return true;
-    default:
-      return false;
-  }
+  return is_format(t);
 }
 
 void check_row_length(GgmlType t, int64_t n) {
   const TypeInfo* ti = type_info(t);
   if (!ti || !is_convertible(t)) {
     fail("type ", type_name(t), " (id ", static_cast<uint32_t>(t),
-         ") is not supported for conversion; supported: ", kSupported);
+         ") is not supported for conversion; supported: ", format_names());
   }
   if (n < 0 || n % ti->block_size != 0) {
     fail("row of ", n, " elements is not a whole number of ", ti->name, " blocks (", ti->block_size,
@@ -606,49 +559,11 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
 
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
   check_row_length(type, n);
-  switch (type) {
-    case GgmlType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case GgmlType::F16: {
-      const auto* x = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(x[i]);
-      return;
-    }
-    case GgmlType::BF16: {
-      const auto* x = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(x[i]);
-      return;
-    }
-    case GgmlType::Q4_0: {
-      const auto* x = static_cast<const BlockQ4_0*>(src);
-      for (int64_t b = 0; b < n / kQK; ++b) dequant_block_q4_0(x[b], dst + b * kQK);
-      return;
-    }
-    case GgmlType::Q4_1: {
-      const auto* x = static_cast<const BlockQ4_1*>(src);
-      for (int64_t b = 0; b < n / kQK; ++b) dequant_block_q4_1(x[b], dst + b * kQK);
-      return;
-    }
-    case GgmlType::Q8_0: {
-      const auto* x = static_cast<const BlockQ8_0*>(src);
-      for (int64_t b = 0; b < n / kQK; ++b) dequant_block_q8_0(x[b], dst + b * kQK);
-      return;
-    }
-    case GgmlType::Q5_0:
-      return unblocks<BlockQ5_0, kQK>(src, dst, n, dequant_block_q5_0);
-    case GgmlType::Q5_1:
-      return unblocks<BlockQ5_1, kQK>(src, dst, n, dequant_block_q5_1);
-    case GgmlType::Q4_K:
-      return unblocks<BlockQ4_K, kQKK>(src, dst, n, dequant_block_q4_k);
-    case GgmlType::Q5_K:
-      return unblocks<BlockQ5_K, kQKK>(src, dst, n, dequant_block_q5_k);
-    case GgmlType::Q6_K:
-      return unblocks<BlockQ6_K, kQKK>(src, dst, n, dequant_block_q6_k);
-    default:
-      break;
-  }
-  fail("cannot dequantize type ", type_name(type));  // unreachable: check_row_length rejected it
+  with_format(type, [&](auto f) {
+    using F = decltype(f);
+    const auto* x = static_cast<const typename F::Block*>(src);
+    for (int64_t b = 0; b < n / F::kBlockSize; ++b) F::dequantize(x[b], dst + b * F::kBlockSize);
+  });
 }
 
 void convert_row(GgmlType src_type, const void* src, GgmlType dst_type, void* dst, int64_t n) {

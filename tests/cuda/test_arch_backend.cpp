@@ -212,8 +212,8 @@ TEST_P(ArchBackend, MultiSequenceMatchesCpu) {
   }
 }
 
-// The sliding-window layers' KV caches as rings of window + prefill-chunk rows: tiny-gemma3
-// (window 8) with 5-token prefill chunks keeps 13 rows in its local layers, so a 37-token prompt
+// The sliding-window layers' KV caches as rings of window + prefill-chunk - 1 rows: tiny-gemma3
+// (window 8) with 5-token prefill chunks keeps 12 rows in its local layers, so a 37-token prompt
 // and the decode after it wrap them several times. Prefill (chunks of 5) and the decode that
 // continues it within the prefill bound of the CPU; decode alone within the decode bound; going
 // back more than a chunk is a clear error, as far as a chunk is fine.
@@ -330,11 +330,11 @@ TEST(ArchRingCache, MultiSequenceLocalLayersUseRings) {
       decode({1});
       if (HasFatalFailure()) return;
     }
-    // The rings keep 32 - 8 = 24 positions of slack: 25 back is refused, nothing changed.
-    EXPECT_THROW(b->rollback(ids[1], 70 - 25), Error);
+    // The rings keep 32 - 8 + 1 = 25 positions of slack: 26 back is refused, nothing changed.
+    EXPECT_THROW(b->rollback(ids[1], 70 - 26), Error);
     EXPECT_EQ(b->position(ids[1]), 70);
-    b->rollback(ids[1], 70 - 24);
-    seqs[1].resize(70 - 24);
+    b->rollback(ids[1], 70 - 25);  // the most the rings allow: position 45 reads 38..45
+    seqs[1].resize(70 - 25);
     decode({1});
     std::cout << "[ measure ] tiny-gemma3 q8_0" << (half ? " fp16" : " fp32")
               << " pool, rings of 32 rows, multi-sequence vs CPU: worst rel L2 " << worst << "\n";

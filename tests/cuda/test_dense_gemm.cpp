@@ -25,17 +25,13 @@ using test::Dev;
 using test::RandMat;
 using test::rel_l2;
 
-const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
-                           GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
-
 // Every weight of the copy is the CPU dequantization rounded to fp16 (relative 2^-11, and
 // subnormal-exact below fp16's normal range).
 TEST(DenseGemm, DequantizeMatchesCpuForEveryFormat) {
   REQUIRE_GPU();
   const int rows = 40, cols = 512;
   uint32_t seed = 900;
-  for (GgmlType t : kTypes) {
+  for (GgmlType t : test::all_formats()) {
     SCOPED_TRACE(type_name(t));
     RandMat m(t, rows, cols, seed++);
     const int ldo = cols + 8;  // a pitch past the row: the pad stays untouched

@@ -35,9 +35,13 @@ std::vector<double> ref_gemm(const RandMat& m, const std::vector<float>& x, int 
   return y;
 }
 
-const GgmlType kGemmTypes[] = {GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
-                               GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
-                               GgmlType::Q5_K, GgmlType::Q6_K};
+// Every format but F32, which the GEMM does not take (cuda::gemm_takes).
+std::vector<GgmlType> gemm_types() {
+  std::vector<GgmlType> v;
+  for (GgmlType t : test::all_formats())
+    if (t != GgmlType::F32) v.push_back(t);
+  return v;
+}
 
 // Weights and activations are rounded to fp16 (2^-11 relative each) before the fp32-accumulated
 // MMA; independent errors give a relative L2 error near 6e-4 (gemm_q4's own test); the formats
@@ -50,7 +54,7 @@ TEST(GemmFormats, StoreMatchesReferenceForEveryFormat) {
   // partial 32-token tile, and the fp16 path's 64-token tiles (from kGemmF16MinTokens on).
   const int n = 192, k = 1024;
   uint32_t seed = 500;
-  for (GgmlType t : kGemmTypes) {
+  for (GgmlType t : gemm_types()) {
     ASSERT_TRUE(cuda::gemm_takes(t)) << type_name(t);
     RandMat m(t, n, k, seed++);
     for (int T : {7, 33, cuda::kGemmF16MinTokens}) {

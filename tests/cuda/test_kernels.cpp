@@ -27,11 +27,6 @@ namespace {
 using test::Dev;
 using test::RandMat;
 
-// Every format the CUDA kernels take (cuda/qformat.h).
-const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
-                           GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
-
 bool is_float(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
 }
@@ -89,7 +84,7 @@ void ref_matvec(const TensorView& w, const std::vector<float>& x, std::vector<fl
 
 TEST(KernelEmbed, AllTypesMatchCpu) {
   REQUIRE_GPU();
-  for (GgmlType t : kTypes) {
+  for (GgmlType t : test::all_formats()) {
     const int cols = is_float(t) ? 70 : (block_of(t) == 256 ? 512 : 96);
     RandMat m(t, 37, cols, 11);
     for (int token : {0, 23, 36}) {
@@ -146,7 +141,7 @@ TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
   const std::vector<Shape> float_shapes = {{172, 64}, {64, 172},  {33, 70},   {577, 576},
                                            {5, 1},    {9, 2048},  {5001, 64}, {31, 2080},
                                            {6, 4099}, {960, 2560}};
-  for (GgmlType t : kTypes) {
+  for (GgmlType t : test::all_formats()) {
     const std::vector<Shape>& shapes =
         is_float(t) ? float_shapes : (block_of(t) == 256 ? k_shapes : quant_shapes);
     for (size_t si = 0; si < shapes.size(); ++si) {
@@ -437,7 +432,7 @@ TEST(KernelQkv, RopeKvAppendMatchCpu) {
   }
   // Every format once on a shape it takes (dim 1024: whole K-quant super-blocks).
   const QkvShape wide = {1024, 16, 4, 64, 64, 10000.f};
-  for (GgmlType t : kTypes)
+  for (GgmlType t : test::all_formats())
     check_qkv(t, t, is_float(t) || block_of(t) == 32 ? smol : wide, 9, 16, true, true);
   // SmolLM2-1.7B's projections (dim 2,048: two column slices for the K-quants; 4,608: three for
   // the 32-weight formats).
@@ -464,7 +459,7 @@ TEST(KernelGateUp, SiluAndGeluMulMatchCpu) {
   REQUIRE_GPU();
   // The second shape of each type is wider than one pass: column slices over several warps.
   for (int act : {0, 1})
-    for (GgmlType t : kTypes)
+    for (GgmlType t : test::all_formats())
       for (bool wide : {false, true}) {
         const int rows = is_float(t) ? 172 : 1536,
                   cols = is_float(t)

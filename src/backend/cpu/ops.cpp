@@ -1,8 +1,8 @@
 // CPU reference ops. Weights are read straight from the mmap'ed file and dequantized on the fly,
 // one block at a time (F32/F16/BF16 32 elements through a stack buffer; Q4_0/Q4_1/Q8_0 as a fused
 // block dot with the fp16 scale applied to the block's partial sum; Q5_0/Q5_1 32 and the K-quants
-// 256 elements dequantized by formats.h's block decoders, then a plain f32 dot). Memory cost for
-// weights: none beyond the mapping (1 KiB of stack per thread).
+// 256 elements dequantized by the format's reference decoder (quant/format.h), then a plain f32
+// dot). Memory cost for weights: none beyond the mapping (1 KiB of stack per thread).
 #include "backend/cpu/ops.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "quant/format.h"
 
 namespace smolrt::cpu {
 
@@ -26,12 +27,10 @@ inline float dot32(const float* a, const float* b) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-// Elements per block of the CPU loop: the K-quants' super-block, else 32 (F32/F16/BF16 rows are
-// walked 32 at a time with an element-wise tail).
+// Elements per block of the CPU loop: the format's block, or 32 for the element formats (F32/F16/
+// BF16 rows are walked 32 at a time with an element-wise tail).
 template <GgmlType T>
-constexpr int64_t kBlock = (T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K)
-                               ? kQKK
-                               : kQK;
+constexpr int64_t kBlock = Format<T>::kBlockSize == 1 ? kQK : Format<T>::kBlockSize;
 
 // A packed block of type B at byte offset `at` (rows may be unaligned: memcpy, not a cast).
 template <typename B>
@@ -41,66 +40,29 @@ inline B load_block(const uint8_t* at) {
   return blk;
 }
 
-// Dequantizes block b (kBlock<T> elements) of a row into out. The type is a template parameter so
-// the per-block work has no branch on it (one switch per row range in dispatch()).
+// Dequantizes block b (kBlock<T> elements) of a row into out with the format's reference decoder.
+// The type is a template parameter so the per-block work has no branch on it (one dispatch per
+// row range).
 template <GgmlType T>
 inline void dequant_block(const uint8_t* row, int64_t b, float* out) {
-  if constexpr (T == GgmlType::F32) {
-    std::memcpy(out, row + b * 32 * 4, 32 * 4);
-  } else if constexpr (T == GgmlType::F16) {
-    uint16_t h[32];
-    std::memcpy(h, row + b * 64, 64);  // rows may be unaligned
-    for (int j = 0; j < 32; ++j) out[j] = fp16_to_f32(h[j]);
-  } else if constexpr (T == GgmlType::BF16) {
-    uint16_t h[32];
-    std::memcpy(h, row + b * 64, 64);
-    for (int j = 0; j < 32; ++j) out[j] = bf16_to_f32(h[j]);
-  } else if constexpr (T == GgmlType::Q4_0) {
-    BlockQ4_0 blk;
-    std::memcpy(&blk, row + b * sizeof(BlockQ4_0), sizeof blk);
-    dequant_block_q4_0(blk, out);
-  } else if constexpr (T == GgmlType::Q4_1) {
-    BlockQ4_1 blk;
-    std::memcpy(&blk, row + b * sizeof(BlockQ4_1), sizeof blk);
-    dequant_block_q4_1(blk, out);
-  } else if constexpr (T == GgmlType::Q5_0) {
-    dequant_block_q5_0(load_block<BlockQ5_0>(row + b * sizeof(BlockQ5_0)), out);
-  } else if constexpr (T == GgmlType::Q5_1) {
-    dequant_block_q5_1(load_block<BlockQ5_1>(row + b * sizeof(BlockQ5_1)), out);
-  } else if constexpr (T == GgmlType::Q4_K) {
-    dequant_block_q4_k(load_block<BlockQ4_K>(row + b * sizeof(BlockQ4_K)), out);
-  } else if constexpr (T == GgmlType::Q5_K) {
-    dequant_block_q5_k(load_block<BlockQ5_K>(row + b * sizeof(BlockQ5_K)), out);
-  } else if constexpr (T == GgmlType::Q6_K) {
-    dequant_block_q6_k(load_block<BlockQ6_K>(row + b * sizeof(BlockQ6_K)), out);
-  } else {
-    static_assert(T == GgmlType::Q8_0);
-    BlockQ8_0 blk;
-    std::memcpy(&blk, row + b * sizeof(BlockQ8_0), sizeof blk);
-    dequant_block_q8_0(blk, out);
-  }
+  using F = Format<T>;
+  using B = typename F::Block;
+  constexpr int64_t kPer = kBlock<T> / F::kBlockSize;  // format blocks per loop block
+  for (int64_t j = 0; j < kPer; ++j)
+    F::dequantize(load_block<B>(row + (b * kPer + j) * sizeof(B)), out + j * F::kBlockSize);
 }
 
-// Rows of f32/f16/bf16 may have cols not a multiple of 32: handle the tail element-wise.
-inline float elem(GgmlType t, const uint8_t* row, int64_t i) {
-  switch (t) {
-    case GgmlType::F32: {
-      float f;
-      std::memcpy(&f, row + i * 4, 4);
-      return f;
-    }
-    case GgmlType::F16: {
-      uint16_t h;
-      std::memcpy(&h, row + i * 2, 2);
-      return fp16_to_f32(h);
-    }
-    case GgmlType::BF16: {
-      uint16_t h;
-      std::memcpy(&h, row + i * 2, 2);
-      return bf16_to_f32(h);
-    }
-    default:
-      fail("internal: elem on type ", type_name(t));
+// Element i of a row of an element format (rows of f32/f16/bf16 may have cols not a multiple of
+// 32: the tail is walked element-wise). Block formats have whole blocks only (check_computable).
+template <GgmlType T>
+inline float elem(const uint8_t* row, int64_t i) {
+  using F = Format<T>;
+  if constexpr (F::kBlockSize == 1) {
+    float v;
+    F::dequantize(load_block<typename F::Block>(row + i * sizeof(typename F::Block)), &v);
+    return v;
+  } else {
+    fail("internal: a ", F::kName, " row with a partial block");
   }
 }
 
@@ -173,7 +135,7 @@ void rows_t(float* out, const TensorView& w, const float* x, int n, int64_t r0, 
     const uint8_t* row = row_ptr(w, r);
     if (!x) {
       for (int64_t b = 0; b < nb; ++b) dequant_block<T>(row, b, out + b * kB);
-      for (int64_t i = nb * kB; i < w.cols; ++i) out[i] = elem(T, row, i);
+      for (int64_t i = nb * kB; i < w.cols; ++i) out[i] = elem<T>(row, i);
       return;
     }
     for (int j = 0; j < n; ++j) {
@@ -187,7 +149,7 @@ void rows_t(float* out, const TensorView& w, const float* x, int n, int64_t r0, 
           for (int64_t k = 0; k < kB; k += 32) acc += dot32(tmp + k, xj + b * kB + k);
         }
       }
-      for (int64_t i = nb * kB; i < cols; ++i) acc += elem(T, row, i) * xj[i];
+      for (int64_t i = nb * kB; i < cols; ++i) acc += elem<T>(row, i) * xj[i];
       out[j * rows + r] = acc;
     }
   }
@@ -195,32 +157,9 @@ void rows_t(float* out, const TensorView& w, const float* x, int n, int64_t r0, 
 
 // The one place a runtime type becomes a template parameter.
 void dispatch(float* out, const TensorView& w, const float* x, int n, int64_t r0, int64_t r1) {
-  switch (w.type) {
-    case GgmlType::F32:
-      return rows_t<GgmlType::F32>(out, w, x, n, r0, r1);
-    case GgmlType::F16:
-      return rows_t<GgmlType::F16>(out, w, x, n, r0, r1);
-    case GgmlType::BF16:
-      return rows_t<GgmlType::BF16>(out, w, x, n, r0, r1);
-    case GgmlType::Q4_0:
-      return rows_t<GgmlType::Q4_0>(out, w, x, n, r0, r1);
-    case GgmlType::Q4_1:
-      return rows_t<GgmlType::Q4_1>(out, w, x, n, r0, r1);
-    case GgmlType::Q8_0:
-      return rows_t<GgmlType::Q8_0>(out, w, x, n, r0, r1);
-    case GgmlType::Q5_0:
-      return rows_t<GgmlType::Q5_0>(out, w, x, n, r0, r1);
-    case GgmlType::Q5_1:
-      return rows_t<GgmlType::Q5_1>(out, w, x, n, r0, r1);
-    case GgmlType::Q4_K:
-      return rows_t<GgmlType::Q4_K>(out, w, x, n, r0, r1);
-    case GgmlType::Q5_K:
-      return rows_t<GgmlType::Q5_K>(out, w, x, n, r0, r1);
-    case GgmlType::Q6_K:
-      return rows_t<GgmlType::Q6_K>(out, w, x, n, r0, r1);
-    default:
-      fail("internal: no CPU kernel for type ", type_name(w.type));
-  }
+  const bool known =
+      with_format(w.type, [&](auto f) { rows_t<decltype(f)::kType>(out, w, x, n, r0, r1); });
+  if (!known) fail("internal: no CPU kernel for type ", type_name(w.type));
 }
 
 }  // namespace
@@ -229,8 +168,8 @@ void check_computable(const TensorView& w) {
   const TypeInfo* ti = type_info(w.type);
   if (!ti || !ti->computable) {
     fail("tensor '", w.name, "' has type ", type_name(w.type),
-         " which the CPU backend cannot compute; use F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
-         "Q8_0, Q4_K, Q5_K or Q6_K (requantize with `smolrt quantize`)");
+         " which the CPU backend cannot compute; use one of ", format_names(true),
+         " (requantize with `smolrt quantize`)");
   }
   if (w.cols % ti->block_size != 0) {
     fail("tensor '", w.name, "' has ", w.cols, " columns, not a multiple of the ", ti->name,

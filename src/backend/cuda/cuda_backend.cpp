@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_prefill.h"
 #include "backend/cuda/decode_layer.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/kv_pages.h"
 #include "core/cuda_check.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -97,14 +98,13 @@ class CudaBackend final : public CudaBackendApi {
     w_ = cuda::upload_weights(m.weights, cfg_);
     if (opt.f16_weights) dense_ = cuda::make_dense(w_, cfg_);
 
-    // A sliding-window layer's KV cache is a ring of window + prefill-chunk rows (the last
-    // `window` keys any query reads, plus the chunk written before its attention runs), when
-    // that is smaller than the context: gemma3-270m at 32,768 tokens keeps 1,024 rows in 15 of
-    // its 18 layers. Prompts then prefill in chunks of at most ring_chunk_ tokens.
+    // A sliding-window layer's KV cache is a ring (kv_pages.h's rule for steps of a prefill
+    // chunk), when that is smaller than the context: gemma3-270m at 32,768 tokens keeps 1,023
+    // rows in 15 of its 18 layers. Prompts then prefill in chunks of at most ring_chunk_ tokens.
     ring_chunk_ = copt_.prefill_chunk;
     size_t kv_floats = 0;
     for (int l = 0; l < cfg_.n_layers; ++l) {
-      const long ring = (long)cfg_.sliding_window + ring_chunk_;
+      const int64_t ring = sliding_ring_rows(cfg_.sliding_window, ring_chunk_);
       ring_.push_back(cfg_.is_swa(l) && cfg_.sliding_window > 0 && ring < n_ctx_ ? (int)ring : 0);
       kv_off_.push_back(kv_floats);
       kv_floats += 2 * (size_t)(ring_[l] > 0 ? ring_[l] : n_ctx_) * cfg_.kv_dim();
@@ -385,7 +385,8 @@ class CudaBackend final : public CudaBackendApi {
     return kcache(l) + (size_t)(ring_[l] > 0 ? ring_[l] : n_ctx_) * cfg_.kv_dim();
   }
   // Going back to `pos` (rollback, or a step at an earlier position) keeps the window of every
-  // ring cache only up to ring_chunk_ positions back: the ring rows before were overwritten.
+  // ring cache only up to sliding_ring_back(window + chunk - 1, window) = ring_chunk_ positions
+  // back (kv_pages.h): the ring rows before were overwritten.
   void check_ring_back(int pos) const {
     if (pos >= pos_ - ring_chunk_) return;
     fail("going back from position ", pos_, " to ", pos,

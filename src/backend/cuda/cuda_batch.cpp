@@ -164,12 +164,12 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   const size_t budget = free_b / 2 > ws_guess ? free_b / 2 - ws_guess : 0;
   BatchGeometry geo = batch_geometry(c_, opt, int64_t(c_.n_layers * row_bytes), int64_t(budget));
   // A sliding-window layer reads a sequence's last `window` keys only: its cache is a ring per
-  // sequence of window + step - 1 rows (a step's chunk is written before its attention reads back
-  // a window from the chunk's first row), in whole pages, when that holds less than the pool.
+  // sequence (kv_pages.h's rule for steps of max_step tokens), in whole pages, when that holds
+  // less than the pool.
   int n_local = 0;
   for (int l = 0; l < c_.n_layers; ++l) n_local += c_.is_swa(l) ? 1 : 0;
   if (n_local > 0 && c_.sliding_window > 0) {
-    const int64_t ring = int64_t(c_.sliding_window) + max_step_ - 1;
+    const int64_t ring = sliding_ring_rows(c_.sliding_window, max_step_);
     const int64_t rp = (ring + opt.page_size - 1) / opt.page_size;
     if (rp * opt.page_size < geo.seq_ctx && rp * opt.max_seqs < geo.n_pages) {
       ring_pages_ = int(rp);
@@ -281,12 +281,13 @@ std::string CudaBatchBackend::device_name() const {
 }
 
 // Rings hold the last ring rows of a sequence: going back keeps every window it needs as long as
-// the step that follows reads nothing the ring has overwritten (at most ring - window back).
+// the step that follows reads nothing the ring has overwritten (kv_pages.h's sliding_ring_back).
 void CudaBatchBackend::rollback(int seq, int pos) {
   const int back = kv_->position(seq) - pos;
-  if (ring_pages_ && back > kv_ring_rows() - c_.sliding_window)
+  const int64_t most = sliding_ring_back(kv_ring_rows(), c_.sliding_window);
+  if (ring_pages_ && back > most)
     fail("rollback of sequence ", seq, " by ", back, " positions is beyond the sliding-window ",
-         "layers' KV rings (at most ", kv_ring_rows() - c_.sliding_window,
+         "layers' KV rings (at most ", most,
          "); allow more with a larger max step (--max-step-tokens)");
   kv_->truncate(seq, pos);
 }

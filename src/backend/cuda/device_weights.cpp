@@ -16,7 +16,7 @@ void check_matrix(const TensorView& t, const char* role) {
   const DevLayout l = dev_layout(t.type);
   if (l.qk == 0) {
     fail("tensor '", t.name, "' (", role, ") has type ", type_name(t.type),
-         ", which has no CUDA kernel (supported: ", kDeviceFormats,
+         ", which has no CUDA kernel (supported: ", format_names(),
          "); requantize with `smolrt quantize --type q4_k_m` (or q8_0) or use --backend cpu");
   }
   if (t.cols % l.qk != 0) {
