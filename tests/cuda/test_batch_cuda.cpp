@@ -511,6 +511,54 @@ TEST(CudaBatch, ForkedSequencesMatchFreshOnes) {
   }
 }
 
+// Speculation (one-row greedy steps launched before the host has read the id they continue):
+// a script of steps that adopts chains of them across page boundaries and drops them in every
+// way a caller can (another token, a rollback, a new sequence, a shared step, a freed neighbour,
+// logits asked for) gives the same tokens as the same script without speculation. Split-K off
+// and the quantized GEMM for prompts (no cuBLASLt kernels picked by timing, which may differ
+// between two engines): both runs then compute the same bits.
+TEST(CudaBatch, SpeculatedStepsMatchPlainOnes) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto run = [&](bool speculate) {
+    CudaOptions co = cuda_options_from_env();
+    co.split_k = false;
+    co.speculate = speculate;
+    auto b = make_batch(model, false, Gemms::kQuantized, co);
+    std::vector<int> out;
+    auto one = [&](int seq, std::span<const int> toks, int logits = 0) {
+      out.push_back(b->step(std::vector<SeqStep>{greedy(seq, toks, logits)})[0].token);
+      return out.back();
+    };
+    auto chain = [&](int seq, int t, int n) {
+      for (int i = 0; i < n; ++i) t = one(seq, std::span<const int>(&t, 1));
+      return t;
+    };
+    const std::vector<int> prompt = prompt_of(21, V, 91), other = prompt_of(9, V, 92);
+    const int a = b->add_sequence();
+    int t = chain(a, one(a, prompt), 40);  // positions 21..61: two page boundaries
+    const int x = (t + 1) % V;             // not the chosen id: dropped
+    t = chain(a, one(a, std::span<const int>(&x, 1)), 5);
+    b->rollback(a, b->position(a) - 3);  // with one pending
+    t = chain(a, one(a, std::span<const int>(&x, 1)), 5);
+    const int c = b->add_sequence();  // with one pending
+    int tc = one(c, other);
+    const std::vector<int> ab = {t, tc};
+    const auto r = b->step(std::vector<SeqStep>{greedy(a, std::span<const int>(&ab[0], 1), 0),
+                                                greedy(c, std::span<const int>(&ab[1], 1), 0)});
+    out.push_back(r[0].token), out.push_back(r[1].token);
+    t = chain(a, r[0].token, 3);
+    b->free_sequence(c);  // with one pending for a
+    t = chain(a, t, 3);
+    t = one(a, std::span<const int>(&t, 1), 1);  // logits asked for: not speculated past
+    chain(a, t, 3);
+    return out;
+  };
+  const std::vector<int> plain = run(false), spec = run(true);
+  ASSERT_EQ(spec.size(), plain.size());
+  EXPECT_EQ(spec, plain);
+}
+
 // Structured output's allowed-token mask, on the one-row path and on a shared step: the token is
 // the best allowed one, the others' logits -inf, the allowed ones as without a mask.
 TEST(CudaBatch, AllowedTokenMaskConstrainsTheSample) {

@@ -15,6 +15,15 @@
 // are token 0 at position 0 of a scratch "sequence" whose one page is outside the pool, so they
 // touch nothing real.
 //
+// Speculation (CudaOptions::speculate): after a one-row greedy decode step whose next token fits
+// its sequence's last page, the next step of that sequence is launched before the host has read
+// this one's id (its token is copied on the device from this step's id slot). A step() asking for
+// exactly that (the same sequence, the id just returned, nothing but greedy) adopts it; anything
+// else, or any change to the sequences in between, drops it: it still runs, but it wrote only the
+// unused K/V row past its sequence's position, in a page that sequence owns, and its staging and
+// id slot are its own (one-row steps alternate between two of each). The host's wake-up, staging
+// and launch then overlap the GPU's step, as in the single-sequence backend.
+//
 // Weights: the decode backend's device image (upload_weights), read by the prefill GEMMs as is.
 #include <algorithm>
 #include <cstring>
@@ -66,15 +75,35 @@ class CudaBatchBackend final : public BatchBackend {
   int max_step_tokens() const override { return max_step_; }
   int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
 
+  int add_sequence() override {
+    spec_.on = false;
+    return BatchBackend::add_sequence();
+  }
+  void free_sequence(int seq) override {
+    spec_.on = false;
+    BatchBackend::free_sequence(seq);
+  }
+  int match_prefix(int seq, std::span<const int> tokens) override {
+    spec_.on = false;
+    return BatchBackend::match_prefix(seq, tokens);
+  }
   void rollback(int seq, int pos) override;
   int fork_sequence(int seq) override;
 
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
 
  private:
-  // The launches of one step of nb rows, mb output rows, attention in `splits` splits (captured
-  // per bucket).
-  void forward(int nb, int mb, int splits, bool masked);
+  // The launches of one step of nb rows, mb output rows, attention in `splits` splits, the chosen
+  // ids to `out` (captured per bucket).
+  void forward(int nb, int mb, int splits, bool masked, int* out);
+  // forward() as the bucket's graph (captured on first use), or plain launches without graphs.
+  // par: which of the two id slots a one-row step writes (0 for the others).
+  void launch(int nb, int mb, int splits, bool masked, int par);
+  // Whether the step after `batch` (just staged) is worth launching now (see the file comment).
+  bool speculable(std::span<const SeqStep> batch) const;
+  // Launches the next step of seq, its token the id the one-row step of parity `par` chooses.
+  void speculate(int seq, int par);
+  std::vector<SeqResult> adopt(const SeqStep& s);
   void upload_tables(int seq);
   // Copies rows [src, src + n) of layer l's K and V to [dst, dst + n) (a page copy or a ring).
   void copy_rows(int l, int src, int dst, int n);
@@ -112,6 +141,10 @@ class CudaBatchBackend final : public BatchBackend {
   int* d_ring_tables_ = nullptr;  // [max_seqs + 1][table_stride]: ring pages, repeated
   float* d_xo_ = nullptr;         // [cap][dim] gathered output rows
   int* out_host_ = nullptr;       // [cap] chosen ids (pinned, written by the kernels)
+  int* out1_ = nullptr;           // [2] one-row steps' chosen ids, by parity (pinned)
+  int* spec_st_ = nullptr;        // [2][kStaged] speculative steps' staging, by parity (pinned)
+  cudaEvent_t done_[2] = {};      // after the one-row step of each parity
+  int par_ = 0;                   // parity of the last one-row step launched
   int* d_hist_ = nullptr;         // penalty windows of the sampled rows
   uint32_t* d_masks_ = nullptr;   // [max_seqs][mask_words_] allowed-token masks of a step
   uint32_t* masks_host_ = nullptr;
@@ -126,9 +159,14 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PinnedBuffer hist_pinned_;
   std::vector<int> uploaded_;  // pages of each sequence's table already on the device
   cudaStream_t stream_ = nullptr;
-  std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<int, int, int, bool, int>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
-  bool pdl_ = true, split_k_ = true;
+  bool pdl_ = true, split_k_ = true, speculate_ = true;
+  struct {
+    bool on = false;  // a launched step waits to be adopted
+    int seq = 0, pos = 0, par = 0;
+    int token = 0;  // the id it was fed (the previous step's, returned by step())
+  } spec_;
   // How this backend's kernels are launched (its stream and options).
   cuda::Launch kernels() const { return {stream_, pdl_, split_k_}; }
   cpu::SampleScratch scratch_;
@@ -238,10 +276,13 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   carve(placer);
   CUDA_CHECK(cudaMemset(d_counters_, 0, sizeof(int) * size_t(cap) * c_.n_kv_heads));
   CUDA_CHECK(cudaMemset(attn1_.counters, 0, sizeof(int) * c_.n_heads));
-  host_ = cuda::PinnedBuffer(sizeof(int) * ((kStaged + 1) * size_t(cap) + tables), "step staging");
+  host_ = cuda::PinnedBuffer(sizeof(int) * ((kStaged + 1) * size_t(cap) + tables + 2 + 2 * kStaged),
+                             "step staging");
   st_ = static_cast<int*>(host_.get());
   out_host_ = st_ + kStaged * cap;
   tables_host_ = out_host_ + cap;
+  out1_ = tables_host_ + tables;
+  spec_st_ = out1_ + 2;
   if (ring_pages_) {
     // Fixed: sequence s's ring pages, repeated along the table, so page index t / page_size of
     // position t lands on ring page (t / page_size) % ring_pages. The padding sequence (row
@@ -261,6 +302,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   use_graph_ = co.use_graph;
   pdl_ = co.pdl;
   split_k_ = co.split_k;
+  speculate_ = co.speculate;
+  for (cudaEvent_t& e : done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   if (opt.f16_weights)
     pw_.dense_rows =
         opt.dense_rows > 0 ? opt.dense_rows : cuda::measure_dense_rows(pw_, ws_, cap, kernels());
@@ -269,6 +312,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
 CudaBatchBackend::~CudaBatchBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+  for (cudaEvent_t e : done_)
+    if (e) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -283,6 +328,7 @@ std::string CudaBatchBackend::device_name() const {
 // Rings hold the last ring rows of a sequence: going back keeps every window it needs as long as
 // the step that follows reads nothing the ring has overwritten (kv_pages.h's sliding_ring_back).
 void CudaBatchBackend::rollback(int seq, int pos) {
+  spec_.on = false;
   const int back = kv_->position(seq) - pos;
   const int64_t most = sliding_ring_back(kv_ring_rows(), c_.sliding_window);
   if (ring_pages_ && back > most)
@@ -305,6 +351,7 @@ void CudaBatchBackend::upload_tables(int seq) {
 }
 
 int CudaBatchBackend::fork_sequence(int seq) {
+  spec_.on = false;
   const int f = kv_->fork(seq);
   // Sliding-window layers keep their rows in the sequence's ring: the fork takes a copy.
   const int rows = ring_pages_ * kv_->page_size();
@@ -323,7 +370,7 @@ void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
   }
 }
 
-void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
+void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out) {
   const cuda::Launch k = kernels();
   cuda::StepRows rows;
   rows.pos = d_st(kPos, nb), rows.slot = d_st(kSlot, nb), rows.seq = d_st(kSeq, nb);
@@ -336,7 +383,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
   auto mask_and_argmax = [&] {
     if (masked)
       cuda::mask_logits(ws_.logits, V, V, mb, d_st(kMaskIdx, nb), d_masks_, mask_words_, k);
-    cuda::argmax_rows(ws_.logits, V, V, mb, out_host_, k);
+    cuda::argmax_rows(ws_.logits, V, V, mb, out, k);
   };
   cuda::embed_batch(dw_.token_embd, d_st(kTok, nb), nb, ws_.x, c_.dim, k, c_.embed_scale);
   if (nb == 1) {
@@ -372,7 +419,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
     // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
     const int parts = cuda::gemv_argmax(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits,
                                         d_part_v_, d_part_i_, k);
-    cuda::argmax_final(d_part_v_, d_part_i_, parts, out_host_, k);
+    cuda::argmax_final(d_part_v_, d_part_i_, parts, out, k);
     return;
   }
   cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, k, &rows);
@@ -393,8 +440,79 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked) {
   mask_and_argmax();
 }
 
+bool CudaBatchBackend::speculable(std::span<const SeqStep> batch) const {
+  if (!speculate_ || !use_graph_ || ring_pages_ || batch.size() != 1) return false;
+  const SeqStep& s = batch[0];
+  // Rings: a dropped step would have overwritten a ring row a rollback may still need.
+  return s.tokens.size() == 1 && s.sample && s.params.greedy() && !s.params.has_penalties() &&
+         s.logits == 0 && s.allowed.empty() && kv_->position(s.seq) < kv_->seq_ctx() &&
+         kv_->pages_needed(s.seq, 1) == 0;
+}
+
+void CudaBatchBackend::speculate(int seq, int par) {
+  const int q = par ^ 1, p = kv_->position(seq), ps = kv_->page_size();
+  int* st = spec_st_ + q * kStaged;  // a one-row step's staging: field f at [f]
+  st[kTok] = 0;                      // replaced on the device by the id below
+  st[kPos] = p;
+  st[kSlot] = kv_->block_table(seq).back() * ps + p % ps;  // the last page has room (speculable)
+  st[kSeq] = seq;
+  st[kOutRow] = 0;
+  st[kRingSlot] = 0;
+  st[kFirstPos] = p;
+  st[kMaskIdx] = -1;
+  CUDA_CHECK(cudaMemcpyAsync(d_st_, st, sizeof(int) * kStaged, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(d_st_ + kTok, out1_ + par, sizeof(int), cudaMemcpyHostToDevice, stream_));
+  launch(1, 1, cuda::attn_paged_splits(p, c_.n_kv_heads, cuda::sm_count()), false, q);
+  CUDA_CHECK(cudaEventRecord(done_[q], stream_));
+  par_ = q;
+  spec_.on = true, spec_.seq = seq, spec_.pos = p, spec_.par = q;
+}
+
+std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
+  std::vector<PageCopy> copies;
+  kv_->grow(s.seq, s.tokens, copies);  // the position only: the page was there, and owned
+  const int q = spec_.par;
+  spec_.on = false;
+  const bool next = speculable(std::span<const SeqStep>(&s, 1));
+  if (next) speculate(s.seq, q);  // the one after, fed this one's id
+  CUDA_CHECK(cudaEventSynchronize(done_[q]));
+  kv_->publish(s.seq);
+  std::vector<SeqResult> res(1);
+  res[0].token = out1_[q];
+  spec_.token = res[0].token;
+  return res;
+}
+
+void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par) {
+  int* out = nb == 1 ? out1_ + par : out_host_;
+  if (!use_graph_) return forward(nb, mb, splits, masked, out);
+  cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked, par}];
+  if (!g) {
+    // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
+    // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
+    // and ids are written again by the replay).
+    forward(nb, mb, splits, masked, out);
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    forward(nb, mb, splits, masked, out);
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  CUDA_CHECK(cudaGraphLaunch(g, stream_));
+}
+
 std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   check_step(batch);
+  if (spec_.on) {
+    if (batch.size() == 1 && batch[0].seq == spec_.seq &&
+        kv_->position(batch[0].seq) == spec_.pos && batch[0].tokens.size() == 1 &&
+        batch[0].tokens[0] == spec_.token && speculable(batch))
+      return adopt(batch[0]);
+    // Dropped: it runs before anything launched now, and wrote nothing this step reads.
+    spec_.on = false;
+  }
   int rows = 0;
   for (const SeqStep& s : batch) rows += (int)s.tokens.size();
   const int nb = bucket(rows);
@@ -452,24 +570,9 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
                                cudaMemcpyHostToDevice, stream_));
   const bool masked = n_masks > 0;
 
-  if (use_graph_) {
-    cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked}];
-    if (!g) {
-      // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
-      // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
-      // and ids are written again by the replay).
-      forward(nb, mb, splits, masked);
-      cudaGraph_t graph;
-      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      forward(nb, mb, splits, masked);
-      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
-      CUDA_CHECK(cudaGraphDestroy(graph));
-    }
-    CUDA_CHECK(cudaGraphLaunch(g, stream_));
-  } else {
-    forward(nb, mb, splits, masked);
-  }
+  const int par = nb == 1 ? (par_ ^= 1) : 0;
+  int* out = nb == 1 ? out1_ + par : out_host_;
+  launch(nb, mb, splits, masked, par);
 
   // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
   // one copy); a row it cannot take (vocab or candidates past its limits: -1) samples on the host.
@@ -500,10 +603,17 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     if (!s.sample || (s.params.greedy() && !s.params.has_penalties()) || !gpu_sampler) continue;
     const int r = outs[i].first + outs[i].second - 1;
     const int nh = (int)cpu::penalty_window(s.history, s.params).size();
-    cuda::sample(ws_.logits + size_t(r) * V, V, s.params, s.u, d_hist_ + hist_off[i], nh,
-                 out_host_ + r, kernels());
+    cuda::sample(ws_.logits + size_t(r) * V, V, s.params, s.u, d_hist_ + hist_off[i], nh, out + r,
+                 kernels());
   }
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the ids are in out_host_
+  const bool next = nb == 1 && speculable(batch);
+  if (next) {
+    CUDA_CHECK(cudaEventRecord(done_[par], stream_));
+    speculate(batch[0].seq, par);
+    CUDA_CHECK(cudaEventSynchronize(done_[par]));  // the id is in out1_[par]
+  } else {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the ids are in out
+  }
   for (const SeqStep& s : batch) kv_->publish(s.seq);
 
   std::vector<SeqResult> res(batch.size());
@@ -519,7 +629,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
                             sizeof(float) * count * V, cudaMemcpyDeviceToHost));
     }
     if (!s.sample) continue;
-    int tok = (plain || gpu_sampler) ? out_host_[last] : -1;
+    int tok = (plain || gpu_sampler) ? out[last] : -1;
     if (tok < 0) {  // the host sampler on this row's logits
       std::span<const float> l;
       if (s.logits > 0) {
@@ -534,6 +644,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     }
     res[i].token = tok;
   }
+  if (next) spec_.token = res[0].token;
   return res;
 }
 
