@@ -2,14 +2,16 @@
 """Serving benchmark for a running `smolrt serve` (python3 stdlib only).
 
 For each concurrency level C (default 1,8,64,256) it sends max(4*C, 16) streaming
-/v1/completions requests from C clients (threads spread over up to 8 processes), after one
+/v1/completions requests from C clients (threads spread over up to 64 processes), after one
 unrecorded warm-up round: ~100-word text prompts (the text differs per request; ~100 tokens on
 the SmolLM2 vocabulary), or with --prompt-ids N prompts of exactly N token ids (the same length
 on every vocabulary), 128 generated tokens each (ignore_eos, temperature 0). It measures the time
 to the first streamed token and the whole request time, and prints and appends one JSON line per
 level to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
 generated and prompt tok/s, TTFT p50/p99, request time p50/p99 (seconds), prompt tokens the prefix
-cache served per request.
+cache served per request, and "server": smolrt's own view of the level from its /metrics (mean
+TTFT from arrival to the first token's sampling, mean step time, steps, rows and tokens per step,
+the share of the wall time spent in steps), null for a server without them.
 
 Workload options (recorded in each line):
   --shared-prefix N      every prompt starts with the same N tokens (natural text from the server's
@@ -148,6 +150,54 @@ def client_process(a, ids, conc, headers, q):
     q.put((results, errors))
 
 
+# The server's own counters (`smolrt serve`'s /metrics): their change over a level gives its view
+# of the run, none of the client's time in it.
+SERVER_SERIES = ("smolrt_time_to_first_token_seconds_sum", "smolrt_time_to_first_token_seconds_count",
+                 "smolrt_step_seconds_sum", "smolrt_step_seconds_count",
+                 "smolrt_batch_tokens_sum", "smolrt_batch_sequences_sum")
+
+
+def server_counters(a, headers):
+    """The SERVER_SERIES values now, or None where the server has no /metrics (llama-server)."""
+    try:
+        c = http.client.HTTPConnection(a.host, a.port, timeout=30)
+        c.request("GET", "/metrics", headers=headers)
+        r = c.getresponse()
+        body = r.read().decode()
+        c.close()
+    except (OSError, http.client.HTTPException):
+        return None
+    if r.status != 200:
+        return None
+    v = {}
+    for line in body.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in SERVER_SERIES:
+            v[parts[0]] = float(parts[1])
+    return v if len(v) == len(SERVER_SERIES) else None
+
+
+def server_view(before, after, wall):
+    """Means over the level: TTFT from arrival to the first token's sampling, the backend step,
+    rows and tokens per step, and the share of the wall time the scheduler spent in steps."""
+    if before is None or after is None:
+        return None
+    d = {k: after[k] - before[k] for k in SERVER_SERIES}
+    steps = d["smolrt_step_seconds_count"]
+    firsts = d["smolrt_time_to_first_token_seconds_count"]
+    if steps <= 0:
+        return None
+    return {
+        "ttft_mean_ms": round(1e3 * d["smolrt_time_to_first_token_seconds_sum"] / firsts, 3)
+        if firsts > 0 else None,
+        "step_mean_ms": round(1e3 * d["smolrt_step_seconds_sum"] / steps, 3),
+        "steps": int(steps),
+        "rows_per_step": round(d["smolrt_batch_sequences_sum"] / steps, 1),
+        "tokens_per_step": round(d["smolrt_batch_tokens_sum"] / steps, 1),
+        "step_share": round(d["smolrt_step_seconds_sum"] / wall, 3) if wall > 0 else None,
+    }
+
+
 def run_level(a, conc, info, headers):
     """C clients, spread over up to --procs processes (threads in each), so the GIL of one
     Python process does not cap the request rate; each client sends its requests back to back."""
@@ -160,6 +210,7 @@ def run_level(a, conc, info, headers):
         ids = [base + i for i in range(k, n, procs)]
         cc = conc // procs + (1 if k < conc % procs else 0)
         ps.append(multiprocessing.Process(target=client_process, args=(a, ids, cc, headers, q)))
+    before = server_counters(a, headers)
     t0 = time.perf_counter()
     for p in ps:
         p.start()
@@ -169,6 +220,7 @@ def run_level(a, conc, info, headers):
         results += r
         errors += e
     wall = time.perf_counter() - t0
+    after = server_counters(a, headers)
     for p in ps:
         p.join()
     ttfts = [r[0] for r in results]
@@ -192,6 +244,9 @@ def run_level(a, conc, info, headers):
         "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
         "request_p50_s": percentile(times, 50), "request_p99_s": percentile(times, 99),
         "first_error": errors[0] if errors else None,
+        # The server's counters over the level (None without smolrt's /metrics); the wall time
+        # includes starting the client processes.
+        "server": server_view(before, after, wall),
     }
 
 

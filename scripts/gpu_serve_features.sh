@@ -37,23 +37,6 @@ with open(sys.argv[3], "a") as f:
         d = json.loads(line); d["variant"] = sys.argv[1]; f.write(json.dumps(d) + "\n")
 PY
   rm -f /tmp/sf.jsonl
-  # The server's own view: time to first token from arrival to the token's sampling, step time,
-  # rows and tokens per step (means over the run).
-  curl -s "http://127.0.0.1:$port/metrics" | python3 -c '
-import re, sys
-v = {}
-for line in sys.stdin:
-    m = re.match(r"(smolrt_\w+?)_(sum|count) ([0-9.e+-]+)", line)
-    if m: v[(m[1], m[2])] = float(m[3])
-out = []
-for k, unit, scale in (("smolrt_time_to_first_token_seconds", "ms", 1e3),
-                       ("smolrt_step_seconds", "ms", 1e3), ("smolrt_batch_sequences", "rows", 1),
-                       ("smolrt_batch_tokens", "tokens", 1)):
-    n = v.get((k, "count"), 0)
-    if n:
-        mean = v[(k, "sum")] / n * scale
-        out.append(f"{k[7:]} mean {mean:.2f} {unit}")
-print("server: " + ", ".join(out))' | sed "s/^/$variant: /"
   kill -TERM "$sp"
   wait "$sp"
 }

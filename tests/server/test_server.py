@@ -491,8 +491,41 @@ def case_smollm2(binary):
         check(srv.stop() == 0, "exit code")
 
 
+def case_bench(binary):
+    # scripts/bench_serve.py, the benchmark client the GPU figures come from: every request
+    # answered, the generated count what was asked (ignore_eos), and the server's own view of
+    # the level from /metrics consistent with it.
+    srv = Server(binary, STORIES, "--parallel", "4", "--ctx", "512")  # its prompts: ~270 tokens
+    out = tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False)
+    try:
+        script = os.path.join(HERE, "..", "..", "scripts", "bench_serve.py")
+        r = subprocess.run([sys.executable, script, "--port", str(srv.port), "--concurrency", "1,4",
+                            "--min-requests", "8", "--requests-per-client", "2", "--gen-tokens",
+                            "8", "--procs", "2", "--warmup", "0", "--out", out.name],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"bench_serve exited {r.returncode}: {r.stderr[-2000:]}")
+        recs = [json.loads(line) for line in open(out.name)]
+        check([d["concurrency"] for d in recs] == [1, 4], f"levels: {recs}")
+        for d in recs:
+            c = d["concurrency"]
+            check(d["errors"] == 0 and d["requests"] == 8, f"C={c}: {d}")
+            made = d["gen_tok_s"] * d["wall_s"]
+            check(abs(made - 8 * 8) < 1, f"C={c}: {made} tokens generated, 64 asked")
+            check(0 < d["ttft_p50_s"] <= d["request_p50_s"], f"C={c}: latencies {d}")
+            sv = d["server"]
+            check(sv is not None, f"C={c}: no server view (is /metrics read?)")
+            # 8 tokens per request, the first from the prompt's step: 7 one-token steps each.
+            check(sv["steps"] >= 8 * 8 // c and 1 <= sv["rows_per_step"] <= c,
+                  f"C={c}: server view {sv}")
+            check(sv["tokens_per_step"] >= sv["rows_per_step"], f"C={c}: {sv}")
+            check(0 < sv["step_share"] <= 1 and sv["ttft_mean_ms"] > 0, f"C={c}: {sv}")
+    finally:
+        os.unlink(out.name)
+        check(srv.stop() == 0, "exit code")
+
+
 CASES = {"api": case_api, "errors": case_errors, "batching": case_batching,
-         "lifecycle": case_lifecycle, "smollm2": case_smollm2}
+         "lifecycle": case_lifecycle, "smollm2": case_smollm2, "bench": case_bench}
 
 
 def run_case(cases, needs_openai):
