@@ -2,7 +2,8 @@
 """Serving benchmark for a running `smolrt serve` (python3 stdlib only).
 
 For each concurrency level C (default 1,8,64,256) it sends max(4*C, 16) streaming
-/v1/completions requests from C clients (threads spread over up to 64 processes), after one
+/v1/completions requests from C clients (threads spread over up to 64 processes; each client
+keeps its HTTP connection alive between its requests), after one
 unrecorded warm-up round: ~100-word text prompts (the text differs per request; ~100 tokens on
 the SmolLM2 vocabulary), or with --prompt-ids N prompts of exactly N token ids (the same length
 on every vocabulary), 128 generated tokens each (ignore_eos, temperature 0). It measures the time
@@ -92,10 +93,11 @@ def shared_prefix_ids(a, headers):
     return ids[:a.shared_prefix]
 
 
-def one_request(a, i, headers):
+def one_request(a, i, headers, c):
+    """Request i on the client's connection c (kept alive between its requests, as API clients'
+    connection pools do: the time measured is the request's, not a TCP handshake's)."""
     body = request_body(a, i)
     t0 = time.perf_counter()
-    c = http.client.HTTPConnection(a.host, a.port, timeout=600)
     c.request("POST", "/v1/completions", body=json.dumps(body),
               headers={"Content-Type": "application/json", **headers})
     r = c.getresponse()
@@ -117,7 +119,6 @@ def one_request(a, i, headers):
                 generated = u["completion_tokens"]
                 prompt_tokens = u["prompt_tokens"]
                 cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-    c.close()
     t = time.perf_counter() - t0
     return ttft if ttft is not None else t, t, generated, prompt_tokens, cached
 
@@ -129,18 +130,25 @@ def client_process(a, ids, conc, headers, q):
     todo = list(ids)
 
     def worker():
+        c = None
         while True:
             with lock:
                 if not todo:
-                    return
+                    break
                 i = todo.pop(0)
+            if c is None:
+                c = http.client.HTTPConnection(a.host, a.port, timeout=600)
             try:
-                res = one_request(a, i, headers)
+                res = one_request(a, i, headers, c)
                 with lock:
                     results.append(res)
             except Exception as e:  # noqa: BLE001 (counted and reported)
                 with lock:
                     errors.append(str(e))
+                c.close()  # a fresh connection for the next request
+                c = None
+        if c is not None:
+            c.close()
 
     threads = [threading.Thread(target=worker) for _ in range(conc)]
     for t in threads:

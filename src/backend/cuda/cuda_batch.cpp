@@ -472,6 +472,7 @@ void CudaBatchBackend::speculate(int seq, int par) {
 std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
   std::vector<PageCopy> copies;
   kv_->grow(s.seq, s.tokens, copies);  // the position only: the page was there, and owned
+  if (!copies.empty()) fail("internal: an adopted step's page needed a copy");
   const int q = spec_.par;
   spec_.on = false;
   const bool next = speculable(std::span<const SeqStep>(&s, 1));
