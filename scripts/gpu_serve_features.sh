@@ -5,6 +5,7 @@
 # one of n = 1. Usage, from the repository root: bash scripts/gpu_serve_features.sh SMOLRT MODEL
 # JSON lines go to $OUT/serve_features.jsonl (one per measurement, with a "variant" key).
 set -uo pipefail
+. "$(dirname "$0")/gpu_lib.sh"
 S=${1:?smolrt binary}
 M=${2:?model}
 OUT=${OUT:-/tmp/serve_features_out}
@@ -15,30 +16,7 @@ J="$OUT/serve_features.jsonl"
 serve() {
   local variant=$1
   shift
-  local sflags=() port="" sp
-  while [ $# -gt 0 ] && [ "$1" != -- ]; do sflags+=("$1"); shift; done
-  shift
-  "$S" serve -m "$M" --port 0 --no-log --parallel 256 --ctx 2048 "${sflags[@]}" 2> /tmp/sf.log &
-  sp=$!
-  for _ in $(seq 1 300); do
-    port=$(grep -o "listening on http://[^ ]*" /tmp/sf.log | sed 's/.*://')
-    [ -n "$port" ] && break
-    sleep 0.2
-  done
-  if [ -z "$port" ]; then
-    echo "serve did not start ($variant)"; tail -5 /tmp/sf.log; kill "$sp"; return
-  fi
-  python3 scripts/bench_serve.py --port "$port" "$@" --out /tmp/sf.jsonl \
-    | sed "s/^/$variant: /"
-  python3 - "$variant" /tmp/sf.jsonl "$J" <<'PY'
-import json, sys
-with open(sys.argv[3], "a") as f:
-    for line in open(sys.argv[2]):
-        d = json.loads(line); d["variant"] = sys.argv[1]; f.write(json.dumps(d) + "\n")
-PY
-  rm -f /tmp/sf.jsonl
-  kill -TERM "$sp"
-  wait "$sp"
+  serve_levels "$J" "{\"variant\": \"$variant\"}" "$S" "$M" --parallel 256 --ctx 2048 "$@"
 }
 
 serve prefix_cache_on -- --concurrency 64 --shared-prefix 1000 --prompt-ids 50
