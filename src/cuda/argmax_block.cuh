@@ -4,6 +4,7 @@
 
 #include <climits>
 
+#include "cuda/argmax.h"
 #include "cuda/gemv.h"
 
 namespace smolrt::cuda {
@@ -53,13 +54,13 @@ __device__ __forceinline__ void block_argmax(float& v, int& i, float* sv, int* s
 
 // Argmax stage 2 over n partials (written by earlier kernels or by other blocks of this grid:
 // read from L2) in a fixed order, by one NT-thread block; thread 0 stores the id (0 when every
-// partial is empty) into *out and, when given, hands it to the next decode step: the id into
-// next_params[0], the position slot next_params[1] advanced, and the id into pinned host memory.
+// partial is empty) into *out and, when given, hands it to the next decode step (StepHandoff: the
+// id into its token slot, its bumped fields advanced by one) and stores it in pinned host memory.
 // Called by the step's last kernel only, so every kernel that read the position has completed.
 template <int NT>
 __device__ __forceinline__ void argmax_stage2(const float* part_v, const int* part_i, int n,
-                                              int* out, int* next_params, int* host_out, float* sv,
-                                              int* si) {
+                                              int* out, const StepHandoff& next, int* host_out,
+                                              float* sv, int* si) {
   float v = 0.f;
   int i = INT_MAX;
   for (int k = threadIdx.x; k < n; k += NT) {
@@ -71,10 +72,8 @@ __device__ __forceinline__ void argmax_stage2(const float* part_v, const int* pa
   if (threadIdx.x == 0) {
     const int id = i == INT_MAX ? 0 : i;
     *out = id;
-    if (next_params != nullptr) {
-      next_params[0] = id;
-      next_params[1] += 1;
-    }
+    if (next.token != nullptr) *next.token = id;
+    for (unsigned b = next.bump; b != 0; b &= b - 1) next.fields[__ffs(b) - 1] += 1;
     if (host_out != nullptr) *reinterpret_cast<volatile int*>(host_out) = id;
   }
 }

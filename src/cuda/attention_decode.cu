@@ -74,20 +74,27 @@ __global__ void __launch_bounds__(kThreads)
   const E* kbase = k_cache + kvh * HD + j * DPT;
   const E* vbase = v_cache + kvh * HD + d;
 
-  // Paged: this split's stretch of the block table, staged in shared memory once (host-staged
-  // like pos, so before the PDL wait), so finding a row costs no dependent global load.
+  // Paged: the block table (host-staged like pos, so read before the PDL wait), its entries
+  // staged in shared memory so that finding a row costs no dependent global load. A table given
+  // directly (seq null: staged with the step) is read from its start at once, in parallel with
+  // pos, so the first K/V loads wait for one memory round trip, not two; one found through *seq
+  // is read from this split's first page.
   __shared__ int stab[kAttnTabMax];
   int p0 = 0;
   const int* table = nullptr;
   bool in_smem = false;
   const int page_shift = __ffs(page) - 1;  // PAGED: a power of two (checked by the host)
   if constexpr (PAGED) {
-    table = tables + (size_t)*seq * stride;
-    p0 = start >> page_shift;
-    const int np = ((end - 1) >> page_shift) - p0 + 1;
-    in_smem = np <= kAttnTabMax;
-    if (in_smem)
-      for (int i = tid; i < np; i += kThreads) stab[i] = table[p0 + i];
+    const int last_page = (end - 1) >> page_shift;
+    if (seq) {
+      table = tables + (size_t)*seq * stride;
+      p0 = start >> page_shift;
+    } else {
+      table = tables;
+    }
+    const int np = seq ? last_page - p0 + 1 : min(stride, kAttnTabMax);
+    in_smem = last_page - p0 < kAttnTabMax;
+    for (int i = tid; i < np && i < kAttnTabMax; i += kThreads) stab[i] = table[p0 + i];
     __syncthreads();
   }
   auto row = [&](int t) -> size_t {
@@ -275,10 +282,10 @@ void attention_decode(float* out, const float* q, const void* k_cache, const voi
                       const int* pos, int n_ctx, int n_heads, int n_kv_heads, int head_dim,
                       const AttnScratch& scratch, const Launch& s, const AttnPages& pages,
                       int window, float scale, int ring) {
-  if (pages.tables && (!pages.seq || !is_pow2(pages.page) || pages.stride <= 0))
+  if (pages.tables && (!is_pow2(pages.page) || pages.stride <= 0))
     fail(
-        "attention_decode: a block table needs its sequence index, stride and a page size that "
-        "is a power of two (got ",
+        "attention_decode: a block table needs its stride and a page size that is a power of two "
+        "(got ",
         pages.page, ")");
   if (pages.half && !pages.tables) fail("attention_decode: fp16 caches are a paged pool's only");
   if (!out || !q || !k_cache || !v_cache || !pos || !scratch.partials || !scratch.counters) {

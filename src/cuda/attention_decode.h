@@ -34,7 +34,8 @@ struct AttnScratch {
 // head_dim in {4, 8, 16, 32, 64, 128, 256}; n_heads a multiple of n_kv_heads; *pos < n_ctx.
 // With pages.tables set the caches are a paged pool ([slots][kv_dim]) and position t lives in
 // row tb[t / page] * page + t % page, tb = tables + *seq * stride (the sequence's block table;
-// *seq is read from device memory like *pos): the multi-sequence backend's one-row steps.
+// *seq is read from device memory like *pos), or with seq null tb = tables (a table of `stride`
+// entries staged with the step, the faster form): the multi-sequence backend's one-row steps.
 // pages.half: the pool holds fp16 K/V (the multi-sequence backend's fp16 pool), else fp32.
 struct AttnPages {
   const int* tables = nullptr;

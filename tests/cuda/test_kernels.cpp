@@ -577,9 +577,11 @@ TEST(KernelAttention, SplitContextMatchesCpu) {
 
 // The one-row steps of the multi-sequence backend: the caches are a paged pool (shuffled pages,
 // the sequence's block table in row `seq` of the tables), fp32 or fp16.
-void check_paged_decode(int n_pos, bool half) {
-  SCOPED_TRACE(testing::Message() << "n_pos " << n_pos << (half ? " fp16" : " fp32"));
-  const int nh = 9, nkv = 3, hd = 64, kv_dim = nkv * hd, page = 16, stride = 64, seq = 1;
+// Pages of 2 positions give tables longer than the kernel stages in shared memory.
+void check_paged_decode(int n_pos, bool half, int page = 16) {
+  SCOPED_TRACE(testing::Message() << "n_pos " << n_pos << (half ? " fp16" : " fp32") << " page "
+                                  << page);
+  const int nh = 9, nkv = 3, hd = 64, kv_dim = nkv * hd, stride = 1024 / page, seq = 1;
   const int n_pages = 2 * stride, slots = n_pages * page;
   std::vector<float> q = test::randn(size_t(nh) * hd, 7, 2.f);
   std::vector<float> k = test::randn(size_t(slots) * kv_dim, 8), v = test::randn(k.size(), 9);
@@ -604,12 +606,16 @@ void check_paged_decode(int n_pos, bool half) {
   const int n_ctx = stride * page;
   Dev<float> part(size_t(nh) * cuda::attn_splits(n_ctx) * (hd + 2));
   Dev<int> cnt(std::vector<int>(nh, 0));
-  for (int rep = 0; rep < 2; ++rep) {  // twice: the split counters must reset themselves
+  // Twice each: the split counters must reset themselves. The table found through the sequence
+  // index, then given directly (seq null: as a one-row step stages it).
+  for (int rep = 0; rep < 4; ++rep) {
     out.poison();
+    const cuda::AttnPages pages =
+        rep < 2 ? cuda::AttnPages{dt.p(), dseq.p(), stride, page, half}
+                : cuda::AttnPages{dt.p() + seq * stride, nullptr, stride, page, half};
     cuda::attention_decode(out.p(), dq.p(), half ? (const void*)dkh.p() : dk.p(),
                            half ? (const void*)dvh.p() : dv.p(), dpos.p(), n_ctx, nh, nkv, hd,
-                           {part.p(), cnt.p()}, nullptr,
-                           cuda::AttnPages{dt.p(), dseq.p(), stride, page, half});
+                           {part.p(), cnt.p()}, nullptr, pages);
     const std::vector<float> got = out.get();
     // As check_attention: convex combinations of N(0,1) values, fp32 math in another order.
     for (int i = 0; i < nh * hd; ++i) ASSERT_NEAR(got[i], ref[i], 2e-5f) << "out " << i;
@@ -620,6 +626,7 @@ TEST(KernelAttention, PagedPoolFp32AndFp16) {
   REQUIRE_GPU();
   for (bool half : {false, true})
     for (int n_pos : {1, 17, 128, 700, 1024}) check_paged_decode(n_pos, half);
+  for (int n_pos : {3, 513, 1024}) check_paged_decode(n_pos, true, 2);
 }
 
 TEST(KernelAttention, NoContextCap) {
@@ -746,17 +753,19 @@ TEST(KernelArgmax, HandOffToNextStep) {
   int* hid_dev = nullptr;
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&hid_dev), hid, 0));
   for (int round = 0; round < 2; ++round) {
-    Dev<int> params(std::vector<int>{7, 41});
+    // Token slot 0; fields 1 and 3 advance, 2 stays (the multi-sequence staging's shape).
+    Dev<int> params(std::vector<int>{7, 41, 5, 9});
+    const cuda::StepHandoff next{params.p(), params.p(), 0b1010u};
     *hid = -5;
     if (round == 0) {
-      cuda::argmax(dv.p(), (int)v.size(), pv.p(), pi.p(), out.p(), nullptr, params.p(), hid_dev);
+      cuda::argmax(dv.p(), (int)v.size(), pv.p(), pi.p(), out.p(), nullptr, next, hid_dev);
     } else {
       // The first round's stage-1 partials are still in pv/pi: 192 blocks of 256 threads cover
       // 49152 values.
-      cuda::argmax_final(pv.p(), pi.p(), 192, out.p(), nullptr, params.p(), hid_dev);
+      cuda::argmax_final(pv.p(), pi.p(), 192, out.p(), nullptr, next, hid_dev);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(params.get(), (std::vector<int>{31337, 42})) << "round " << round;
+    EXPECT_EQ(params.get(), (std::vector<int>{31337, 42, 5, 10})) << "round " << round;
     EXPECT_EQ(*reinterpret_cast<volatile int*>(hid), 31337) << "round " << round;
     EXPECT_EQ(out.get()[0], 31337);
   }

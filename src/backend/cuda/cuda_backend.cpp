@@ -549,8 +549,9 @@ class CudaBackend final : public CudaBackendApi {
     }
     if (debug) record("logits", s_.logits, cfg_.vocab_size);
     if (mask & kArgmax) {
+      // The next step's token slot, params[0]; its position, params[1], advances.
       cuda::argmax_final(s_.amax_v, s_.amax_i, cuda::gemv_argmax_parts(w_.output), s_.amax_out, st,
-                         np, ho);
+                         {np, np, np ? 2u : 0u}, ho);
     }
   }
 

@@ -17,12 +17,14 @@
 //
 // Speculation (CudaOptions::speculate): after a one-row greedy decode step whose next token fits
 // its sequence's last page, the next step of that sequence is launched before the host has read
-// this one's id (its token is copied on the device from this step's id slot). A step() asking for
-// exactly that (the same sequence, the id just returned, nothing but greedy) adopts it; anything
-// else, or any change to the sequences in between, drops it: it still runs, but it wrote only the
-// unused K/V row past its sequence's position, in a page that sequence owns, and its staging and
-// id slot are its own (one-row steps alternate between two of each). The host's wake-up, staging
-// and launch then overlap the GPU's step, as in the single-sequence backend.
+// this one's id. Its staging is made on the device: every one-row step ends by handing off (the
+// argmax writes the id as the next token and advances position, slot and first position), so the
+// speculative step follows in the stream with no copy in between. A step() asking for exactly
+// that (the same sequence, the id just returned, nothing but greedy) adopts it; anything else, or
+// any change to the sequences in between, drops it: it still runs, but it wrote only the unused
+// K/V row past its sequence's position, in a page that sequence owns, and its id slot is its own
+// (one-row steps alternate between two). The host's wake-up, staging and launch then overlap the
+// GPU's step, as in the single-sequence backend.
 //
 // Weights: the decode backend's device image (upload_weights), read by the prefill GEMMs as is.
 #include <algorithm>
@@ -127,22 +129,26 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PrefillWeights pw_;
   cuda::PrefillWorkspace ws_;
   cuda::DeviceBuffer dev_;   // staging mirror + tables + gathered rows + sampled ids + history
-  cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids
+  cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids (carve_host)
   // Staging layout (ints, both sides): one array [nb] per field for a step of bucket nb (<= cap):
   // each row's token, position, pool slot, sequence, ring slot and its sequence's first position
-  // in the step; each output row's step row and mask (index into the masks, or -1).
+  // in the step; each output row's step row and mask (index into the masks, or -1). A one-row
+  // step's fields are followed by its sequence's block table (the used entries copied), which its
+  // attention reads directly (attention_decode with a staged table).
   enum Field { kTok, kPos, kSlot, kSeq, kOutRow, kRingSlot, kFirstPos, kMaskIdx, kStaged };
   int* st_ = nullptr;
   int* d_st_ = nullptr;
   int* st(Field f, int nb) const { return st_ + f * nb; }
   const int* d_st(Field f, int nb) const { return d_st_ + f * nb; }
+  int one_row_ints() const { return kStaged + table_stride_; }  // a one-row step's staging
+  // Stages seq's block table after a one-row step's fields at `fields`; returns the ints to copy.
+  int stage_table(int* fields, int seq) const;
   int* tables_host_ = nullptr;  // [max_seqs + 1][table_stride]
   int* d_tables_ = nullptr;
   int* d_ring_tables_ = nullptr;  // [max_seqs + 1][table_stride]: ring pages, repeated
   float* d_xo_ = nullptr;         // [cap][dim] gathered output rows
   int* out_host_ = nullptr;       // [cap] chosen ids (pinned, written by the kernels)
   int* out1_ = nullptr;           // [2] one-row steps' chosen ids, by parity (pinned)
-  int* spec_st_ = nullptr;        // [2][kStaged] speculative steps' staging, by parity (pinned)
   cudaEvent_t done_[2] = {};      // after the one-row step of each parity
   int par_ = 0;                   // parity of the last one-row step launched
   int* d_hist_ = nullptr;         // penalty windows of the sampled rows
@@ -254,7 +260,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   masks_host_ = static_cast<uint32_t*>(masks_pinned_.get());
   cuda::Carver sizer;
   auto carve = [&](cuda::Carver& cv) {
-    d_st_ = cv.take<int>(kStaged * size_t(cap));
+    d_st_ = cv.take<int>(std::max(kStaged * size_t(cap), size_t(one_row_ints())));
     d_tables_ = cv.take<int>(tables);
     if (ring_pages_) d_ring_tables_ = cv.take<int>(tables);
     d_xo_ = cv.take<float>(size_t(cap) * c_.dim);
@@ -276,13 +282,17 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   carve(placer);
   CUDA_CHECK(cudaMemset(d_counters_, 0, sizeof(int) * size_t(cap) * c_.n_kv_heads));
   CUDA_CHECK(cudaMemset(attn1_.counters, 0, sizeof(int) * c_.n_heads));
-  host_ = cuda::PinnedBuffer(sizeof(int) * ((kStaged + 1) * size_t(cap) + tables + 2 + 2 * kStaged),
-                             "step staging");
-  st_ = static_cast<int*>(host_.get());
-  out_host_ = st_ + kStaged * cap;
-  tables_host_ = out_host_ + cap;
-  out1_ = tables_host_ + tables;
-  spec_st_ = out1_ + 2;
+  auto carve_host = [&](cuda::Carver& cv) {
+    st_ = cv.take<int>(std::max(kStaged * size_t(cap), size_t(one_row_ints())));
+    out_host_ = cv.take<int>(cap);
+    tables_host_ = cv.take<int>(tables);
+    out1_ = cv.take<int>(2);
+  };
+  cuda::Carver host_sizer;
+  carve_host(host_sizer);
+  host_ = cuda::PinnedBuffer(host_sizer.used(), "step staging");
+  cuda::Carver host_placer(static_cast<char*>(host_.get()));
+  carve_host(host_placer);
   if (ring_pages_) {
     // Fixed: sequence s's ring pages, repeated along the table, so page index t / page_size of
     // position t lands on ring page (t / page_size) % ring_pages. The padding sequence (row
@@ -361,6 +371,12 @@ int CudaBatchBackend::fork_sequence(int seq) {
   return f;
 }
 
+int CudaBatchBackend::stage_table(int* fields, int seq) const {
+  const std::span<const int> bt = kv_->block_table(seq);
+  std::copy(bt.begin(), bt.end(), fields + kStaged);
+  return kStaged + int(bt.size());
+}
+
 void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
   const size_t row = size_t(c_.kv_dim()) * (pw_.kv_half ? 2 : 4);
   for (void* base : {pw_.layers[l].k_cache, pw_.layers[l].v_cache}) {
@@ -400,11 +416,13 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
       cuda::ResidualIn ri = res.take(&x);
       cuda::step_qkv(c_, dw_, l, x, L.attn_norm, lr.pos, lr.slot, ws_.q, ws_.k, ws_.v, P.k_cache,
                      P.v_cache, k, /*ring=*/0, pw_.kv_half, ri);
-      cuda::attention_decode(
-          ws_.att, ws_.q, P.k_cache, P.v_cache, lr.pos, kv_->seq_ctx(), c_.n_heads, c_.n_kv_heads,
-          c_.head_dim, attn1_, k,
-          cuda::AttnPages{lr.tables, lr.seq, lr.table_stride, lr.page_size, pw_.kv_half},
-          c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
+      // A ring layer's table is its fixed ring table; the others read the staged one.
+      const bool ring = ring_pages_ && c_.is_swa(l);
+      const cuda::AttnPages pages{ring ? lr.tables : d_st_ + kStaged, ring ? lr.seq : nullptr,
+                                  lr.table_stride, lr.page_size, pw_.kv_half};
+      cuda::attention_decode(ws_.att, ws_.q, P.k_cache, P.v_cache, lr.pos, kv_->seq_ctx(),
+                             c_.n_heads, c_.n_kv_heads, c_.head_dim, attn1_, k, pages,
+                             c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
       res.add(L.wo, ws_.att, L.post_attn_norm, k);
       ri = res.take(&x);
       cuda::gemv_gate_up(L.w_gate, L.w_up, x, L.ffn_norm, eps, ws_.ffh, k, static_cast<int>(c_.act),
@@ -419,7 +437,9 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
     // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
     const int parts = cuda::gemv_argmax(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits,
                                         d_part_v_, d_part_i_, k);
-    cuda::argmax_final(d_part_v_, d_part_i_, parts, out, k);
+    // Hand-off: the staging becomes that of this sequence's next one-row step (speculate).
+    const cuda::StepHandoff next{d_st_ + kTok, d_st_, 1u << kPos | 1u << kSlot | 1u << kFirstPos};
+    cuda::argmax_final(d_part_v_, d_part_i_, parts, out, k, next);
     return;
   }
   cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, k, &rows);
@@ -446,23 +466,13 @@ bool CudaBatchBackend::speculable(std::span<const SeqStep> batch) const {
   // Rings: a dropped step would have overwritten a ring row a rollback may still need.
   return s.tokens.size() == 1 && s.sample && s.params.greedy() && !s.params.has_penalties() &&
          s.logits == 0 && s.allowed.empty() && kv_->position(s.seq) < kv_->seq_ctx() &&
-         kv_->pages_needed(s.seq, 1) == 0;
+         kv_->pages_needed(s.seq, 1) == 0 && kv_->position(s.seq) % kv_->page_size() != 0;
 }
 
 void CudaBatchBackend::speculate(int seq, int par) {
-  const int q = par ^ 1, p = kv_->position(seq), ps = kv_->page_size();
-  int* st = spec_st_ + q * kStaged;  // a one-row step's staging: field f at [f]
-  st[kTok] = 0;                      // replaced on the device by the id below
-  st[kPos] = p;
-  st[kSlot] = kv_->block_table(seq).back() * ps + p % ps;  // the last page has room (speculable)
-  st[kSeq] = seq;
-  st[kOutRow] = 0;
-  st[kRingSlot] = 0;
-  st[kFirstPos] = p;
-  st[kMaskIdx] = -1;
-  CUDA_CHECK(cudaMemcpyAsync(d_st_, st, sizeof(int) * kStaged, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(
-      cudaMemcpyAsync(d_st_ + kTok, out1_ + par, sizeof(int), cudaMemcpyHostToDevice, stream_));
+  // Its staging is the previous step's, advanced on the device by that step's hand-off (the id
+  // as the token; position, slot and first position + 1: the same page, see speculable).
+  const int q = par ^ 1, p = kv_->position(seq);
   launch(1, 1, cuda::attn_paged_splits(p, c_.n_kv_heads, cuda::sm_count()), false, q);
   CUDA_CHECK(cudaEventRecord(done_[q], stream_));
   par_ = q;
@@ -492,8 +502,9 @@ void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par) 
   if (!g) {
     // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
     // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
-    // and ids are written again by the replay).
-    forward(nb, mb, splits, masked, out);
+    // and ids are written again by the replay). One-row steps have no dense GEMM, and their
+    // hand-off advances the staging: they are captured at once.
+    if (nb > 1) forward(nb, mb, splits, masked, out);
     cudaGraph_t graph;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     forward(nb, mb, splits, masked, out);
@@ -564,8 +575,8 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   for (const PageCopy& c : copies)
     for (int l = 0; l < c_.n_layers; ++l)
       if (!(ring_pages_ && c_.is_swa(l))) copy_rows(l, c.src * ps, c.dst * ps, ps);
-  CUDA_CHECK(
-      cudaMemcpyAsync(d_st_, st_, sizeof(int) * kStaged * nb, cudaMemcpyHostToDevice, stream_));
+  const int staged = nb == 1 ? stage_table(st_, batch[0].seq) : kStaged * nb;
+  CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * staged, cudaMemcpyHostToDevice, stream_));
   if (n_masks > 0)
     CUDA_CHECK(cudaMemcpyAsync(d_masks_, masks_host_, sizeof(uint32_t) * n_masks * mask_words_,
                                cudaMemcpyHostToDevice, stream_));
