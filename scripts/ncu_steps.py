@@ -3,7 +3,7 @@
 
     ncu --graph-profiling node --cache-control none --clock-control none \
         --metrics gpu__time_duration.sum --csv --page raw CMD > run.csv
-    python3 scripts/ncu_steps.py run.csv --first embed_batch --steps 2
+    python3 scripts/ncu_steps.py run.csv --first embed_kernel --steps 2
 
 A step starts at each launch of the kernel whose name contains --first; the last --steps steps
 are averaged: time per kernel name (summed over its launches in a step), launches, share.
@@ -17,7 +17,7 @@ import sys
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
-    ap.add_argument("--first", default="embed_batch")
+    ap.add_argument("--first", default="embed_kernel")
     ap.add_argument("--steps", type=int, default=2)
     a = ap.parse_args()
     rows = []

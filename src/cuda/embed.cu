@@ -1,19 +1,27 @@
-// Embedding lookup: one thread per output element; a single row, so launch latency dominates.
+// Embedding lookup (see embed.h): one thread per output element, a row of blocks per token, so a
+// lone token (a decode step) is spread over several blocks and a row's quant bytes are read
+// coalesced.
 #include "cuda/embed.h"
+
+#include <cmath>
 
 #include "core/error.h"
 #include "cuda/device_common.cuh"
-#include "cuda/launch.h"
 
 namespace smolrt::cuda {
 namespace {
 
-__global__ void embed_kernel(const DevMat m, const int* token, float* out, float scale) {
+constexpr int kThreads = 256;
+
+__global__ void embed_kernel(const DevMat m, const int* tokens, float* x, int ldx, float scale) {
+  // The ids may come from the previous kernel (a decode step's argmax hands its id off), and x may
+  // still be read by it.
   pdl_wait();
   pdl_trigger();
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int i = blockIdx.y, c = blockIdx.x * kThreads + threadIdx.x;
   if (c >= m.cols) return;
-  out[c] = dequant_at(m, (size_t)*token, c) * scale;
+  const int tok = tokens[i];
+  x[(size_t)i * ldx + c] = tok >= 0 && tok < m.rows ? dequant_at(m, (size_t)tok, c) * scale : NAN;
 }
 
 }  // namespace
@@ -31,11 +39,14 @@ void check_embedding(const char* who, const DevMat& emb) {
   }
 }
 
-void embed(const DevMat& emb, const int* token, float* out, const Launch& s, float scale) {
+void embed(const DevMat& emb, const int* tokens, int n, float* x, int ldx, const Launch& s,
+           float scale) {
   check_embedding("embed", emb);
-  if (token == nullptr || out == nullptr) fail("embed: null pointer");
-  launch_kernel(embed_kernel, dim3((emb.cols + 255) / 256), dim3(256), 0, s, emb, token, out,
-                scale);
+  if (tokens == nullptr || x == nullptr || n <= 0 || n > 65535 || ldx < emb.cols) {
+    fail("embed: null pointer or bad shape (n=", n, ", ldx=", ldx, ", cols=", emb.cols, ")");
+  }
+  launch_kernel(embed_kernel, dim3((emb.cols + kThreads - 1) / kThreads, n), dim3(kThreads), 0, s,
+                emb, tokens, x, ldx, scale);
 }
 
 }  // namespace smolrt::cuda

@@ -11,7 +11,6 @@
 #include "backend/cpu/ops.h"
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
-#include "cuda/embed.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_head.h"
 #include "cuda/launch.h"
@@ -77,27 +76,6 @@ void ref_matvec(const TensorView& w, const std::vector<float>& x, std::vector<fl
     for (int64_t c = 0; c < w.cols; ++c) a += std::fabs((double)row[c] * x[c]);
     tol[r] = (float)(2e-5 * affine_factor(w.type) * a + 1e-7 +
                      (i8 ? int8_x_bound(row.data(), x, w.cols) : 0.0));
-  }
-}
-
-// --- embedding -------------------------------------------------------------------------------
-
-TEST(KernelEmbed, AllTypesMatchCpu) {
-  REQUIRE_GPU();
-  for (GgmlType t : test::all_formats()) {
-    const int cols = is_float(t) ? 70 : (block_of(t) == 256 ? 512 : 96);
-    RandMat m(t, 37, cols, 11);
-    for (int token : {0, 23, 36}) {
-      Dev<int> tok(std::vector<int>{token});
-      Dev<float> out((size_t)cols);
-      cuda::embed(m.mat, tok.p(), out.p(), nullptr);
-      std::vector<float> ref(cols);
-      cpu::embed(ref.data(), m.view, token);
-      std::vector<float> got = out.get();
-      for (int c = 0; c < cols; ++c) {
-        ASSERT_EQ(got[c], ref[c]) << type_name(t) << " token " << token << " col " << c;
-      }
-    }
   }
 }
 

@@ -490,7 +490,8 @@ class CudaBackend final : public CudaBackendApi {
     const cuda::Launch st = kernels();
     const float eps = cfg_.norm_eps;
     const int* pos = s_.params + 1;
-    if (mask & kEmbed) cuda::embed(w_.token_embd, s_.params, s_.x, st, cfg_.embed_scale);
+    if (mask & kEmbed)
+      cuda::embed(w_.token_embd, s_.params, 1, s_.x, cfg_.dim, st, cfg_.embed_scale);
     if (debug) record("embed", s_.x, cfg_.dim);
     // The residual stream: s_.x, and s_.xb as its second buffer where post norms are made in the
     // next matvec's staging (not in debug, which reads x back after every layer).

@@ -45,7 +45,7 @@
 #include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
 #include "cuda/device_buffer.h"
-#include "cuda/embed_batch.h"
+#include "cuda/embed.h"
 #include "cuda/gemm_q4.h"
 #include "cuda/gemv.h"
 #include "cuda/launch.h"
@@ -401,7 +401,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
       cuda::mask_logits(ws_.logits, V, V, mb, d_st(kMaskIdx, nb), d_masks_, mask_words_, k);
     cuda::argmax_rows(ws_.logits, V, V, mb, out, k);
   };
-  cuda::embed_batch(dw_.token_embd, d_st(kTok, nb), nb, ws_.x, c_.dim, k, c_.embed_scale);
+  cuda::embed(dw_.token_embd, d_st(kTok, nb), nb, ws_.x, c_.dim, k, c_.embed_scale);
   if (nb == 1) {
     // One row: the decode step's kernels, GEMVs and the split decode attention over the row's
     // block table, built for latency and faster for a lone sequence than the GEMM path.

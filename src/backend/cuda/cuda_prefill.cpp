@@ -9,7 +9,7 @@
 #include "backend/cuda/prefill_model.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "cuda/embed_batch.h"
+#include "cuda/embed.h"
 #include "cuda/gemv.h"
 
 namespace smolrt::cuda {
@@ -50,7 +50,7 @@ void CudaPrefill::chunk(const int* host_ids, int i0, int m, int pos0, const Laun
   const int dim = pw_.cfg.dim;
   CUDA_CHECK(cudaMemcpyAsync(ws_.tokens, host_ids + i0, sizeof(int) * m, cudaMemcpyHostToDevice,
                              s.stream));
-  embed_batch(dw_->token_embd, ws_.tokens, m, ws_.x, dim, s, pw_.cfg.embed_scale);
+  embed(dw_->token_embd, ws_.tokens, m, ws_.x, dim, s, pw_.cfg.embed_scale);
   prefill_forward(pw_, ws_, m, pos0 + i0, /*logit_rows=*/0, s);
 }
 

@@ -2,7 +2,7 @@
 // prefill kernels of src/cuda/prefill_forward.h.
 //
 // Weights: the decode session's own device image (one allocation, split layout), read by the
-// prefill GEMMs too: nothing is copied. The embedding (cuda::embed_batch), the final norm +
+// prefill GEMMs too: nothing is copied. The embedding (cuda::embed), the final norm +
 // lm_head (the decode gemv, one launch per logits row) and the norm vectors are the decode
 // kernels' and buffers as well.
 //

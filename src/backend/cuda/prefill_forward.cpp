@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "cuda/attention_paged.h"
 #include "cuda/attention_prefill.h"
-#include "cuda/embed_batch.h"
+#include "cuda/embed.h"
 #include "cuda/gemm_q4.h"
 #include "cuda/gemv.h"
 #include "cuda/prefill_ops.h"
@@ -190,7 +190,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   if ((int)w.layers.size() != c.n_layers) fail("prefill_forward: layer count mismatch");
   const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hid = c.hidden_dim;
 
-  if (w.token_embd.q) embed_batch(w.token_embd, ws.tokens, n, ws.x, dim, s, c.embed_scale);
+  if (w.token_embd.q) embed(w.token_embd, ws.tokens, n, ws.x, dim, s, c.embed_scale);
   // Large chunks: GEMM inputs go through act_to_f16 once (fp16, fragment order, norm applied) and
   // the GEMMs stage them as they are; small ones fuse the norm and the conversion into the GEMM.
   const bool h = n >= kGemmF16MinTokens;

@@ -42,7 +42,7 @@ struct PrefillWeights {
   ModelConfig cfg;
   int n_ctx = 0;
   bool kv_half = true;
-  // Embedding table (any type embed_batch takes); q == nullptr: prefill_forward skips the
+  // Embedding table (any type cuda::embed takes); q == nullptr: prefill_forward skips the
   // embedding and the caller has filled ws.x rows [0, n) itself.
   DevMat token_embd;
   const float* output_norm = nullptr;   // [dim]
