@@ -841,16 +841,9 @@ struct FormatTag {
   static constexpr GgmlType value = T;
 };
 
-template <class F, GgmlType... Ts>
-SMOLRT_HD bool dispatch_in(GgmlType t, F& f, const FormatList<Ts...>*) {
-  bool hit = false;
-  ((!hit && t == Ts ? (f(FormatTag<Ts>{}), hit = true) : false), ...);
-  return hit;
-}
-
 template <class F>
 SMOLRT_HD bool dispatch_format(GgmlType t, F&& f) {
-  return dispatch_in(t, f, static_cast<const Formats*>(nullptr));
+  return Formats::find<FormatTag>(t, f);
 }
 
 // The device layout of t; layout.qk == 0 for a type with no device description.

@@ -124,6 +124,12 @@ struct FormatList {
   static constexpr void each(F&& f) {
     (f(Format<Ts>{}), ...);
   }
+  // f(Tag<T>{}) for the T of the list equal to t; false (f not called) when none is. constexpr,
+  // so that the CUDA kernels' dispatch (cuda/qformat.h) runs the same fold on the device.
+  template <template <GgmlType> class Tag, typename F>
+  static constexpr bool find(GgmlType t, F&& f) {
+    return ((t == Ts ? (f(Tag<Ts>{}), true) : false) || ...);
+  }
 };
 using Formats = FormatList<GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
@@ -138,14 +144,7 @@ constexpr void for_each_format(F&& f) {
 // f(Format<T>{}) for the format whose id is t; false (f not called) when t is none of them.
 template <typename F>
 bool with_format(GgmlType t, F&& f) {
-  bool hit = false;
-  for_each_format([&](auto fmt) {
-    if (!hit && decltype(fmt)::kType == t) {
-      hit = true;
-      f(fmt);
-    }
-  });
-  return hit;
+  return Formats::find<Format>(t, f);
 }
 
 // True for the types of Formats.

@@ -77,17 +77,11 @@ class CudaBatchBackend final : public BatchBackend {
   int max_step_tokens() const override { return max_step_; }
   int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
 
-  int add_sequence() override {
-    spec_.on = false;
-    return BatchBackend::add_sequence();
-  }
+  // A pending speculative step is dropped where its sequence's id, position or last page may
+  // change hands: here, rollback and fork (a new sequence or a prefix match takes none of them).
   void free_sequence(int seq) override {
     spec_.on = false;
     BatchBackend::free_sequence(seq);
-  }
-  int match_prefix(int seq, std::span<const int> tokens) override {
-    spec_.on = false;
-    return BatchBackend::match_prefix(seq, tokens);
   }
   void rollback(int seq, int pos) override;
   int fork_sequence(int seq) override;
@@ -140,7 +134,10 @@ class CudaBatchBackend final : public BatchBackend {
   int* d_st_ = nullptr;
   int* st(Field f, int nb) const { return st_ + f * nb; }
   const int* d_st(Field f, int nb) const { return d_st_ + f * nb; }
-  int one_row_ints() const { return kStaged + table_stride_; }  // a one-row step's staging
+  // Ints of staging on each side: a step of the largest bucket, or a one-row step with its table.
+  size_t staged_ints(int cap) const {
+    return std::max(kStaged * size_t(cap), size_t(kStaged + table_stride_));
+  }
   // Stages seq's block table after a one-row step's fields at `fields`; returns the ints to copy.
   int stage_table(int* fields, int seq) const;
   int* tables_host_ = nullptr;  // [max_seqs + 1][table_stride]
@@ -149,10 +146,12 @@ class CudaBatchBackend final : public BatchBackend {
   float* d_xo_ = nullptr;         // [cap][dim] gathered output rows
   int* out_host_ = nullptr;       // [cap] chosen ids (pinned, written by the kernels)
   int* out1_ = nullptr;           // [2] one-row steps' chosen ids, by parity (pinned)
-  cudaEvent_t done_[2] = {};      // after the one-row step of each parity
-  int par_ = 0;                   // parity of the last one-row step launched
-  int* d_hist_ = nullptr;         // penalty windows of the sampled rows
-  uint32_t* d_masks_ = nullptr;   // [max_seqs][mask_words_] allowed-token masks of a step
+  // Where a step of bucket nb writes its chosen ids (par: a one-row step's id slot).
+  int* ids_out(int nb, int par) const { return nb == 1 ? out1_ + par : out_host_; }
+  cudaEvent_t done_[2] = {};     // after the one-row step of each parity
+  int par_ = 0;                  // parity of the last one-row step launched
+  int* d_hist_ = nullptr;        // penalty windows of the sampled rows
+  uint32_t* d_masks_ = nullptr;  // [max_seqs][mask_words_] allowed-token masks of a step
   uint32_t* masks_host_ = nullptr;
   int mask_words_ = 0;
   cuda::PinnedBuffer masks_pinned_;
@@ -260,7 +259,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   masks_host_ = static_cast<uint32_t*>(masks_pinned_.get());
   cuda::Carver sizer;
   auto carve = [&](cuda::Carver& cv) {
-    d_st_ = cv.take<int>(std::max(kStaged * size_t(cap), size_t(one_row_ints())));
+    d_st_ = cv.take<int>(staged_ints(cap));
     d_tables_ = cv.take<int>(tables);
     if (ring_pages_) d_ring_tables_ = cv.take<int>(tables);
     d_xo_ = cv.take<float>(size_t(cap) * c_.dim);
@@ -283,7 +282,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   CUDA_CHECK(cudaMemset(d_counters_, 0, sizeof(int) * size_t(cap) * c_.n_kv_heads));
   CUDA_CHECK(cudaMemset(attn1_.counters, 0, sizeof(int) * c_.n_heads));
   auto carve_host = [&](cuda::Carver& cv) {
-    st_ = cv.take<int>(std::max(kStaged * size_t(cap), size_t(one_row_ints())));
+    st_ = cv.take<int>(staged_ints(cap));
     out_host_ = cv.take<int>(cap);
     tables_host_ = cv.take<int>(tables);
     out1_ = cv.take<int>(2);
@@ -496,7 +495,7 @@ std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
 }
 
 void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par) {
-  int* out = nb == 1 ? out1_ + par : out_host_;
+  int* out = ids_out(nb, par);
   if (!use_graph_) return forward(nb, mb, splits, masked, out);
   cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked, par}];
   if (!g) {
@@ -583,7 +582,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   const bool masked = n_masks > 0;
 
   const int par = nb == 1 ? (par_ ^= 1) : 0;
-  int* out = nb == 1 ? out1_ + par : out_host_;
+  int* out = ids_out(nb, par);
   launch(nb, mb, splits, masked, par);
 
   // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
