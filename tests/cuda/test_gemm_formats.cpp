@@ -81,6 +81,42 @@ TEST(GemmFormats, StoreMatchesReferenceForEveryFormat) {
   }
 }
 
+// fp16 input at the 1B-2B models' widths (k = 2,048 and 8,192: the token tile shrinks until a
+// block's K range fits shared memory) and at token counts past one 32-token tile; 80 rows: a
+// partial group of row tiles. Store, and Accumulate with K split across blocks (the down GEMM's
+// launch) and without.
+TEST(GemmFormats, F16InputAtModelWidths) {
+  REQUIRE_GPU();
+  const int n = 80;
+  uint32_t seed = 900;
+  for (GgmlType t : gemm_types())
+    for (int k : {2048, 8192}) {
+      RandMat m(t, n, k, seed++);
+      for (int T : {40, 64, 97}) {
+        SCOPED_TRACE(testing::Message() << type_name(t) << " k=" << k << " T=" << T);
+        const std::vector<float> x = test::randn((size_t)T * k, seed++);
+        const std::vector<double> ref = ref_gemm(m, x, T);
+        Dev<float> dx(x), dy((size_t)T * n);
+        const int ldh = (k + 63) / 64 * 64;
+        Dev<uint16_t> xh((size_t)T * ldh);
+        cuda::act_to_f16(dx.p(), k, T, k, nullptr, 1e-5f, xh.p(), ldh, nullptr);
+        cuda::GemmQ4Args a;
+        a.w0 = m.mat, a.xh = xh.p(), a.ldh = ldh, a.t = T;
+        cuda::GemmOut o;
+        o.y = dy.p(), o.ldy = n;
+        dy.poison();
+        cuda::gemm_q4(a, cuda::GemmEpilogue::Store, o, nullptr);
+        EXPECT_LT(rel_l2(dy.get(), ref), kTol);
+        for (bool split : {false, true}) {
+          SCOPED_TRACE(split ? "split K" : "one block per output");
+          CUDA_CHECK(cudaMemset(dy.p(), 0, sizeof(float) * T * n));
+          cuda::gemm_q4(a, cuda::GemmEpilogue::Accumulate, o, cuda::Launch(nullptr, false, split));
+          EXPECT_LT(rel_l2(dy.get(), ref), kTol);
+        }
+      }
+    }
+}
+
 // The fused RMSNorm on a residual stream past the fp16 range (gemma3's reaches ~1e5 and its norm
 // weights ~1e3): the GEMM normalizes before rounding to fp16, so the output stays finite and
 // within the usual bound; fp32 input (small batches) and fp16 input through act_to_f16 (long rows

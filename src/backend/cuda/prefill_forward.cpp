@@ -145,7 +145,9 @@ int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_ro
   };
   const int cap = std::min({max_rows, ws.capacity(), w.n_ctx});
   int rows = INT_MAX;
-  for (int n : {512, 128, 32, 8, 2}) {
+  // Probes at the multi-sequence engine's step sizes (its graph buckets) up to 512: the crossover
+  // moves with model width and format, and a coarser grid would park it at the next probe up.
+  for (int n : {512, 384, 256, 192, 128, 96, 64, 48, 32, 16, 8, 2}) {
     if (n > cap) continue;
     if (time_ms(dense, n) >= time_ms(quant, n)) break;
     rows = n;

@@ -114,7 +114,7 @@ class PrefillWorkspace {
 
 // Rows from which a batch's layers run faster on the dense fp16 weights (cuBLASLt) than on the
 // quantized GEMM (gemm_q4), measured on this GPU for this model: the layer stack of both paths
-// timed as CUDA graphs at 2, 8, 32, 128 and 512 rows (those <= max_rows and <= w.n_ctx); the
+// timed as CUDA graphs at the step sizes from 2 to 512 rows (those <= max_rows and <= w.n_ctx); the
 // smallest probe from which the dense path wins at every larger probe, or INT_MAX. The crossover
 // depends on the format (how fast gemm_q4 decodes it) and the widths (how well the tensor cores
 // fill). w needs its dense copies; ws room for max_rows rows with the dense buffers. Writes KV
