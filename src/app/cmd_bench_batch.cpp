@@ -67,8 +67,9 @@ int run(const Opts& o) {
   auto b = make_batch_backend(m, bo);
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
-  std::printf("%s on %s, prompt %d, gen %d%s\n", b->name().c_str(), b->device_name().c_str(),
-              o.prompt, o.gen, o.kv_half ? ", fp16 KV" : ", fp32 KV");
+  std::printf("%s on %s, prompt %d, gen %d%s, fp16 dense GEMMs from %d rows (0: none)\n",
+              b->name().c_str(), b->device_name().c_str(), o.prompt, o.gen,
+              o.kv_half ? ", fp16 KV" : ", fp32 KV", b->dense_rows());
   std::printf("%6s %14s %12s %16s\n", "C", "decode tok/s", "ms/step", "prefill tok/s");
   const int V = m.config.vocab_size;
   for (int rep = 0; rep < 2; ++rep) {  // rep 0: warm-up (graph captures)
@@ -122,6 +123,7 @@ int run(const Opts& o) {
                              {"C", C},
                              {"prompt", o.prompt},
                              {"gen", o.gen},
+                             {"dense_rows", b->dense_rows()},
                              {"kv_half", o.kv_half},
                              {"f16_weights", o.f16_weights},
                              {"max_step_tokens", b->max_step_tokens()},

@@ -179,12 +179,16 @@ int serve_main(const ServeArgs& a) {
                                 ? " (sliding-window layers: a ring of " +
                                       std::to_string(be->kv_ring_rows()) + " rows per sequence)"
                                 : "";
+  const std::string dense =
+      be->dense_rows() > 0 ? ", fp16 dense GEMMs from " + std::to_string(be->dense_rows()) + " rows"
+                           : "";
   std::fprintf(
       stderr,
-      "smolrt serve: %s as '%s' on %s (%s), %d sequences x %d tokens, KV pool %d tokens%s, "
+      "smolrt serve: %s as '%s' on %s (%s), %d sequences x %d tokens, KV pool %d tokens%s%s, "
       "chat %s\n",
       path.c_str(), pc.model_name.c_str(), be->name().c_str(), be->device_name().c_str(),
-      be->max_seqs(), be->seq_ctx(), be->kv_tokens(), rings.c_str(), pc.chat ? "on" : "off");
+      be->max_seqs(), be->seq_ctx(), be->kv_tokens(), rings.c_str(), dense.c_str(),
+      pc.chat ? "on" : "off");
   std::fprintf(stderr, "listening on http://%s:%d\n", ho.host.c_str(), port);
   std::fflush(stderr);
   srv.run();

@@ -109,6 +109,9 @@ class BatchBackend {
   // rollback() then goes back at most kv_ring_rows() - window + 1 positions (else Error;
   // kv_pages.h's sliding_ring_back).
   virtual int kv_ring_rows() const { return 0; }
+  // > 0: steps of at least this many rows run fp16 dense GEMMs (the CUDA engine's measured
+  // crossover, cuda::measure_dense_rows); 0: every step runs the quantized kernels.
+  virtual int dense_rows() const { return 0; }
 
   // A new empty sequence; Error when max_seqs() sequences exist.
   virtual int add_sequence() { return kv_->add(); }

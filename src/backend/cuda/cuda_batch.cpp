@@ -28,6 +28,7 @@
 //
 // Weights: the decode backend's device image (upload_weights), read by the prefill GEMMs as is.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -76,6 +77,9 @@ class CudaBatchBackend final : public BatchBackend {
   const ModelConfig& config() const override { return c_; }
   int max_step_tokens() const override { return max_step_; }
   int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
+  int dense_rows() const override {
+    return pw_.dense() && pw_.dense_rows != INT_MAX ? pw_.dense_rows : 0;
+  }
 
   // A pending speculative step is dropped where its sequence's id, position or last page may
   // change hands: here, rollback and fork (a new sequence or a prefix match takes none of them).
