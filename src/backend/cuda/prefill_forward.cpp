@@ -145,8 +145,9 @@ int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_ro
   };
   const int cap = std::min({max_rows, ws.capacity(), w.n_ctx});
   int rows = INT_MAX;
-  // Probes at the multi-sequence engine's step sizes (its graph buckets) up to 512: the crossover
-  // moves with model width and format, and a coarser grid would park it at the next probe up.
+  // Probes one or two step sizes apart up to 512 (the multi-sequence engine's graph buckets in
+  // cuda_batch.cpp but 1, 4 and 24): the crossover moves with model width and format, and a
+  // coarser grid would park it at the next probe up.
   for (int n : {512, 384, 256, 192, 128, 96, 64, 48, 32, 16, 8, 2}) {
     if (n > cap) continue;
     if (time_ms(dense, n) >= time_ms(quant, n)) break;
