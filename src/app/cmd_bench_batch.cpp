@@ -33,6 +33,7 @@ struct Opts {
   bool kv_half = true;
   bool f16_weights = true;
   int max_step_tokens = BatchOptions{}.max_step_tokens;
+  int dense_rows = 0;
 };
 
 double secs(std::chrono::steady_clock::time_point t0) {
@@ -64,6 +65,7 @@ int run(const Opts& o) {
   bo.kv_half = o.kv_half;
   bo.f16_weights = o.f16_weights;
   bo.max_step_tokens = o.max_step_tokens;
+  bo.dense_rows = o.dense_rows;
   auto b = make_batch_backend(m, bo);
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
@@ -157,6 +159,9 @@ REGISTER_COMMAND(Command{
                          std::to_string(kCudaStepTokens) + ")")
           ->check(CLI::NonNegativeNumber);
       add_f16_weights_flag(sub, o->f16_weights);
+      sub.add_option("--dense-rows", o->dense_rows,
+                     "steps of this many rows or more take the fp16 dense GEMMs (0: measured)")
+          ->check(CLI::NonNegativeNumber);
       sub.add_option("--json", o->json, "append JSON lines here");
       return [o] { return run(*o); };
     }});

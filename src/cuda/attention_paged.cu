@@ -34,6 +34,13 @@ constexpr size_t smem_bytes() {
 // instructions than a SIMT form, which is issue-bound. The score fragments (C layout) are
 // re-packed in registers as P's A operand.
 // Scores run in base 2 (the query is pre-scaled by log2(e)); q, K, V and P are rounded to fp16.
+__device__ __forceinline__ void store_out(const PagedAttnArgs& a, size_t i, float v) {
+  if (a.out_h)
+    a.out_h[i] = __half_as_ushort(__float2half_rn(v));
+  else
+    a.out[i] = v;
+}
+
 template <int HD, int G, bool HALF, int W = kWarps>
 __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, float* partials,
                                                      int* counters) {
@@ -240,7 +247,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
       num += wt * sacc[(w * G + g) * HD + d];
     }
     if (n_split == 1) {
-      a.out[(size_t)row * a.ldo + (h0 + g) * HD + d] = num / den;
+      store_out(a, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
     } else {
       float* part =
           partials + (((size_t)row * a.n_heads + h0 + g) * kAttnPagedSplits + split) * (HD + 2);
@@ -271,7 +278,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
       den += w * __ldcg(ph + sp_ * (HD + 2) + 1);
       num += w * __ldcg(ph + sp_ * (HD + 2) + 2 + d);
     }
-    a.out[(size_t)row * a.ldo + (h0 + g) * HD + d] = num / den;
+    store_out(a, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
   }
 }
 
@@ -402,8 +409,9 @@ int attn_paged_splits(int max_pos, int pairs, int sms) {
 }
 
 void attention_paged(const PagedAttnArgs& a, const Launch& s) {
-  if (!a.q || !a.k_pool || !a.v_pool || !a.out || !a.row_pos || !a.row_seq || !a.tables ||
-      !a.partials || !a.counters)
+  if (!a.out == !a.out_h) fail("attention_paged: set exactly one of out (fp32) and out_h (fp16)");
+  if (!a.q || !a.k_pool || !a.v_pool || !a.row_pos || !a.row_seq || !a.tables || !a.partials ||
+      !a.counters)
     fail("attention_paged: null pointer");
   if (a.n <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
       !is_pow2(a.page_size) || a.table_stride <= 0 || a.window < 0 || a.splits < 1 ||

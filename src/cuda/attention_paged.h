@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <bit>
+#include <cstdint>
 
 #include "cuda/launch.h"
 
@@ -43,7 +44,10 @@ struct PagedAttnArgs {
   const void* k_pool = nullptr;  // device [slots][n_kv_heads*head_dim] of this layer
   const void* v_pool = nullptr;
   bool kv_half = false;  // pool element type: fp16 or fp32
-  float* out = nullptr;  // device [n][ldo]
+  // device [n][ldo]: fp32 into out, or fp16 into out_h (set exactly one; fp16 feeds the dense
+  // GEMMs' input as is, without a conversion launch)
+  float* out = nullptr;
+  uint16_t* out_h = nullptr;
   int ldo = 0;
   int n = 0;                     // rows (>= 1)
   const int* row_pos = nullptr;  // device [n]: the row's position (attends to [0, pos])

@@ -190,9 +190,14 @@ __global__ void __launch_bounds__(128)
   }
   if (valid) {
     const float inv = 1.f / l;
-    float* o = a.out + (size_t)(q0 + qi) * a.ldo + h * HD + sub * DU;
+    const size_t o = (size_t)(q0 + qi) * a.ldo + h * HD + sub * DU;
 #pragma unroll
-    for (int u = 0; u < DU; ++u) o[u] = acc[u] * inv;
+    for (int u = 0; u < DU; ++u) {
+      if (a.out_h)
+        a.out_h[o + u] = __half_as_ushort(__float2half_rn(acc[u] * inv));
+      else
+        a.out[o + u] = acc[u] * inv;
+    }
   }
 }
 
@@ -213,7 +218,8 @@ bool attention_prefill_supports(int hd) {
 }
 
 void attention_prefill(const AttentionPrefillArgs& a, const Launch& s) {
-  if (!a.q || !a.k_cache || !a.v_cache || !a.out) fail("attention_prefill: null pointer");
+  if (!a.q || !a.k_cache || !a.v_cache) fail("attention_prefill: null pointer");
+  if (!a.out == !a.out_h) fail("attention_prefill: set exactly one of out (fp32) and out_h (fp16)");
   if (a.n_tokens <= 0 || a.start < 0)
     fail("attention_prefill: n_tokens=", a.n_tokens, " start=", a.start, " out of range");
   if (a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda/launch.h"
 
@@ -25,7 +26,10 @@ struct AttentionPrefillArgs {
       nullptr;  // device [n_ctx][kv_dim] for this layer (kv_dim = n_kv_heads*head_dim)
   const void* v_cache = nullptr;  // same layout
   bool kv_half = true;            // cache element type: fp16 (true) or fp32
-  float* out = nullptr;           // device [n_tokens][ldo]; head h at columns [h*head_dim, ...)
+  // device [n_tokens][ldo], head h at columns [h*head_dim, ...): fp32 into out, or fp16 into
+  // out_h (set exactly one; fp16 feeds the dense GEMMs' input as is)
+  float* out = nullptr;
+  uint16_t* out_h = nullptr;
   int ldo = 0;
   int n_tokens = 0;                 // queries in this chunk (>= 1)
   int start = 0;                    // absolute position of query 0 (>= 0)

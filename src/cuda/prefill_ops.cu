@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
+
+#include <cooperative_groups.h>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -14,18 +17,57 @@
 namespace smolrt::cuda {
 namespace {
 
-__global__ void __launch_bounds__(1024)
-    argmax_rows_kernel(const float* logits, int ld, int n, int* out) {
-  detail::pdl_wait();  // logits come from the lm_head GEMM
-  detail::pdl_trigger();
-  const float* row = logits + (size_t)blockIdx.x * ld;
+namespace cg = cooperative_groups;
+
+// argmax_rows: a cluster of kRowSplit blocks per row (a block per row leaves most SMs idle when a
+// step has tens of rows, and one block cannot keep enough loads in flight for a wide row). Each
+// block scans one slice of the row, 16-byte loads where the rows allow them, and block 0 of the
+// cluster combines the blocks' winners through distributed shared memory: one launch, no scratch.
+constexpr int kRowSplit = 8, kRowThreads = 256;
+
+__global__ void __launch_bounds__(kRowThreads)
+    argmax_rows_kernel(const float* logits, int ld, int n, int* out, bool vec) {
+  cg::cluster_group cl = cg::this_cluster();
+  const int part = (int)cl.block_rank(), row = blockIdx.y, tid = threadIdx.x;
+  // Slices of a multiple of 4 columns, so the 16-byte loads stay within one.
+  const int chunk = ((n + kRowSplit - 1) / kRowSplit + 3) / 4 * 4;
+  const int c0 = min(n, part * chunk), c1 = min(n, c0 + chunk);
+  const float* r = logits + (size_t)row * ld;
   float bv = 0.f;
   int bi = INT_MAX;
-  amax_scan(row, threadIdx.x, n, blockDim.x, bv, bi);
-  __shared__ float sv[32];
-  __shared__ int si[32];
-  block_argmax<1024>(bv, bi, sv, si);
-  if (threadIdx.x == 0) out[blockIdx.x] = bi == INT_MAX ? 0 : bi;  // all NaN: 0
+  detail::pdl_wait();  // logits come from the lm_head GEMM
+  detail::pdl_trigger();
+  int scalar_from = c0;
+  if (vec) {
+    const int q1 = c1 / 4;  // whole float4s of the slice: [c0 / 4, q1)
+    const float4* r4 = reinterpret_cast<const float4*>(r);
+#pragma unroll 4
+    for (int q = c0 / 4 + tid; q < q1; q += kRowThreads) {
+      const float4 u = r4[q];
+      const float e[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (!isnan(e[j]) && amax_beats(e[j], 4 * q + j, bv, bi)) bv = e[j], bi = 4 * q + j;
+    }
+    scalar_from = max(c0, 4 * q1);
+  }
+  amax_scan(r, scalar_from + tid, c1, kRowThreads, bv, bi);
+  __shared__ float sv[kRowThreads / 32];
+  __shared__ int si[kRowThreads / 32];
+  __shared__ float cv;
+  __shared__ int ci;
+  block_argmax<kRowThreads>(bv, bi, sv, si);
+  if (tid == 0) cv = bv, ci = bi;
+  cl.sync();
+  if (part == 0 && tid == 0) {
+    for (int b = 1; b < kRowSplit; ++b) {
+      const float v = *cl.map_shared_rank(&cv, b);
+      const int i = *cl.map_shared_rank(&ci, b);
+      if (amax_beats(v, i, bv, bi)) bv = v, bi = i;
+    }
+    out[row] = bi == INT_MAX ? 0 : bi;  // all NaN: 0
+  }
+  cl.sync();  // the blocks' shared memory lives until block 0 has read it
 }
 
 __global__ void gather_rows_kernel(const float* x, int ld, const int* idx, int cols, float* out) {
@@ -104,9 +146,24 @@ void gather_rows(const float* x, int ld, const int* idx, int m, int cols, float*
 }
 
 void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out, const Launch& s) {
-  if (n_rows <= 0 || n_cols <= 0 || ld < n_cols || !logits || !out)
-    fail("argmax_rows: bad arguments rows=", n_rows, " cols=", n_cols);
-  detail::launch_pdl(argmax_rows_kernel, dim3(n_rows), dim3(1024), s, logits, ld, n_cols, out);
+  if (n_rows <= 0 || n_rows > 65535 || n_cols <= 0 || ld < n_cols || !logits || !out)
+    fail("argmax_rows: bad arguments rows=", n_rows, " cols=", n_cols, " ld=", ld);
+  const bool vec = ld % 4 == 0 && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(kRowSplit, (unsigned)n_rows);
+  cfg.blockDim = dim3(kRowThreads);
+  cfg.stream = s.stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kRowSplit;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = s.use_pdl() ? 2 : 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_rows_kernel, logits, ld, n_cols, out, vec));
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace smolrt::cuda

@@ -11,7 +11,7 @@
 namespace smolrt::cuda {
 
 // out[i] = argmax of logits[i*ld + 0 .. n_cols): ties -> lowest index, NaN never wins
-// (an all-NaN row -> 0). One block per row.
+// (an all-NaN row -> 0). A cluster of blocks per row; n_rows <= 65535.
 void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out,
                  const Launch& stream);
 

@@ -1,8 +1,10 @@
-// Bias + per-head norm + RoPE + KV write (see qkv_finish.h): one block per head and group of
-// kRowsPerBlock tokens, one thread per element of the head.
+// Bias + per-head norm + RoPE + KV write (see qkv_finish.h): one block per head and group of rows,
+// blockDim (head threads, rows): one thread per element of the head, a group's rows side by side.
 #include "cuda/qkv_finish.h"
 
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "cuda/device_common.cuh"
@@ -12,15 +14,16 @@ namespace smolrt::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
-// Rows per block: blocks of one head's width are small, so one block per row would be bound by
-// the rate at which blocks launch; a block takes its head in several rows and computes the RoPE
-// frequencies once for them.
-constexpr int kRowsPerBlock = 8;
+// Threads per block: a head's width rounded up to a warp, times the rows of a group. A group's rows
+// run side by side: a chain of rows per warp leaves an SM few warps, stalled on shared-memory round
+// trips and barriers. A block takes several groups in turn (iters) only when the grid would pass
+// a few resident waves, so long chunks compute each thread's RoPE frequency fewer times.
+constexpr int kThreads = 256, kMaxIters = 4;
 
-__global__ void __launch_bounds__(kMaxHeadDim) qkv_finish_kernel(const QkvFinishArgs a) {
-  __shared__ float sv[kMaxHeadDim];
-  __shared__ float part[kMaxHeadDim / 32];
-  const int hd = a.head_dim, d = threadIdx.x;
+__global__ void __launch_bounds__(kThreads) qkv_finish_kernel(const QkvFinishArgs a, int iters) {
+  __shared__ float sv[kThreads];         // the rows' head vectors, [row of group][head thread]
+  __shared__ float part[kThreads / 32];  // per-warp sums of squares (the norm)
+  const int hd = a.head_dim, d = threadIdx.x, ht = blockDim.x, rr = threadIdx.y;
   const int head = blockIdx.x;  // [0, n_heads): Q, then n_kv_heads of K, then of V
   const int seg = head < a.n_heads ? 0 : head < a.n_heads + a.n_kv_heads ? 1 : 2;
   const int hh = seg == 0 ? head : seg == 1 ? head - a.n_heads : head - a.n_heads - a.n_kv_heads;
@@ -30,13 +33,12 @@ __global__ void __launch_bounds__(kMaxHeadDim) qkv_finish_kernel(const QkvFinish
   const float* nw = seg == 0 ? a.q_norm : a.k_norm;
   // This thread's RoPE pair (i, partner): normal RoPE rotates (2i, 2i+1), NeoX (i, i +
   // rope_dim/2); its frequency (weights only: before the wait).
-  const bool rot = on && seg < 2 && d < a.rope_dim;
   const int half = a.rope_dim / 2;
   const int i = a.neox ? (d < half ? d : d - half) : d / 2;
   const bool first = a.neox ? d < half : (d & 1) == 0;
   const int partner = a.neox ? (first ? d + half : d - half) : d ^ 1;
   float freq = 0.f;
-  if (rot) {
+  if (on && seg < 2 && d < a.rope_dim) {
     freq = rope_inv_freq(i, a.rope_dim, a.rope_base);
     if (a.freq_factors) freq /= a.freq_factors[i];
   }
@@ -44,14 +46,21 @@ __global__ void __launch_bounds__(kMaxHeadDim) qkv_finish_kernel(const QkvFinish
   const float w = on && nw ? nw[d] : 0.f;
   pdl_wait();
   pdl_trigger();
-  const int r1 = min(a.n, (int)(blockIdx.y + 1) * kRowsPerBlock);
-  for (int row = blockIdx.y * kRowsPerBlock; row < r1; ++row) {
-    const int pos = a.pos_dev ? *a.pos_dev : a.row_pos ? a.row_pos[row] : a.pos0 + row;
-    const int crow = a.row_slot ? a.row_slot[row] : cache_row(pos, a.ring);
-    const size_t cache_at = (size_t)crow * kv_dim + hh * hd + d;
-    const float* src =
-        seg == 0 ? a.q + (size_t)row * a.ldq : (seg == 1 ? a.k : a.v) + (size_t)row * a.ldkv;
-    float x = on ? src[hh * hd + d] + b : 0.f;
+  for (int it = 0; it < iters; ++it) {
+    const int row = (blockIdx.y * iters + it) * blockDim.y + rr;
+    const bool live = on && row < a.n;  // spare rows of the last group: the barriers only
+    const bool rot = live && seg < 2 && d < a.rope_dim;
+    int pos = 0;
+    size_t cache_at = 0;
+    float x = 0.f;
+    if (live) {
+      pos = a.pos_dev ? *a.pos_dev : a.row_pos ? a.row_pos[row] : a.pos0 + row;
+      const int crow = a.row_slot ? a.row_slot[row] : cache_row(pos, a.ring);
+      cache_at = (size_t)crow * kv_dim + hh * hd + d;
+      const float* src =
+          seg == 0 ? a.q + (size_t)row * a.ldq : (seg == 1 ? a.k : a.v) + (size_t)row * a.ldkv;
+      x = src[hh * hd + d] + b;
+    }
     auto store = [&](void* cache) {
       if (a.kv_half) {
         static_cast<__half*>(cache)[cache_at] = __float2half_rn(x);
@@ -60,32 +69,33 @@ __global__ void __launch_bounds__(kMaxHeadDim) qkv_finish_kernel(const QkvFinish
       }
     };
     if (seg == 2) {  // V: bias only (a whole block is V or not: no barrier below is skipped)
-      if (on) store(a.v_cache);
+      if (live) store(a.v_cache);
       continue;
     }
-    if (nw) {  // per-head RMSNorm (the whole block takes this branch or none)
+    const int tid = rr * ht + d;  // a row's threads are whole warps [rr * ht, (rr + 1) * ht)
+    if (nw) {                     // per-head RMSNorm (the whole block takes this branch or none)
       const float ss = warp_sum(x * x);
-      if ((d & 31) == 0) part[d >> 5] = ss;
+      if ((d & 31) == 0) part[tid >> 5] = ss;
       __syncthreads();
       float total = 0.f;
-      for (int k = 0; k < (blockDim.x + 31) / 32; ++k) total += part[k];
-      x = on ? x * rsqrtf(total / (float)hd + a.eps) * w : 0.f;
+      for (int k = 0; k < ht / 32; ++k) total += part[rr * (ht / 32) + k];
+      x = live ? x * rsqrtf(total / (float)hd + a.eps) * w : 0.f;
     }
-    if (on) sv[d] = x;
+    sv[tid] = x;
     __syncthreads();
     if (rot) {
       float sn, cs;
       sincosf((float)pos * freq, &sn, &cs);
-      const float y = sv[partner];
+      const float y = sv[rr * ht + partner];
       x = first ? x * cs - y * sn : y * sn + x * cs;
     }
-    if (on) {
+    if (live) {
       if (seg == 0)
         a.q[(size_t)row * a.ldq + hh * hd + d] = x;
       else
         store(a.k_cache);
     }
-    __syncthreads();  // sv and part are rewritten by the next row
+    __syncthreads();  // sv and part are rewritten by the next group
   }
 }
 
@@ -103,10 +113,12 @@ void qkv_finish(const QkvFinishArgs& a, const Launch& s) {
   if (a.pos_dev && a.n != 1) fail("qkv_finish: a device position slot serves one row only");
   if (a.ring < 0 || (a.ring > 0 && a.row_slot))
     fail("qkv_finish: ring ", a.ring, " with row slots");
-  const int threads = (a.head_dim + 31) / 32 * 32;
-  launch_kernel(qkv_finish_kernel,
-                dim3(a.n_heads + 2 * a.n_kv_heads, (a.n + kRowsPerBlock - 1) / kRowsPerBlock),
-                dim3(threads), 0, s, a);
+  const int ht = (a.head_dim + 31) / 32 * 32, rows = kThreads / ht;
+  const int heads = a.n_heads + 2 * a.n_kv_heads;
+  const long threads = (long)a.n * heads * ht, resident = (long)sm_count() * 2048;
+  const int iters = (int)std::clamp<long>((threads + resident - 1) / resident, 1, kMaxIters);
+  launch_kernel(qkv_finish_kernel, dim3(heads, (a.n + rows * iters - 1) / (rows * iters)),
+                dim3(ht, rows), 0, s, a, iters);
 }
 
 }  // namespace smolrt::cuda

@@ -80,6 +80,7 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
   Dev<uint16_t> dkh(kh), dvh(vh);
   Dev<int> dt(tables), ds(row_seq), dp(row_pos);
   Dev<float> out(size_t(n) * q_dim);  // poisoned
+  Dev<uint16_t> out_h(size_t(n) * q_dim);
   cuda::PagedAttnArgs a;
   a.q = dq.p(), a.ldq = q_dim;
   a.k_pool = half ? (const void*)dkh.p() : dk.p();
@@ -135,6 +136,15 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
             << "row " << r << " (pos " << row_pos[r] << ") hd " << head_dim << " splits " << splits
             << " fresh pattern " << fi;
       }
+      // The fp16 output (the dense GEMMs' input) is the fp32 one rounded to nearest, bit for bit.
+      a.out = nullptr, a.out_h = out_h.p();
+      out_h.poison();
+      cuda::attention_paged(a, nullptr);
+      const std::vector<uint16_t> got_h = out_h.get();
+      a.out = out.p(), a.out_h = nullptr;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got_h[i], f32_to_fp16(got[i]))
+            << "element " << i << " hd " << head_dim << " splits " << splits;
     }
 }
 

@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "core/error.h"
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_head.h"
 #include "cuda/launch.h"
+#include "cuda/prefill_ops.h"
 #include "cuda/qkv_finish.h"
 #include "cuda/rmsnorm.h"
 #include "cuda_test_util.h"
@@ -648,6 +650,41 @@ TEST(KernelArgmax, Cases) {
     std::vector<float> v = test::randn(n, n);
     EXPECT_EQ(gpu_argmax(v), cpu::argmax(v.data(), n)) << "n " << n;
   }
+}
+
+// argmax_rows (the multi-row steps' argmax, a cluster of blocks per row) vs cpu::argmax per row:
+// widths around the blocks' slices, a pitch past the width (scalar loads) or not (16-byte loads),
+// ties across slices, NaN, +-inf and all-NaN rows; on a stream (PDL launch) and on the default one.
+TEST(KernelArgmax, RowsMatchCpu) {
+  REQUIRE_GPU();
+  const float inf = std::numeric_limits<float>::infinity();
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (int cols : {1, 5, 33, 1000, 49152, 128256, 262147})
+    for (int pad : {0, 3}) {
+      const int ld = cols + pad, rows = cols > 100000 ? 70 : 130;
+      std::vector<float> x = test::randn((size_t)rows * ld, (uint32_t)(cols + pad));
+      auto row = [&](int r) { return &x[(size_t)r * ld]; };
+      std::fill_n(row(0), cols, NAN);              // all NaN: 0
+      row(1)[cols - 1] = row(1)[cols / 2] = 1e3f;  // ties in two slices: the lower index
+      std::fill_n(row(2), cols - 1, NAN);          // the one value left wins
+      std::fill_n(row(3), cols, -inf);             // -inf is a value
+      row(4)[cols - 1] = row(4)[cols / 3] = inf;   // +inf wins, the first of ties
+      std::fill_n(row(5), cols, 2.f);              // all equal: 0
+      row(6)[cols - 1] = 50.f;                     // the last column
+      Dev<float> dx(x);
+      Dev<int> out((size_t)rows);
+      for (cudaStream_t s : {st, (cudaStream_t) nullptr}) {
+        out.poison();
+        cuda::argmax_rows(dx.p(), ld, cols, rows, out.p(), s);
+        const std::vector<int> got = out.get();
+        for (int r = 0; r < rows; ++r)
+          ASSERT_EQ(got[r], cpu::argmax(row(r), cols))
+              << "row " << r << " cols " << cols << " ld " << ld;
+      }
+    }
+  cudaStreamDestroy(st);
+  EXPECT_THROW(cuda::argmax_rows(nullptr, 8, 8, 1, nullptr, nullptr), Error);
 }
 
 // --- lm_head with argmax stage 1 fused in -----------------------------------------------------

@@ -121,7 +121,17 @@ TEST_P(AttnTokens, MatchesReference) {
           // fp32 cache) K and V are rounded to fp16 (2^-11 relative each, ~5e-4..1e-3 rel L2 in
           // total); 3e-3 bounds that with room, far below an indexing or masking error (~1).
           const bool tc = s.hd % 16 == 0;
-          EXPECT_LT(rel_l2(dout.download(), ref), tc ? 3e-3 : 1e-4);
+          const std::vector<float> got = dout.download();
+          EXPECT_LT(rel_l2(got, ref), tc ? 3e-3 : 1e-4);
+          // The fp16 output (the dense GEMMs' input): the fp32 one rounded to nearest, bit for bit.
+          DevBuf<uint16_t> dh((size_t)T * q_dim);
+          dh.poison();
+          a.out = nullptr, a.out_h = dh.p;
+          attention_prefill(a, nullptr);
+          a.out = dout.p, a.out_h = nullptr;
+          const std::vector<uint16_t> got_h = dh.download();
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got_h[i], f32_to_fp16(got[i])) << "element " << i;
         }
       }
     }
@@ -141,6 +151,10 @@ TEST(AttentionPrefill, UnsupportedHeadDimIsAnError) {
   a.head_dim = 64, a.ldq = a.ldo = 128, a.n_kv_heads = 3;  // 2 heads not a multiple of 3
   EXPECT_THROW(attention_prefill(a, nullptr), Error);
   a.n_kv_heads = 1, a.window = -1;
+  EXPECT_THROW(attention_prefill(a, nullptr), Error);
+  a.window = 0;
+  DevBuf<uint16_t> h(4096);
+  a.out_h = h.p;  // both outputs set
   EXPECT_THROW(attention_prefill(a, nullptr), Error);
 }
 

@@ -89,13 +89,25 @@ void PrefillWorkspace::reserve(const ModelConfig& c, int max_tokens, int max_log
 
 // --- forward -------------------------------------------------------------------------------------
 
-void attention_rows(const PrefillWeights& w, int l, const float* q, int ldq, PrefillWorkspace& ws,
+namespace {
+
+// Where a layer's attention writes: fp32 (ws.att, the quantized GEMM's input) or fp16 row-major
+// (the dense GEMM's input, no conversion launch).
+struct AttnOut {
+  float* f32 = nullptr;
+  uint16_t* f16 = nullptr;
+  int ld = 0;
+};
+
+// Attention of a multi-sequence step's n rows for one layer: roped queries q (pitch ldq) over the
+// paged pool in the layer's k_cache / v_cache (attention_paged).
+void attention_rows(const PrefillWeights& w, int l, const float* q, int ldq, const AttnOut& out,
                     int n, const StepRows& rows, const Launch& s) {
   const ModelConfig& c = w.cfg;
   const PrefillLayerWeights& L = w.layers[l];
   PagedAttnArgs pa;
   pa.q = q, pa.ldq = ldq, pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
-  pa.kv_half = w.kv_half, pa.out = ws.att, pa.ldo = c.q_dim(), pa.n = n;
+  pa.kv_half = w.kv_half, pa.out = out.f32, pa.out_h = out.f16, pa.ldo = out.ld, pa.n = n;
   pa.row_pos = rows.pos, pa.row_seq = rows.seq, pa.row_first_new = rows.first_new,
   pa.tables = rows.tables;
   pa.table_stride = rows.table_stride, pa.page_size = rows.page_size;
@@ -104,6 +116,8 @@ void attention_rows(const PrefillWeights& w, int l, const float* q, int ldq, Pre
   pa.window = c.is_swa(l) ? c.sliding_window : 0, pa.scale = c.attn_scale;
   attention_paged(pa, s);
 }
+
+}  // namespace
 
 int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_rows,
                        const Launch& s) {
@@ -222,12 +236,13 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     gemm_q4(b, GemmEpilogue::Store, r, s);
     rmsnorm_add(ws.x, dim, ws.tmp, dim, post_norm, dim, n, c.norm_eps, s);
   };
-  auto attention = [&](int l, const float* q, int ldq, const StepRows* lrows) {
-    if (lrows) return attention_rows(w, l, q, ldq, ws, n, *lrows, s);
+  auto attention = [&](int l, const float* q, int ldq, const StepRows* lrows, const AttnOut& out) {
+    if (lrows) return attention_rows(w, l, q, ldq, out, n, *lrows, s);
     const PrefillLayerWeights& L = w.layers[l];
     AttentionPrefillArgs at;
     at.q = q, at.ldq = ldq, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
-    at.kv_half = w.kv_half, at.out = ws.att, at.ldo = q_dim, at.n_tokens = n, at.start = pos0;
+    at.kv_half = w.kv_half, at.out = out.f32, at.out_h = out.f16, at.ldo = out.ld;
+    at.n_tokens = n, at.start = pos0;
     at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
     at.window = c.is_swa(l) ? c.sliding_window : 0, at.scale = c.attn_scale;
     at.ring = L.ring;
@@ -253,8 +268,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     qkv_finish(finish_args(w, l, n, pos0, lrows, ws.qkv, qkv_ld, ws.qkv + q_dim,
                            ws.qkv + q_dim + kv_dim, qkv_ld),
                s);
-    attention(l, ws.qkv, qkv_ld, lrows);
-    act_to_f16(ws.att, q_dim, n, q_dim, nullptr, c.norm_eps, ws.xd, ldd, s, rm);
+    attention(l, ws.qkv, qkv_ld, lrows, {nullptr, ws.xd, ldd});
     dense_residual(D.o, q_dim, ws.xd, L.post_attn_norm);
     act_to_f16(ws.x, dim, n, dim, L.ffn_norm, c.norm_eps, ws.xd, ldd, s, rm);
     ws.dense().run(D.gate_up, 2 * hid, dim, ws.xd, ldd, n, {ws.gu, 2 * hid, true, false}, s);
@@ -295,7 +309,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       qkv_finish(finish_args(w, l, n, pos0, lrows, ws.q, q_dim, ws.k, ws.v, kv_dim), s);
     }
     // 2. attention
-    attention(l, ws.q, q_dim, lrows);
+    attention(l, ws.q, q_dim, lrows, {ws.att, nullptr, q_dim});
     // 3. x += Wo att (post norm)
     GemmQ4Args b;
     b.t = n, b.w0 = L.wo;

@@ -148,11 +148,6 @@ struct StepRows {
   }
 };
 
-// Attention of a multi-sequence step's n rows for one layer: roped queries q (pitch ldq) -> ws.att
-// over the paged pool in the layer's k_cache / v_cache (attention_paged).
-void attention_rows(const PrefillWeights& w, int layer, const float* q, int ldq,
-                    PrefillWorkspace& ws, int n, const StepRows& rows, const Launch& stream);
-
 // One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
 // logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.
 // Throws smolrt::Error for shapes the kernels do not support (e.g. head_dim 96).
