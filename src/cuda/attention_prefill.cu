@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(128)
       const int i = tid + 128 * it;
       const int j = i / (HD / 8), d = (i % (HD / 8)) * 8, kp = k0 + j;
       if (i < kSlices && kp < n_keys) {
-        const size_t off = (size_t)cache_row(kp, a.ring) * kv_dim + kvh * HD + d;
+        const size_t off = (size_t)key_row(a, kp) * kv_dim + kvh * HD + d;
         pre[it].load(kc + off, vc + off);
       } else {
         pre[it].zero();
@@ -233,6 +233,9 @@ void attention_prefill(const AttentionPrefillArgs& a, const Launch& s) {
     fail("attention_prefill: q (ldq=", a.ldq, ") and the caches must be 16-byte aligned");
   if (a.window < 0 || !(a.scale >= 0.f))
     fail("attention_prefill: window=", a.window, " scale=", a.scale, " out of range");
+  if (a.table && (a.ring != 0 || a.page_size <= 0 || (a.page_size & (a.page_size - 1))))
+    fail("attention_prefill: a page table needs a power-of-two page size (", a.page_size,
+         ") and no ring (", a.ring, ")");
   if (a.ring < 0 || (a.ring > 0 && (a.window <= 0 || a.ring < a.window + a.n_tokens - 1)))
     fail("attention_prefill: a ring of ", a.ring, " cache rows cannot hold a window of ", a.window,
          " and a chunk of ", a.n_tokens, " tokens");

@@ -39,11 +39,27 @@ struct AttentionPrefillArgs {
   // ring > 0: the caches hold `ring` rows, key t at row t % ring (a sliding-window layer's
   // cache; ring >= window + n_tokens - 1, so no key the chunk needs was overwritten).
   int ring = 0;
+  // table != nullptr: the caches are a paged pool (the multi-sequence engine's) and key t is at
+  // row table[t / page_size] * page_size + t % page_size (device table of the sequence's pages;
+  // page_size a power of two; ring 0: a ring is a table that repeats its pages).
+  const int* table = nullptr;
+  int page_size = 0;
   float scale = 0.f;  // softmax scale of q.k; 0 = 1/sqrt(head_dim)
   // Scratch for key splits (head_dim 128/256): attention_prefill_scratch floats, or nullptr (one
   // block per query tile and head; short chunks then use a fraction of the GPU).
   float* partials = nullptr;
 };
+
+#ifdef __CUDACC__
+// The cache row of key t (the kernels' addressing: a page table, a ring, or the position).
+__device__ __forceinline__ int key_row(const AttentionPrefillArgs& a, int t) {
+  if (a.table) {
+    const int sh = __ffs(a.page_size) - 1;
+    return a.table[t >> sh] * a.page_size + (t & (a.page_size - 1));
+  }
+  return a.ring > 0 ? t % a.ring : t;
+}
+#endif
 
 constexpr int kAttnPrefillSplits = 4;  // key splits per query tile at most
 

@@ -1,8 +1,11 @@
 // attention_prefill against a double-precision causal GQA reference, with and without earlier
 // cache positions (a prompt continuing a conversation), fp16 and fp32 caches, head_dim 8..256,
-// sliding windows and explicit scales (gemma3's local and global layers).
+// sliding windows and explicit scales (gemma3's local and global layers); the same keys in a
+// paged pool through a page table give the same bits.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <random>
 
 #include "cuda/attention_prefill.h"
 #include "prefill_test_util.h"
@@ -132,6 +135,33 @@ TEST_P(AttnTokens, MatchesReference) {
           const std::vector<uint16_t> got_h = dh.download();
           for (size_t i = 0; i < got.size(); ++i)
             ASSERT_EQ(got_h[i], f32_to_fp16(got[i])) << "element " << i;
+          if (ring > 0) continue;
+          // The same keys in a paged pool (the multi-sequence engine's), pages shuffled and two
+          // spare: key t through the page table. The same arithmetic on the same values: the same
+          // bits.
+          const int page = 16, np = (n_ctx + page - 1) / page, pool_pages = np + 2;
+          std::vector<int> order(pool_pages);
+          for (int i = 0; i < pool_pages; ++i) order[i] = i;
+          std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+          const std::vector<int> table(order.begin(), order.begin() + np);
+          const size_t row_bytes = kv_dim * esz;
+          std::vector<uint8_t> pk(size_t(pool_pages) * page * row_bytes, 0), pv(pk.size(), 0);
+          for (int p = 0; p < n_ctx; ++p) {
+            const size_t at = (size_t(table[p / page]) * page + p % page) * row_bytes;
+            std::memcpy(&pk[at], &kb[p * row_bytes], row_bytes);
+            std::memcpy(&pv[at], &vb[p * row_bytes], row_bytes);
+          }
+          DevBuf<uint8_t> dpk(pk), dpv(pv);
+          DevBuf<int> dtab(table);
+          DevBuf<float> dpaged((size_t)T * q_dim);
+          dpaged.poison();
+          AttentionPrefillArgs b = a;
+          b.k_cache = dpk.p, b.v_cache = dpv.p, b.table = dtab.p, b.page_size = page;
+          b.out = dpaged.p;
+          attention_prefill(b, nullptr);
+          const std::vector<float> got_paged = dpaged.download();
+          ASSERT_EQ(0, std::memcmp(got.data(), got_paged.data(), got.size() * sizeof(float)))
+              << "paged pool";
         }
       }
     }
@@ -155,6 +185,12 @@ TEST(AttentionPrefill, UnsupportedHeadDimIsAnError) {
   a.window = 0;
   DevBuf<uint16_t> h(4096);
   a.out_h = h.p;  // both outputs set
+  EXPECT_THROW(attention_prefill(a, nullptr), Error);
+  a.out_h = nullptr;
+  DevBuf<int> table(4);
+  a.table = table.p, a.page_size = 12;  // not a power of two
+  EXPECT_THROW(attention_prefill(a, nullptr), Error);
+  a.page_size = 16, a.window = 8, a.ring = 40;  // a ring through a table is the table's job
   EXPECT_THROW(attention_prefill(a, nullptr), Error);
 }
 

@@ -7,6 +7,12 @@
 // lm_head as one tensor-core GEMM, and greedy rows are argmaxed on the GPU. Sampled rows run the
 // GPU sampler (cuda/sample.h) per row; only token ids (and logits where asked) come back.
 //
+// A step that is one sequence's prompt chunk alone (a prompt with nothing else to run, as `run`
+// and `bench` send) takes its attention as attention_prefill over that sequence's block table: the
+// tensor-core prefill kernel shares each key tile among 64 queries, where attention_paged reads a
+// row's context once per row. Such steps launch without a graph (the chunk's position and length
+// shape the attention launch); their GEMMs keep the bucketed shapes.
+//
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
 // bucket (and attention split count, from the step's longest context) is captured once as a CUDA
 // graph and replayed (the per-step data travel in one H2D copy of a pinned staging block before
@@ -67,6 +73,16 @@ int bucket(int n) {
   return n;
 }
 
+// A step that is one sequence's prompt chunk of at least this many rows runs its attention as
+// attention_prefill over the sequence's block table (StepRows::chunk_seq): one query tile of the
+// tensor-core kernel.
+constexpr int kChunkAttnRows = 64;
+
+// Such a step: the sequence, the position of its first row, its rows.
+struct Chunk {
+  int seq = -1, start = 0, rows = 0;
+};
+
 class CudaBatchBackend final : public BatchBackend {
  public:
   CudaBatchBackend(const Model& m, const BatchOptions& opt, const CudaOptions& co);
@@ -94,11 +110,12 @@ class CudaBatchBackend final : public BatchBackend {
 
  private:
   // The launches of one step of nb rows, mb output rows, attention in `splits` splits, the chosen
-  // ids to `out` (captured per bucket).
-  void forward(int nb, int mb, int splits, bool masked, int* out);
-  // forward() as the bucket's graph (captured on first use), or plain launches without graphs.
+  // ids to `out` (captured per bucket); chunk: a lone sequence's prompt chunk (see Chunk).
+  void forward(int nb, int mb, int splits, bool masked, int* out, const Chunk& chunk = {});
+  // forward() as the bucket's graph (captured on first use), or plain launches without graphs and
+  // for a chunk (its position and length shape the attention launch).
   // par: which of the two id slots a one-row step writes (0 for the others).
-  void launch(int nb, int mb, int splits, bool masked, int par);
+  void launch(int nb, int mb, int splits, bool masked, int par, const Chunk& chunk = {});
   // Whether the step after `batch` (just staged) is worth launching now (see the file comment).
   bool speculable(std::span<const SeqStep> batch) const;
   // Launches the next step of seq, its token the id the one-row step of parity `par` chooses.
@@ -389,9 +406,11 @@ void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
   }
 }
 
-void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out) {
+void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out,
+                               const Chunk& chunk) {
   const cuda::Launch k = kernels();
   cuda::StepRows rows;
+  rows.chunk_seq = chunk.seq, rows.chunk_start = chunk.start, rows.chunk_rows = chunk.rows;
   rows.pos = d_st(kPos, nb), rows.slot = d_st(kSlot, nb), rows.seq = d_st(kSeq, nb);
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_, rows.attn_splits = splits;
@@ -498,9 +517,10 @@ std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
   return res;
 }
 
-void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par) {
+void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par,
+                              const Chunk& chunk) {
   int* out = ids_out(nb, par);
-  if (!use_graph_) return forward(nb, mb, splits, masked, out);
+  if (!use_graph_ || chunk.seq >= 0) return forward(nb, mb, splits, masked, out, chunk);
   cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked, par}];
   if (!g) {
     // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
@@ -538,6 +558,9 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int *toks = st(kTok, nb), *pos = st(kPos, nb), *slot = st(kSlot, nb), *seq = st(kSeq, nb);
   int *out_row = st(kOutRow, nb), *ring = st(kRingSlot, nb), *first_pos = st(kFirstPos, nb);
   int* mask_idx = st(kMaskIdx, nb);
+  Chunk chunk;
+  if (batch.size() == 1 && rows >= kChunkAttnRows)
+    chunk = {batch[0].seq, kv_->position(batch[0].seq), rows};
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
@@ -587,7 +610,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
 
   const int par = nb == 1 ? (par_ ^= 1) : 0;
   int* out = ids_out(nb, par);
-  launch(nb, mb, splits, masked, par);
+  launch(nb, mb, splits, masked, par, chunk);
 
   // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
   // one copy); a row it cannot take (vocab or candidates past its limits: -1) samples on the host.
