@@ -75,7 +75,8 @@ int bucket(int n) {
 
 // A step that is one sequence's prompt chunk of at least this many rows runs its attention as
 // attention_prefill over the sequence's block table (StepRows::chunk_seq): one query tile of the
-// tensor-core kernel.
+// tensor-core kernel. Not a measured crossover: near it, a small model's step loses more to the
+// eager launches (see launch()) than its attention gains.
 constexpr int kChunkAttnRows = 64;
 
 // Such a step: the sequence, the position of its first row, its rows.
