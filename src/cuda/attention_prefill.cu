@@ -82,13 +82,15 @@ __global__ void __launch_bounds__(128)
   const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kQT;  // longest (latest) query tiles first
   const int tid = threadIdx.x, qi = tid >> 3, sub = tid & 7;
-  const bool valid = q0 + qi < a.n_tokens;
-  const int qpos = a.start + q0 + qi;
-  const int n_keys = a.start + min(q0 + kQT, a.n_tokens);  // keys the last query of the block sees
+  const PrefillSpan sp = prefill_span(a);
+  if (q0 >= sp.n_tokens) return;  // past a span's queries
+  const bool valid = q0 + qi < sp.n_tokens;
+  const int qpos = sp.start + q0 + qi;
+  const int n_keys = sp.start + min(q0 + kQT, sp.n_tokens);  // keys the block's last query sees
   // Sliding window: this query sees keys > qlo; tiles before the block's first query's window
   // are skipped.
   const int qlo = a.window > 0 ? qpos - a.window : -1;
-  const int kbeg = a.window > 0 ? max(0, a.start + q0 - a.window + 1) / kKT * kKT : 0;
+  const int kbeg = a.window > 0 ? max(0, sp.start + q0 - a.window + 1) / kKT * kKT : 0;
 
   pdl_wait();  // q and the cache come from the QKV GEMM
   pdl_trigger();
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(128)
       const int i = tid + 128 * it;
       const int j = i / (HD / 8), d = (i % (HD / 8)) * 8, kp = k0 + j;
       if (i < kSlices && kp < n_keys) {
-        const size_t off = (size_t)key_row(a, kp) * kv_dim + kvh * HD + d;
+        const size_t off = (size_t)key_row(a, sp.table, kp) * kv_dim + kvh * HD + d;
         pre[it].load(kc + off, vc + off);
       } else {
         pre[it].zero();
@@ -236,6 +238,9 @@ void attention_prefill(const AttentionPrefillArgs& a, const Launch& s) {
   if (a.table && (a.ring != 0 || a.page_size <= 0 || (a.page_size & (a.page_size - 1))))
     fail("attention_prefill: a page table needs a power-of-two page size (", a.page_size,
          ") and no ring (", a.ring, ")");
+  if (a.span && (a.ring != 0 || a.table_stride < 0))
+    fail("attention_prefill: a span reads its keys through a page table (ring ", a.ring,
+         ", table_stride ", a.table_stride, ")");
   if (a.ring < 0 || (a.ring > 0 && (a.window <= 0 || a.ring < a.window + a.n_tokens - 1)))
     fail("attention_prefill: a ring of ", a.ring, " cache rows cannot hold a window of ", a.window,
          " and a chunk of ", a.n_tokens, " tokens");

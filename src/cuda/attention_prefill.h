@@ -44,6 +44,13 @@ struct AttentionPrefillArgs {
   // page_size a power of two; ring 0: a ring is a table that repeats its pages).
   const int* table = nullptr;
   int page_size = 0;
+  // span != nullptr: device int[3] {start, n_tokens, table row}, read when the kernel runs, so
+  // one captured launch serves any chunk (a graph replayed for chunks of other lengths and
+  // positions). They replace start and n_tokens, which then sizes the grid (the most queries a
+  // chunk has; the rows past a chunk's own stay untouched); the page table is table + table row *
+  // table_stride.
+  const int* span = nullptr;
+  int table_stride = 0;
   float scale = 0.f;  // softmax scale of q.k; 0 = 1/sqrt(head_dim)
   // Scratch for key splits (head_dim 128/256): attention_prefill_scratch floats, or nullptr (one
   // block per query tile and head; short chunks then use a fraction of the GPU).
@@ -51,11 +58,20 @@ struct AttentionPrefillArgs {
 };
 
 #ifdef __CUDACC__
+// The chunk a kernel runs: its start, its queries and its page table (AttentionPrefillArgs::span).
+struct PrefillSpan {
+  int start, n_tokens;
+  const int* table;
+};
+__device__ __forceinline__ PrefillSpan prefill_span(const AttentionPrefillArgs& a) {
+  if (!a.span) return {a.start, a.n_tokens, a.table};
+  return {a.span[0], a.span[1], a.table ? a.table + (size_t)a.span[2] * a.table_stride : nullptr};
+}
 // The cache row of key t (the kernels' addressing: a page table, a ring, or the position).
-__device__ __forceinline__ int key_row(const AttentionPrefillArgs& a, int t) {
-  if (a.table) {
+__device__ __forceinline__ int key_row(const AttentionPrefillArgs& a, const int* table, int t) {
+  if (table) {
     const int sh = __ffs(a.page_size) - 1;
-    return a.table[t >> sh] * a.page_size + (t & (a.page_size - 1));
+    return table[t >> sh] * a.page_size + (t & (a.page_size - 1));
   }
   return a.ring > 0 ? t % a.ring : t;
 }

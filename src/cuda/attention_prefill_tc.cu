@@ -18,6 +18,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -90,21 +91,23 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBQ;  // longest (latest) query tiles first
   const int tid = tid_all % (kWarps * 32), warp = tid >> 5, lane = tid & 31, g = lane >> 2,
             t4 = lane & 3;
-  const int n_keys = a.start + min(q0 + kBQ, a.n_tokens);
-  const int wq0 = q0 + 16 * warp;                            // this warp's first query row
-  const int r0 = wq0 + g, r1 = r0 + 8;                       // this lane's two rows
-  const int wmax = a.start + min(wq0 + 15, a.n_tokens - 1);  // last key any row of the warp sees
-  const bool warp_live = wq0 < a.n_tokens;
+  const PrefillSpan sp = prefill_span(a);
+  if (q0 >= sp.n_tokens) return;  // past a span's queries
+  const int n_keys = sp.start + min(q0 + kBQ, sp.n_tokens);
+  const int wq0 = q0 + 16 * warp;                              // this warp's first query row
+  const int r0 = wq0 + g, r1 = r0 + 8;                         // this lane's two rows
+  const int wmax = sp.start + min(wq0 + 15, sp.n_tokens - 1);  // last key any row of the warp sees
+  const bool warp_live = wq0 < sp.n_tokens;
   // Sliding window: key tiles from the block's first query's window on; the warp skips tiles
   // before its first row's window, and each row masks keys at or below pos - window.
   const int win = a.window;
-  const int kfirst = win > 0 ? max(0, a.start + q0 - win + 1) / KT * KT : 0;
+  const int kfirst = win > 0 ? max(0, sp.start + q0 - win + 1) / KT * KT : 0;
   // Key splits (gridDim.z > 1): split z takes whole tiles [kbeg, kend) of [kfirst, n_keys) and
   // leaves its unnormalized partial result for attention_merge_kernel.
   const int per = ((n_keys - kfirst + KT - 1) / KT + gridDim.z - 1) / gridDim.z;
   const int kbeg = kfirst + (int)blockIdx.z * per * KT;
   const int kend = min(n_keys, kbeg + per * KT);
-  const int wlo = win > 0 ? a.start + wq0 - win + 1 : 0;
+  const int wlo = win > 0 ? sp.start + wq0 - win + 1 : 0;
 
   pdl_wait();  // q and the cache come from the QKV GEMM
   pdl_trigger();
@@ -119,7 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
     const int i = tid + kWarps * 32 * it;
     j = i / kChunks, d = (i % kChunks) * 8;
     ok = k0 + j < n_keys;
-    return (size_t)(ok ? key_row(a, k0 + j) : 0) * kv_dim + kvh * HD + d;
+    return (size_t)(ok ? key_row(a, sp.table, k0 + j) : 0) * kv_dim + kvh * HD + d;
   };
   auto issue = [&](int stage, int k0) {
     if constexpr (kHalf) {
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       for (int it = 0; it < 2 * kPer; ++it) {  // 4-float slices
         const int i = tid + kWarps * 32 * it, j = i / (HD / 4), d = (i % (HD / 4)) * 4;
         const bool ok = k0 + j < n_keys;
-        const size_t off = (size_t)(ok ? key_row(a, k0 + j) : 0) * kv_dim + kvh * HD + d;
+        const size_t off = (size_t)(ok ? key_row(a, sp.table, k0 + j) : 0) * kv_dim + kvh * HD + d;
         cp_async16(stg + j * HD + d, kc + off, ok ? 16 : 0);
         cp_async16(stg + (KT + j) * HD + d, vc + off, ok ? 16 : 0);
       }
@@ -194,7 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
     for (int i = tid; i < kBQ * HD / 4; i += kWarps * 32) {
       const int row = i / (HD / 4), d = (i % (HD / 4)) * 4;
       float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (q0 + row < a.n_tokens)
+      if (q0 + row < sp.n_tokens)
         x = *reinterpret_cast<const float4*>(a.q + (size_t)(q0 + row) * a.ldq + h * HD + d);
       *reinterpret_cast<uint2*>(&Qs[row * P + d]) = make_uint2(
           pack_half2(x.x * qscale, x.y * qscale), pack_half2(x.z * qscale, x.w * qscale));
@@ -202,7 +205,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   } else {
     const float* qa = a.q + (size_t)r0 * a.ldq + h * HD;
     const float* qb = a.q + (size_t)r1 * a.ldq + h * HD;
-    const bool va = r0 < a.n_tokens, vb = r1 < a.n_tokens;
+    const bool va = r0 < sp.n_tokens, vb = r1 < sp.n_tokens;
 #pragma unroll
     for (int c = 0; c < KC; ++c) {
       const int d0 = 16 * c + 2 * t4, d1 = d0 + 8;
@@ -219,7 +222,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       qf[c][3] = pack_half2(y1.x * qscale, y1.y * qscale);
     }
   }
-  const int qpos0 = a.start + r0, qpos1 = a.start + r1;
+  const int qpos0 = sp.start + r0, qpos1 = sp.start + r1;
   const int lo0 = win > 0 ? qpos0 - win : -1, lo1 = win > 0 ? qpos1 - win : -1;
   float o[DT][4];
 #pragma unroll
@@ -368,19 +371,19 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
       const int col = dt * 8 + 2 * t4;
-      if (r0 < a.n_tokens) *reinterpret_cast<float2*>(p0 + col) = make_float2(o[dt][0], o[dt][1]);
-      if (r1 < a.n_tokens) *reinterpret_cast<float2*>(p1 + col) = make_float2(o[dt][2], o[dt][3]);
+      if (r0 < sp.n_tokens) *reinterpret_cast<float2*>(p0 + col) = make_float2(o[dt][0], o[dt][1]);
+      if (r1 < sp.n_tokens) *reinterpret_cast<float2*>(p1 + col) = make_float2(o[dt][2], o[dt][3]);
     }
-    if (t4 == 0 && r0 < a.n_tokens) p0[HD] = m0, p0[HD + 1] = l0;
-    if (t4 == 0 && r1 < a.n_tokens) p1[HD] = m1, p1[HD + 1] = l1;
+    if (t4 == 0 && r0 < sp.n_tokens) p0[HD] = m0, p0[HD + 1] = l0;
+    if (t4 == 0 && r1 < sp.n_tokens) p1[HD] = m1, p1[HD + 1] = l1;
     return;
   }
   const float inv0 = 1.f / l0, inv1 = 1.f / l1;
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {
     const int col = h * HD + dt * 8 + 2 * t4;
-    if (r0 < a.n_tokens) store2(a, (size_t)r0 * a.ldo + col, o[dt][0] * inv0, o[dt][1] * inv0);
-    if (r1 < a.n_tokens) store2(a, (size_t)r1 * a.ldo + col, o[dt][2] * inv1, o[dt][3] * inv1);
+    if (r0 < sp.n_tokens) store2(a, (size_t)r0 * a.ldo + col, o[dt][0] * inv0, o[dt][1] * inv0);
+    if (r1 < sp.n_tokens) store2(a, (size_t)r1 * a.ldo + col, o[dt][2] * inv1, o[dt][3] * inv1);
   }
 }
 
@@ -389,6 +392,7 @@ __global__ void attention_merge_kernel(AttentionPrefillArgs a, int n_split) {
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x, hd = a.head_dim;
   pdl_wait();
   pdl_trigger();
+  if (a.span && row >= a.span[1]) return;  // past a span's queries
   const size_t pitch = (size_t)(hd + 2), zstride = (size_t)a.n_tokens * a.n_heads * pitch;
   const float* p = a.partials + ((size_t)row * a.n_heads + h) * pitch;
   float mx = -INFINITY;
@@ -434,9 +438,10 @@ void launch_tc(const AttentionPrefillArgs& a, const Launch& s) {
     // the keys split over up to kAttnPrefillSplits blocks when the query tiles alone would leave
     // SMs idle (a 512-token gemma3 prompt makes 32 blocks without: latency-bound, 1 warp per
     // scheduler).
+    // (A span's keys are known only on the device: as many splits as the grid leaves room for.)
     const int blocks = (a.n_tokens + kBQ - 1) / kBQ * a.n_heads;
-    const int keys =
-        a.window > 0 ? std::min(a.start + a.n_tokens, a.window + kBQ + 32) : a.start + a.n_tokens;
+    const int all = a.span ? INT_MAX / 2 : a.start + a.n_tokens;
+    const int keys = a.window > 0 ? std::min(all, a.window + kBQ + 32) : all;
     int n_split =
         a.partials ? std::min({kAttnPrefillSplits, sm_count() / blocks, (keys + 31) / 32}) : 1;
     n_split = std::max(n_split, 1);
@@ -447,12 +452,13 @@ void launch_tc(const AttentionPrefillArgs& a, const Launch& s) {
     if constexpr ((32 * HD / 8) % (kWarps * 32) == 0) {
       // Every key in one 32-key tile (short prompts from the start): half the tile loads and
       // math of a 64-key tile, most of it zero-filled and masked.
-      if (a.start + a.n_tokens <= 32) {
+      if (!a.span && a.start + a.n_tokens <= 32) {
         a.kv_half ? launch_ks<HD, __half, 1, 32>(a, s) : launch_ks<HD, float, 1, 32>(a, s);
         done = true;
       }
     }
-    if (!done && a.start + a.n_tokens > kKT) {  // two key groups once there are 2+ key tiles
+    // Two key groups once there are 2+ key tiles (a span: the chunks it serves mostly have).
+    if (!done && (a.span || a.start + a.n_tokens > kKT)) {
       a.kv_half ? launch_ks<HD, __half, 2>(a, s) : launch_ks<HD, float, 2>(a, s);
     } else if (!done) {
       a.kv_half ? launch_ks<HD, __half, 1>(a, s) : launch_ks<HD, float, 1>(a, s);

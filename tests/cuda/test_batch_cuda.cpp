@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -420,6 +421,38 @@ TEST_P(CudaBatchGemms, LonePromptChunksMatchSharedSteps) {
   // page or position would give rows of unrelated logits (~1).
   EXPECT_LT(worst, kVsSingle);
   EXPECT_EQ(alone->position(a), 200);
+}
+
+// Lone prompt chunks of other lengths, positions and sequences in one bucket replay that bucket's
+// graph (the attention reads its chunk from the step's staging): the same bits as plain launches
+// (the quantized GEMMs with split-K off are bit-reproducible).
+TEST(CudaBatch, LoneChunksReplayTheirBucketsGraph) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  CudaOptions graphs = cuda_options_from_env();
+  graphs.use_graph = true, graphs.split_k = false;
+  CudaOptions plain = graphs;
+  plain.use_graph = false;
+  const std::vector<int> pa = prompt_of(170, V, 31), pb = prompt_of(90, V, 32);
+  auto run = [&](const CudaOptions& co) {
+    auto b = make_batch(model, false, Gemms::kQuantized, co);
+    const int a = b->add_sequence(), c = b->add_sequence();
+    std::vector<float> all;
+    const std::span<const int> chunks[] = {std::span<const int>(pa).first(100), pb,
+                                           std::span<const int>(pa).subspan(100)};
+    const int seqs[] = {a, c, a};
+    for (int i = 0; i < 3; ++i) {  // 100, 90 and 70 rows: bucket 128 each
+      const auto r = b->step(std::vector<SeqStep>{greedy(seqs[i], chunks[i], 2)});
+      EXPECT_EQ(r[0].logits.size(), chunks[i].size() * size_t(V));
+      all.insert(all.end(), r[0].logits.begin(), r[0].logits.end());
+    }
+    EXPECT_EQ(b->position(a), 170);
+    return all;
+  };
+  const std::vector<float> g = run(graphs), e = run(plain);
+  ASSERT_EQ(g.size(), size_t(260) * V);
+  ASSERT_EQ(g.size(), e.size());
+  EXPECT_EQ(0, std::memcmp(g.data(), e.data(), g.size() * sizeof(float)));
 }
 
 TEST(CudaBatch, HalfPoolAccuracy) {

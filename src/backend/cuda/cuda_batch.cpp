@@ -10,8 +10,8 @@
 // A step that is one sequence's prompt chunk alone (a prompt with nothing else to run, as `run`
 // and `bench` send) takes its attention as attention_prefill over that sequence's block table: the
 // tensor-core prefill kernel shares each key tile among 64 queries, where attention_paged reads a
-// row's context once per row. Such steps launch without a graph (the chunk's position and length
-// shape the attention launch); their GEMMs keep the bucketed shapes.
+// row's context once per row. The attention reads the chunk's position, length and sequence from
+// the step's staging (AttentionPrefillArgs::span), so such steps replay their bucket's graph too.
 //
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
 // bucket (and attention split count, from the step's longest context) is captured once as a CUDA
@@ -74,15 +74,9 @@ int bucket(int n) {
 }
 
 // A step that is one sequence's prompt chunk of at least this many rows runs its attention as
-// attention_prefill over the sequence's block table (StepRows::chunk_seq): one query tile of the
-// tensor-core kernel. Not a measured crossover: near it, a small model's step loses more to the
-// eager launches (see launch()) than its attention gains.
+// attention_prefill over the sequence's block table (StepRows::chunk): one query tile of the
+// tensor-core kernel. Not a measured crossover.
 constexpr int kChunkAttnRows = 64;
-
-// Such a step: the sequence, the position of its first row, its rows.
-struct Chunk {
-  int seq = -1, start = 0, rows = 0;
-};
 
 class CudaBatchBackend final : public BatchBackend {
  public:
@@ -111,12 +105,12 @@ class CudaBatchBackend final : public BatchBackend {
 
  private:
   // The launches of one step of nb rows, mb output rows, attention in `splits` splits, the chosen
-  // ids to `out` (captured per bucket); chunk: a lone sequence's prompt chunk (see Chunk).
-  void forward(int nb, int mb, int splits, bool masked, int* out, const Chunk& chunk = {});
-  // forward() as the bucket's graph (captured on first use), or plain launches without graphs and
-  // for a chunk (its position and length shape the attention launch).
+  // ids to `out` (captured per bucket); chunk: the step is a lone sequence's prompt chunk (its
+  // span staged after the fields).
+  void forward(int nb, int mb, int splits, bool masked, int* out, bool chunk);
+  // forward() as the bucket's graph (captured on first use), or plain launches without graphs.
   // par: which of the two id slots a one-row step writes (0 for the others).
-  void launch(int nb, int mb, int splits, bool masked, int par, const Chunk& chunk = {});
+  void launch(int nb, int mb, int splits, bool masked, int par, bool chunk);
   // Whether the step after `batch` (just staged) is worth launching now (see the file comment).
   bool speculable(std::span<const SeqStep> batch) const;
   // Launches the next step of seq, its token the id the one-row step of parity `par` chooses.
@@ -150,15 +144,18 @@ class CudaBatchBackend final : public BatchBackend {
   // each row's token, position, pool slot, sequence, ring slot and its sequence's first position
   // in the step; each output row's step row and mask (index into the masks, or -1). A one-row
   // step's fields are followed by its sequence's block table (the used entries copied), which its
-  // attention reads directly (attention_decode with a staged table).
+  // attention reads directly (attention_decode with a staged table); a chunk step's by its span
+  // (kSpanInts: the chunk's first position, rows and sequence; AttentionPrefillArgs::span).
   enum Field { kTok, kPos, kSlot, kSeq, kOutRow, kRingSlot, kFirstPos, kMaskIdx, kStaged };
+  static constexpr int kSpanInts = 3;
   int* st_ = nullptr;
   int* d_st_ = nullptr;
   int* st(Field f, int nb) const { return st_ + f * nb; }
   const int* d_st(Field f, int nb) const { return d_st_ + f * nb; }
-  // Ints of staging on each side: a step of the largest bucket, or a one-row step with its table.
+  // Ints of staging on each side: a step of the largest bucket with a span, or a one-row step
+  // with its table.
   size_t staged_ints(int cap) const {
-    return std::max(kStaged * size_t(cap), size_t(kStaged + table_stride_));
+    return std::max(kStaged * size_t(cap) + kSpanInts, size_t(kStaged + table_stride_));
   }
   // Stages seq's block table after a one-row step's fields at `fields`; returns the ints to copy.
   int stage_table(int* fields, int seq) const;
@@ -186,7 +183,7 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PinnedBuffer hist_pinned_;
   std::vector<int> uploaded_;  // pages of each sequence's table already on the device
   cudaStream_t stream_ = nullptr;
-  std::map<std::tuple<int, int, int, bool, int>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<int, int, int, bool, int, bool>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
   bool pdl_ = true, split_k_ = true, speculate_ = true;
   struct {
@@ -407,11 +404,10 @@ void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
   }
 }
 
-void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out,
-                               const Chunk& chunk) {
+void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out, bool chunk) {
   const cuda::Launch k = kernels();
   cuda::StepRows rows;
-  rows.chunk_seq = chunk.seq, rows.chunk_start = chunk.start, rows.chunk_rows = chunk.rows;
+  if (chunk) rows.chunk = d_st_ + kStaged * nb;
   rows.pos = d_st(kPos, nb), rows.slot = d_st(kSlot, nb), rows.seq = d_st(kSeq, nb);
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_, rows.attn_splits = splits;
@@ -496,7 +492,7 @@ void CudaBatchBackend::speculate(int seq, int par) {
   // Its staging is the previous step's, advanced on the device by that step's hand-off (the id
   // as the token; position, slot and first position + 1: the same page, see speculable).
   const int q = par ^ 1, p = kv_->position(seq);
-  launch(1, 1, cuda::attn_paged_splits(p, c_.n_kv_heads, cuda::sm_count()), false, q);
+  launch(1, 1, cuda::attn_paged_splits(p, c_.n_kv_heads, cuda::sm_count()), false, q, false);
   CUDA_CHECK(cudaEventRecord(done_[q], stream_));
   par_ = q;
   spec_.on = true, spec_.seq = seq, spec_.pos = p, spec_.par = q;
@@ -518,20 +514,19 @@ std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
   return res;
 }
 
-void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par,
-                              const Chunk& chunk) {
+void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par, bool chunk) {
   int* out = ids_out(nb, par);
-  if (!use_graph_ || chunk.seq >= 0) return forward(nb, mb, splits, masked, out, chunk);
-  cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked, par}];
+  if (!use_graph_) return forward(nb, mb, splits, masked, out, chunk);
+  cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked, par, chunk}];
   if (!g) {
     // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
     // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
     // and ids are written again by the replay). One-row steps have no dense GEMM, and their
     // hand-off advances the staging: they are captured at once.
-    if (nb > 1) forward(nb, mb, splits, masked, out);
+    if (nb > 1) forward(nb, mb, splits, masked, out, chunk);
     cudaGraph_t graph;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    forward(nb, mb, splits, masked, out);
+    forward(nb, mb, splits, masked, out, chunk);
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
@@ -559,9 +554,11 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int *toks = st(kTok, nb), *pos = st(kPos, nb), *slot = st(kSlot, nb), *seq = st(kSeq, nb);
   int *out_row = st(kOutRow, nb), *ring = st(kRingSlot, nb), *first_pos = st(kFirstPos, nb);
   int* mask_idx = st(kMaskIdx, nb);
-  Chunk chunk;
-  if (batch.size() == 1 && rows >= kChunkAttnRows)
-    chunk = {batch[0].seq, kv_->position(batch[0].seq), rows};
+  const bool chunk = batch.size() == 1 && rows >= kChunkAttnRows;
+  if (chunk) {
+    int* span = st_ + kStaged * nb;
+    span[0] = kv_->position(batch[0].seq), span[1] = rows, span[2] = batch[0].seq;
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
@@ -589,7 +586,9 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     n_masks += masked ? 1 : 0;
   }
   const int mb = bucket(std::max(m, 1));
-  const int splits = cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
+  // attention_paged's splits (a chunk step has none: its graph then serves every context length)
+  const int splits =
+      chunk ? 0 : cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
   const int pad_slot = kv_->pages_total() * kv_->page_size();
   for (int r = n; r < nb; ++r) {
     toks[r] = 0, pos[r] = 0, slot[r] = pad_slot, seq[r] = max_seqs();
@@ -602,7 +601,8 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   for (const PageCopy& c : copies)
     for (int l = 0; l < c_.n_layers; ++l)
       if (!(ring_pages_ && c_.is_swa(l))) copy_rows(l, c.src * ps, c.dst * ps, ps);
-  const int staged = nb == 1 ? stage_table(st_, batch[0].seq) : kStaged * nb;
+  const int staged =
+      nb == 1 ? stage_table(st_, batch[0].seq) : kStaged * nb + (chunk ? kSpanInts : 0);
   CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * staged, cudaMemcpyHostToDevice, stream_));
   if (n_masks > 0)
     CUDA_CHECK(cudaMemcpyAsync(d_masks_, masks_host_, sizeof(uint32_t) * n_masks * mask_words_,

@@ -237,15 +237,16 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     rmsnorm_add(ws.x, dim, ws.tmp, dim, post_norm, dim, n, c.norm_eps, s);
   };
   auto attention = [&](int l, const float* q, int ldq, const StepRows* lrows, const AttnOut& out) {
-    if (lrows && lrows->chunk_seq < 0) return attention_rows(w, l, q, ldq, out, n, *lrows, s);
+    if (lrows && !lrows->chunk) return attention_rows(w, l, q, ldq, out, n, *lrows, s);
     const PrefillLayerWeights& L = w.layers[l];
     AttentionPrefillArgs at;
     at.q = q, at.ldq = ldq, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
     at.kv_half = w.kv_half, at.out = out.f32, at.out_h = out.f16, at.ldo = out.ld;
     at.n_tokens = n, at.start = pos0, at.ring = L.ring;
-    if (lrows) {  // one sequence's chunk in the paged pool: its real rows, through its table
-      at.n_tokens = lrows->chunk_rows, at.start = lrows->chunk_start, at.ring = 0;
-      at.table = lrows->chunk_table(), at.page_size = lrows->page_size;
+    if (lrows) {  // one sequence's chunk in the paged pool: its span, through its table
+      at.span = lrows->chunk, at.ring = 0;
+      at.table = lrows->tables, at.table_stride = lrows->table_stride;
+      at.page_size = lrows->page_size;
     }
     at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
     at.window = c.is_swa(l) ? c.sliding_window : 0, at.scale = c.attn_scale;

@@ -140,12 +140,12 @@ struct StepRows {
   // slots and block tables (a ring's table repeats its pages, so positions wrap through them).
   const int* ring_slot = nullptr;
   const int* ring_tables = nullptr;
-  // chunk_seq >= 0: the step is one prompt chunk of that sequence alone, chunk_rows real rows at
-  // positions chunk_start, chunk_start + 1, ... (the rest padding). Its attention is then
+  // chunk != nullptr: the step is one prompt chunk of a sequence alone, device int[3] {its first
+  // position, its real rows (the rest padding), the sequence}. Its attention is then
   // attention_prefill over the sequence's block table (64 queries share each key tile), not
-  // attention_paged (every row reads its context alone).
-  int chunk_seq = -1, chunk_start = 0, chunk_rows = 0;
-  const int* chunk_table() const { return tables + size_t(chunk_seq) * table_stride; }
+  // attention_paged (every row reads its context alone); it reads the span on the device, so a
+  // step's graph serves any chunk.
+  const int* chunk = nullptr;
   // The rows as layer l of config c sees them: a sliding-window layer takes the rings.
   StepRows for_layer(const ModelConfig& c, int l) const {
     StepRows r = *this;
