@@ -10,6 +10,7 @@
 #include "cuda/device_common.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/launch.h"
+#include "cuda/out_store.cuh"
 
 namespace smolrt::cuda {
 namespace {
@@ -34,13 +35,6 @@ constexpr size_t smem_bytes() {
 // instructions than a SIMT form, which is issue-bound. The score fragments (C layout) are
 // re-packed in registers as P's A operand.
 // Scores run in base 2 (the query is pre-scaled by log2(e)); q, K, V and P are rounded to fp16.
-__device__ __forceinline__ void store_out(const PagedAttnArgs& a, size_t i, float v) {
-  if (a.out_h)
-    a.out_h[i] = __half_as_ushort(__float2half_rn(v));
-  else
-    a.out[i] = v;
-}
-
 template <int HD, int G, bool HALF, int W = kWarps>
 __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, float* partials,
                                                      int* counters) {
@@ -247,7 +241,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
       num += wt * sacc[(w * G + g) * HD + d];
     }
     if (n_split == 1) {
-      store_out(a, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
+      store_out(a.out, a.out_h, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
     } else {
       float* part =
           partials + (((size_t)row * a.n_heads + h0 + g) * kAttnPagedSplits + split) * (HD + 2);
@@ -278,7 +272,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
       den += w * __ldcg(ph + sp_ * (HD + 2) + 1);
       num += w * __ldcg(ph + sp_ * (HD + 2) + 2 + d);
     }
-    store_out(a, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
+    store_out(a.out, a.out_h, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
   }
 }
 

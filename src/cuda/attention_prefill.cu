@@ -16,6 +16,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "cuda/launch.cuh"
+#include "cuda/out_store.cuh"
 
 namespace smolrt::cuda {
 namespace detail {
@@ -194,12 +195,7 @@ __global__ void __launch_bounds__(128)
     const float inv = 1.f / l;
     const size_t o = (size_t)(q0 + qi) * a.ldo + h * HD + sub * DU;
 #pragma unroll
-    for (int u = 0; u < DU; ++u) {
-      if (a.out_h)
-        a.out_h[o + u] = __half_as_ushort(__float2half_rn(acc[u] * inv));
-      else
-        a.out[o + u] = acc[u] * inv;
-    }
+    for (int u = 0; u < DU; ++u) store_out(a.out, a.out_h, o + u, acc[u] * inv);
   }
 }
 

@@ -25,19 +25,12 @@
 #include "core/cuda_check.h"
 #include "cuda/attention_prefill.h"
 #include "cuda/launch.cuh"
+#include "cuda/out_store.cuh"
 
 namespace smolrt::cuda::detail {
 namespace {
 
 constexpr int kWarps = 4, kBQ = 16 * kWarps, kKT = 64;
-
-// Two adjacent output columns, fp32 or fp16 (AttentionPrefillArgs::out / out_h).
-__device__ __forceinline__ void store2(const AttentionPrefillArgs& a, size_t i, float x, float y) {
-  if (a.out_h)
-    *reinterpret_cast<__half2*>(a.out_h + i) = __floats2half2_rn(x, y);
-  else
-    *reinterpret_cast<float2*>(a.out + i) = make_float2(x, y);
-}
 
 // Shared memory of one block: [fp16 query tile (wide heads)] [KS key groups x stages x (K, V)
 // fp16 tiles of KT x P] [fp32 staging K, V tiles (wide heads, fp32 cache)].
@@ -382,8 +375,10 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {
     const int col = h * HD + dt * 8 + 2 * t4;
-    if (r0 < sp.n_tokens) store2(a, (size_t)r0 * a.ldo + col, o[dt][0] * inv0, o[dt][1] * inv0);
-    if (r1 < sp.n_tokens) store2(a, (size_t)r1 * a.ldo + col, o[dt][2] * inv1, o[dt][3] * inv1);
+    if (r0 < sp.n_tokens)
+      store_out2(a.out, a.out_h, (size_t)r0 * a.ldo + col, o[dt][0] * inv0, o[dt][1] * inv0);
+    if (r1 < sp.n_tokens)
+      store_out2(a.out, a.out_h, (size_t)r1 * a.ldo + col, o[dt][2] * inv1, o[dt][3] * inv1);
   }
 }
 
@@ -403,11 +398,7 @@ __global__ void attention_merge_kernel(AttentionPrefillArgs a, int n_split) {
     const float w = m == -INFINITY ? 0.f : exp2f(m - mx);  // an empty split adds nothing
     l += w * p[z * zstride + hd + 1], o += w * p[z * zstride + d];
   }
-  const size_t i = (size_t)row * a.ldo + h * hd + d;
-  if (a.out_h)
-    a.out_h[i] = __half_as_ushort(__float2half_rn(o / l));
-  else
-    a.out[i] = o / l;
+  store_out(a.out, a.out_h, (size_t)row * a.ldo + h * hd + d, o / l);
 }
 
 template <int HD, class KV, int KS, int KT = kKT>

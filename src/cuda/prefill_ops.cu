@@ -25,7 +25,7 @@ namespace cg = cooperative_groups;
 // cluster combines the blocks' winners through distributed shared memory: one launch, no scratch.
 constexpr int kRowSplit = 8, kRowThreads = 256;
 
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __cluster_dims__(kRowSplit, 1, 1) __launch_bounds__(kRowThreads)
     argmax_rows_kernel(const float* logits, int ld, int n, int* out, bool vec) {
   cg::cluster_group cl = cg::this_cluster();
   const int part = (int)cl.block_rank(), row = blockIdx.y, tid = threadIdx.x;
@@ -149,21 +149,8 @@ void argmax_rows(const float* logits, int ld, int n_cols, int n_rows, int* out, 
   if (n_rows <= 0 || n_rows > 65535 || n_cols <= 0 || ld < n_cols || !logits || !out)
     fail("argmax_rows: bad arguments rows=", n_rows, " cols=", n_cols, " ld=", ld);
   const bool vec = ld % 4 == 0 && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(kRowSplit, (unsigned)n_rows);
-  cfg.blockDim = dim3(kRowThreads);
-  cfg.stream = s.stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kRowSplit;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = s.use_pdl() ? 2 : 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_rows_kernel, logits, ld, n_cols, out, vec));
-  CUDA_CHECK_LAUNCH();
+  detail::launch_pdl(argmax_rows_kernel, dim3(kRowSplit, (unsigned)n_rows), dim3(kRowThreads), s,
+                     logits, ld, n_cols, out, vec);
 }
 
 }  // namespace smolrt::cuda

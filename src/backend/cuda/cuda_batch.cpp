@@ -29,8 +29,9 @@
 // that (the same sequence, the id just returned, nothing but greedy) adopts it; anything else, or
 // any change to the sequences in between, drops it: it still runs, but it wrote only the unused
 // K/V row past its sequence's position, in a page that sequence owns, and its id slot is its own
-// (one-row steps alternate between two). The host's wake-up, staging and launch then overlap the
-// GPU's step, as in the single-sequence backend.
+// (one-row steps alternate between two); free_sequence waits for a dropped one, so the next
+// step does not queue behind it. The host's wake-up, staging and launch then overlap the GPU's
+// step, as in the single-sequence backend.
 //
 // Weights: the decode backend's device image (upload_weights), read by the prefill GEMMs as is.
 #include <algorithm>
@@ -95,6 +96,9 @@ class CudaBatchBackend final : public BatchBackend {
   // A pending speculative step is dropped where its sequence's id, position or last page may
   // change hands: here, rollback and fork (a new sequence or a prefix match takes none of them).
   void free_sequence(int seq) override {
+    // A pending speculative step would run ahead of the next step (stream order) and delay it:
+    // let it finish here, where nothing waits on it (as CudaBackend::reset does).
+    if (spec_.on) CUDA_CHECK(cudaStreamSynchronize(stream_));
     spec_.on = false;
     BatchBackend::free_sequence(seq);
   }
@@ -116,7 +120,9 @@ class CudaBatchBackend final : public BatchBackend {
   // Launches the next step of seq, its token the id the one-row step of parity `par` chooses.
   void speculate(int seq, int par);
   std::vector<SeqResult> adopt(const SeqStep& s);
-  void upload_tables(int seq);
+  // Brings seq's row of the host table mirror up to its block table; true if it changed (the
+  // step then copies the changed rows to the device in one copy).
+  bool stage_tables(int seq);
   // Copies rows [src, src + n) of layer l's K and V to [dst, dst + n) (a page copy or a ring).
   void copy_rows(int l, int src, int dst, int n);
   // Ring slot of position pos of sequence (slot) seq in a sliding-window layer (0 without rings).
@@ -366,16 +372,15 @@ void CudaBatchBackend::rollback(int seq, int pos) {
   kv_->truncate(seq, pos);
 }
 
-void CudaBatchBackend::upload_tables(int seq) {
+bool CudaBatchBackend::stage_tables(int seq) {
   const std::span<const int> bt = kv_->block_table(seq);
   int* row = tables_host_ + size_t(seq) * table_stride_;
   int from = 0;
   while (from < uploaded_[seq] && from < (int)bt.size() && row[from] == bt[from]) ++from;
-  if (from == (int)bt.size()) return;
+  if (from == (int)bt.size()) return false;
   std::copy(bt.begin() + from, bt.end(), row + from);
-  CUDA_CHECK(cudaMemcpyAsync(d_tables_ + size_t(seq) * table_stride_ + from, row + from,
-                             sizeof(int) * (bt.size() - from), cudaMemcpyHostToDevice, stream_));
   uploaded_[seq] = (int)bt.size();
+  return true;
 }
 
 int CudaBatchBackend::fork_sequence(int seq) {
@@ -548,6 +553,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   for (const SeqStep& s : batch) rows += (int)s.tokens.size();
   const int nb = bucket(rows);
   int n = 0, m = 0, max_pos = 0, n_masks = 0;
+  int lo = INT_MAX, hi = 0;  // sequences whose table rows changed: [lo, hi)
   // out rows of each entry: [first, first + count) of the gathered rows
   std::vector<std::pair<int, int>> outs(batch.size());
   std::vector<PageCopy> copies;
@@ -564,7 +570,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
     kv_->grow(s.seq, s.tokens, copies);
     max_pos = std::max(max_pos, p0 + len - 1);
-    upload_tables(s.seq);
+    if (stage_tables(s.seq)) lo = std::min(lo, s.seq), hi = std::max(hi, s.seq + 1);
     const int first = s.logits == 2 ? n : n + len - 1;
     const int count = s.logits == 2 ? len : (s.sample || s.logits == 1 ? 1 : 0);
     outs[i] = {m, count};
@@ -601,6 +607,12 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   for (const PageCopy& c : copies)
     for (int l = 0; l < c_.n_layers; ++l)
       if (!(ring_pages_ && c_.is_swa(l))) copy_rows(l, c.src * ps, c.dst * ps, ps);
+  // The changed table rows in one copy (a step crossing pages in many sequences would otherwise
+  // pay one copy each); the rows between them are copied unchanged.
+  if (lo < hi)
+    CUDA_CHECK(cudaMemcpyAsync(
+        d_tables_ + size_t(lo) * table_stride_, tables_host_ + size_t(lo) * table_stride_,
+        sizeof(int) * size_t(hi - lo) * table_stride_, cudaMemcpyHostToDevice, stream_));
   const int staged =
       nb == 1 ? stage_table(st_, batch[0].seq) : kStaged * nb + (chunk ? kSpanInts : 0);
   CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * staged, cudaMemcpyHostToDevice, stream_));
