@@ -107,7 +107,7 @@ class BatchBackend {
   // > 0: the sliding-window layers keep, outside the pool, a ring of this many rows per sequence
   // slot (the window plus a step's chunk), so the pool's pages hold only the global layers' K/V.
   // rollback() then goes back at most kv_ring_rows() - window + 1 positions (else Error;
-  // kv_pages.h's sliding_ring_back).
+  // kv_pages.h's sliding_ring_back), one less where decode steps are speculated (the CUDA engine).
   virtual int kv_ring_rows() const { return 0; }
   // > 0: steps of at least this many rows run fp16 dense GEMMs (the CUDA engine's measured
   // crossover, cuda::measure_dense_rows); 0: every step runs the quantized kernels.

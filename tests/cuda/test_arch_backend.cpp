@@ -11,11 +11,13 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/batch.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
@@ -250,6 +252,18 @@ TEST(ArchRingCache, LocalLayersKeepWindowPlusChunkRows) {
   EXPECT_LT(rel_l2(dec->forward_token(toks[55], 55), ref[55]), 5e-4);
 }
 
+// The ring tests' engine: tiny-gemma3's window of 8 and steps of at most 12 tokens make rings of
+// 8 + 11 rows, in two 16-token pages (32 rows).
+BatchOptions ring_options(int max_seqs, bool half) {
+  BatchOptions bo;
+  bo.kind = "cuda";
+  bo.max_seqs = max_seqs;
+  bo.seq_ctx = 128;
+  bo.max_step_tokens = 12;
+  bo.kv_half = half;
+  return bo;
+}
+
 // The multi-sequence backend's sliding-window layers as rings per sequence: tiny-gemma3 (window 8)
 // with steps of at most 12 tokens keeps rings of 8 + 11 rows, in two 16-token pages (32 rows),
 // outside the pool. Two prompts fed in chunks that share steps, then decoded together (multi-row
@@ -263,13 +277,7 @@ TEST(ArchRingCache, MultiSequenceLocalLayersUseRings) {
   const int V = m.config.vocab_size;
   for (bool half : {false, true}) {
     SCOPED_TRACE(half ? "fp16 pool" : "fp32 pool");
-    BatchOptions bo;
-    bo.kind = "cuda";
-    bo.max_seqs = 3;
-    bo.seq_ctx = 128;
-    bo.max_step_tokens = 12;
-    bo.kv_half = half;
-    auto b = make_batch_backend(m, bo);
+    auto b = make_batch_backend(m, ring_options(3, half));
     ASSERT_EQ(b->kv_ring_rows(), 32);
     EXPECT_EQ(b->kv_tokens(), 3 * 128);  // the pool as without rings: the global layer's
     std::vector<std::vector<int>> seqs = {prompt_of(30, V, 6), prompt_of(20, V, 7)};
@@ -330,15 +338,55 @@ TEST(ArchRingCache, MultiSequenceLocalLayersUseRings) {
       decode({1});
       if (HasFatalFailure()) return;
     }
-    // The rings keep 32 - 8 + 1 = 25 positions of slack: 26 back is refused, nothing changed.
-    EXPECT_THROW(b->rollback(ids[1], 70 - 26), Error);
+    // The rings keep 32 - 8 + 1 = 25 positions of slack, one less with speculated decode steps
+    // (the default; a dropped one wrote the ring row past the position): 25 back is refused,
+    // nothing changed.
+    EXPECT_THROW(b->rollback(ids[1], 70 - 25), Error);
     EXPECT_EQ(b->position(ids[1]), 70);
-    b->rollback(ids[1], 70 - 25);  // the most the rings allow: position 45 reads 38..45
-    seqs[1].resize(70 - 25);
+    b->rollback(ids[1], 70 - 24);  // the most the rings allow: position 46 reads 39..46
+    seqs[1].resize(70 - 24);
     decode({1});
     std::cout << "[ measure ] tiny-gemma3 q8_0" << (half ? " fp16" : " fp32")
               << " pool, rings of 32 rows, multi-sequence vs CPU: worst rel L2 " << worst << "\n";
   }
+}
+
+// Speculated one-row steps with rings (tiny-gemma3, rings of 32 rows): the hand-off advances the
+// ring slot with the pool slot, so greedy decoding past two ring wraps, a dropped speculation
+// followed by the deepest rollback the rings allow, and decoding on give the tokens of plain
+// steps.
+TEST(ArchRingCache, SpeculatedStepsMatchPlainOnes) {
+  REQUIRE_GPU();
+  const Model m = synth({"tiny-gemma3", "q8_0"});
+  const int V = m.config.vocab_size;
+  auto run = [&](bool speculate) {
+    CudaOptions co = cuda_options_from_env();
+    co.use_graph = true, co.speculate = speculate, co.split_k = false;
+    auto b = make_cuda_batch_backend_ex(m, ring_options(2, true), co);
+    EXPECT_EQ(b->kv_ring_rows(), 32);
+    std::vector<int> out;
+    auto one = [&](int seq, std::span<const int> toks) {
+      SeqStep s;
+      s.seq = seq, s.tokens = toks, s.params.temp = 0.f;
+      out.push_back(b->step(std::vector<SeqStep>{s})[0].token);
+      return out.back();
+    };
+    auto chain = [&](int seq, int t, int n) {
+      for (int i = 0; i < n; ++i) t = one(seq, std::span<const int>(&t, 1));
+      return t;
+    };
+    const std::vector<int> prompt = prompt_of(10, V, 41);
+    const int a = b->add_sequence();
+    int t = chain(a, one(a, prompt), 60);  // to position 71: the rings wrap twice
+    const int x = (t + 1) % V;             // not the chosen id: the pending step is dropped
+    t = chain(a, one(a, std::span<const int>(&x, 1)), 3);
+    b->rollback(a, b->position(a) - 24);  // with one pending: the deepest the rings allow
+    chain(a, one(a, std::span<const int>(&x, 1)), 20);
+    return out;
+  };
+  const std::vector<int> plain = run(false), spec = run(true);
+  ASSERT_EQ(spec.size(), plain.size());
+  EXPECT_EQ(spec, plain);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ArchBackend, ::testing::ValuesIn(kCases),

@@ -675,8 +675,12 @@ TEST(KernelArgmax, RowsMatchCpu) {
       Dev<float> dx(x);
       Dev<int> out((size_t)rows);
       for (cudaStream_t s : {st, (cudaStream_t) nullptr}) {
+        // The poison and the read-back run on the legacy default stream, which a non-blocking
+        // stream does not wait for or hold up: synchronize around the launch.
         out.poison();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         cuda::argmax_rows(dx.p(), ld, cols, rows, out.p(), s);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const std::vector<int> got = out.get();
         for (int r = 0; r < rows; ++r)
           ASSERT_EQ(got[r], cpu::argmax(row(r), cols))

@@ -28,9 +28,10 @@
 // speculative step follows in the stream with no copy in between. A step() asking for exactly
 // that (the same sequence, the id just returned, nothing but greedy) adopts it; anything else, or
 // any change to the sequences in between, drops it: it still runs, but it wrote only the unused
-// K/V row past its sequence's position, in a page that sequence owns, and its id slot is its own
-// (one-row steps alternate between two); free_sequence waits for a dropped one, so the next
-// step does not queue behind it. The host's wake-up, staging and launch then overlap the GPU's
+// K/V row past its sequence's position, in a page that sequence owns (in a sliding-window ring,
+// the row after the position's: a rollback then reaches one position less), and its id slot is
+// its own (one-row steps alternate between two); free_sequence waits for a dropped one, so the
+// next step does not queue behind it. The host's wake-up, staging and launch then overlap the GPU's
 // step, as in the single-sequence backend.
 //
 // Weights: the decode backend's device image (upload_weights), read by the prefill GEMMs as is.
@@ -192,6 +193,8 @@ class CudaBatchBackend final : public BatchBackend {
   std::map<std::tuple<int, int, int, bool, int, bool>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
   bool pdl_ = true, split_k_ = true, speculate_ = true;
+  // Whether one-row steps may be speculated (graphs on, CudaOptions::speculate).
+  bool speculating() const { return speculate_ && use_graph_; }
   struct {
     bool on = false;  // a launched step waits to be adopted
     int seq = 0, pos = 0, par = 0;
@@ -364,7 +367,9 @@ std::string CudaBatchBackend::device_name() const {
 void CudaBatchBackend::rollback(int seq, int pos) {
   spec_.on = false;
   const int back = kv_->position(seq) - pos;
-  const int64_t most = sliding_ring_back(kv_ring_rows(), c_.sliding_window);
+  // One less when steps are speculated: a dropped one wrote the ring row one past the position.
+  const int64_t most =
+      sliding_ring_back(kv_ring_rows(), c_.sliding_window) - (speculating() ? 1 : 0);
   if (ring_pages_ && back > most)
     fail("rollback of sequence ", seq, " by ", back, " positions is beyond the sliding-window ",
          "layers' KV rings (at most ", most,
@@ -462,7 +467,9 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
     const int parts = cuda::gemv_argmax(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits,
                                         d_part_v_, d_part_i_, k);
     // Hand-off: the staging becomes that of this sequence's next one-row step (speculate).
-    const cuda::StepHandoff next{d_st_ + kTok, d_st_, 1u << kPos | 1u << kSlot | 1u << kFirstPos};
+    // (The ring slot too: unused without rings.)
+    const cuda::StepHandoff next{d_st_ + kTok, d_st_,
+                                 1u << kPos | 1u << kSlot | 1u << kRingSlot | 1u << kFirstPos};
     cuda::argmax_final(d_part_v_, d_part_i_, parts, out, k, next);
     return;
   }
@@ -485,9 +492,9 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
 }
 
 bool CudaBatchBackend::speculable(std::span<const SeqStep> batch) const {
-  if (!speculate_ || !use_graph_ || ring_pages_ || batch.size() != 1) return false;
+  if (!speculating() || batch.size() != 1) return false;
   const SeqStep& s = batch[0];
-  // Rings: a dropped step would have overwritten a ring row a rollback may still need.
+  // The next position in the same page: its pool slot and ring slot are this step's + 1.
   return s.tokens.size() == 1 && s.sample && s.params.greedy() && !s.params.has_penalties() &&
          s.logits == 0 && s.allowed.empty() && kv_->position(s.seq) < kv_->seq_ctx() &&
          kv_->pages_needed(s.seq, 1) == 0 && kv_->position(s.seq) % kv_->page_size() != 0;
@@ -495,7 +502,7 @@ bool CudaBatchBackend::speculable(std::span<const SeqStep> batch) const {
 
 void CudaBatchBackend::speculate(int seq, int par) {
   // Its staging is the previous step's, advanced on the device by that step's hand-off (the id
-  // as the token; position, slot and first position + 1: the same page, see speculable).
+  // as the token; position, slots and first position + 1: the same page, see speculable).
   const int q = par ^ 1, p = kv_->position(seq);
   launch(1, 1, cuda::attn_paged_splits(p, c_.n_kv_heads, cuda::sm_count()), false, q, false);
   CUDA_CHECK(cudaEventRecord(done_[q], stream_));
