@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark-only GPU run (after a full scripts/gpu_check.sh passed on the same kernels): every
 # GPU test, `smolrt bench-decode`, `smolrt bench` on the synth model and, with SMOLRT_REAL_MODEL,
-# on the real one, plus the eager (no graph) prefill at 32 tokens. JSON lines in $OUT/bench.jsonl.
+# on the real one. JSON lines in $OUT/bench.jsonl.
 #   bash scripts/gpu_bench.sh DIR
 set -uo pipefail
 D=${1:?folder made by gpu_stage.sh}
@@ -17,7 +17,4 @@ timeout 120 "$D/smolrt" bench -m "$SYNTH" $B >> "$OUT/bench.jsonl"
 if [ -n "${SMOLRT_REAL_MODEL:-}" ]; then
   timeout 120 "$D/smolrt" bench -m "$SMOLRT_REAL_MODEL" $B >> "$OUT/bench.jsonl"
 fi
-SMOLRT_CUDA_GRAPH=0 timeout 60 "$D/smolrt" bench -m "$SYNTH" --backend cuda --prompt-lengths 32 \
-  --gen-length 128 --iterations 5 --json | sed 's/^{/{"config": "SMOLRT_CUDA_GRAPH=0 (eager prefill, no decode graph)", /' \
-  >> "$OUT/bench.jsonl"
 bench_summary "$OUT/bench.jsonl"

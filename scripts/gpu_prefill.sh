@@ -16,10 +16,6 @@ timeout 90 "$D/bench_prefill" --reps 20 --tokens 1,8,16,32,33,64,128,512 \
   --json "$OUT/bench_prefill.jsonl" 2>&1 | tee "$OUT/bench_prefill.log"
 timeout 100 "$D/smolrt" bench -m "$SYNTH" --backend cuda --prompt-lengths 32,128,512 \
   --gen-length 64 --iterations 3 --json > "$OUT/bench.jsonl" 2> "$OUT/bench.err"
-# Eager prefill (no graph replay of the recurring bench prompt; decode without its graph too).
-SMOLRT_CUDA_GRAPH=0 timeout 60 "$D/smolrt" bench -m "$SYNTH" --backend cuda --prompt-lengths 32 \
-  --gen-length 16 --iterations 3 --json 2>> "$OUT/bench.err" |
-  sed 's/^{/{"config": "eager (SMOLRT_CUDA_GRAPH=0)", /' >> "$OUT/bench.jsonl"
 bench_summary "$OUT/bench.jsonl" || tail -5 "$OUT/bench.err"
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   # bench_prefill's per-layer loop launches each GEMM 20 x (3 warm-up + reps) times, in the

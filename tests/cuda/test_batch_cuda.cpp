@@ -210,7 +210,7 @@ enum class Gemms { kMeasured, kQuantized, kDense };
 
 std::unique_ptr<BatchBackend> make_batch(const Model& m, bool kv_half = false,
                                          Gemms g = Gemms::kMeasured,
-                                         const CudaOptions& co = cuda_options_from_env()) {
+                                         const CudaOptions& co = CudaOptions{}) {
   BatchOptions o;
   o.kind = "cuda";
   o.max_seqs = 16;
@@ -429,7 +429,7 @@ TEST_P(CudaBatchGemms, LonePromptChunksMatchSharedSteps) {
 TEST(CudaBatch, LoneChunksReplayTheirBucketsGraph) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
-  CudaOptions graphs = cuda_options_from_env();
+  CudaOptions graphs = CudaOptions{};
   graphs.use_graph = true, graphs.split_k = false;
   CudaOptions plain = graphs;
   plain.use_graph = false;
@@ -605,7 +605,7 @@ TEST(CudaBatch, SpeculatedStepsMatchPlainOnes) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
   auto run = [&](bool speculate) {
-    CudaOptions co = cuda_options_from_env();
+    CudaOptions co = CudaOptions{};
     co.split_k = false;
     co.speculate = speculate;
     auto b = make_batch(model, false, Gemms::kQuantized, co);
@@ -651,7 +651,7 @@ TEST(CudaBatch, AllowedTokenMaskConstrainsTheSample) {
   // The compared runs must compute the same numbers: split-K's atomic adds reorder the prompt
   // GEMMs' sums from run to run, and the fp16 KV pool turns that into logit differences of ~2e-4
   // (measured), above the bound below. Without split-K the prompt steps are bit-reproducible.
-  CudaOptions co = cuda_options_from_env();
+  CudaOptions co = CudaOptions{};
   co.split_k = false;
   auto b = make_batch(model, false, Gemms::kMeasured, co);
   std::vector<uint32_t> mask((V + 31) / 32, 0);

@@ -368,7 +368,7 @@ class CudaBackend final : public CudaBackendApi {
     if (!prefill_ || debug_ || !copt_.batched_prefill) return false;
     if (copt_.prefill_chunk < 1) {
       fail("prefill chunk size ", copt_.prefill_chunk,
-           " must be at least 1 (SMOLRT_PREFILL_CHUNK or CudaOptions::prefill_chunk)");
+           " must be at least 1 (CudaOptions::prefill_chunk)");
     }
     for (int t : tokens) check_token(t);
     if ((size_t)pos_ + tokens.size() > (size_t)n_ctx_) {
@@ -391,7 +391,7 @@ class CudaBackend final : public CudaBackendApi {
     if (pos >= pos_ - ring_chunk_) return;
     fail("going back from position ", pos_, " to ", pos,
          " is beyond the sliding-window layers' KV rings (at most ", ring_chunk_,
-         " positions; SMOLRT_PREFILL_CHUNK sets it)");
+         " positions back, the prefill chunk); go back less, or reset and feed the text again");
   }
   // Prefill chunks never exceed the chunk the rings were sized for.
   int prefill_chunk() const { return std::min(copt_.prefill_chunk, ring_chunk_); }
@@ -665,18 +665,6 @@ class CudaBackend final : public CudaBackendApi {
 
 }  // namespace
 
-CudaOptions cuda_options_from_env() {
-  CudaOptions o;
-  o.use_graph = env_flag("SMOLRT_CUDA_GRAPH", true);
-  o.pdl = env_flag("SMOLRT_CUDA_PDL", true);
-  o.batched_prefill = env_flag("SMOLRT_CUDA_PREFILL", true);
-  o.prefill_chunk =
-      env_int("SMOLRT_PREFILL_CHUNK", o.prefill_chunk, 1, 1 << 20, "a token count per chunk");
-  o.speculate = env_flag("SMOLRT_CUDA_SPECULATE", true);
-  o.split_k = env_flag("SMOLRT_GEMM_SPLITK", true);
-  return o;
-}
-
 bool cuda_device_available() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -697,7 +685,7 @@ std::unique_ptr<CudaBackendApi> make_cuda_backend_ex(const Model& m, const Backe
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const Model& m, const BackendOptions& opt) {
-  return make_cuda_backend_ex(m, opt, cuda_options_from_env());
+  return make_cuda_backend_ex(m, opt, CudaOptions{});
 }
 
 }  // namespace smolrt

@@ -21,31 +21,29 @@
 
 namespace smolrt {
 
-// Run-time switches of the CUDA backend (defaults from the environment, see cuda_options_from_env).
+// Switches of the CUDA backend. The defaults are what users run; the tests turn them to check
+// each path against the other.
 struct CudaOptions {
-  // SMOLRT_CUDA_GRAPH=0: plain launches every step, and no graph replay of recurring prompt
-  // shapes in the batched prefill (CudaPrefill::run_last). For debugging and for the tests that
-  // check graph replay against plain launches.
+  // false: plain launches every step, and no graph replay of recurring prompt shapes in the
+  // batched prefill (CudaPrefill::run_last): the tests' reference for graph replay.
   bool use_graph = true;
-  // SMOLRT_CUDA_PDL=0: no Programmatic Dependent Launch (tests check both orders of launch).
+  // false: no Programmatic Dependent Launch (tests check both orders of launch).
   bool pdl = true;
-  // Prompts: layer-major batched prefill (cuda_prefill.h) for models it supports; false
-  // (SMOLRT_CUDA_PREFILL=0) runs one decode step per token (the tests' reference for the batched
-  // path).
+  // Prompts: layer-major batched prefill (cuda_prefill.h) for models it supports; false runs one
+  // decode step per token (the tests' reference for the batched path).
   bool batched_prefill = true;
-  int prefill_chunk = 512;  // SMOLRT_PREFILL_CHUNK: max tokens per prefill chunk (>= 1)
-  // SMOLRT_CUDA_SPECULATE=0: off. On: forward_token_greedy launches the next step right after the
+  int prefill_chunk = 512;  // max tokens per prefill chunk (>= 1)
+  // false: off. On: forward_token_greedy launches the next step right after the
   // current one, before the host has read the id (the next step reads its token/pos from the
   // device slots this step's argmax fills); a later call with exactly that (token, pos) adopts it,
   // anything else discards it (its writes are rewritten before use). The host's wake-up and launch
   // latency then overlap GPU work. The tests run both.
   bool speculate = true;
-  // SMOLRT_GEMM_SPLITK=0: the prefill's residual GEMMs sum each output in one block in a fixed
-  // order (bit-reproducible); on, they split K across blocks and add atomically (faster, the last
-  // bits vary from run to run).
+  // false: the prefill's residual GEMMs sum each output in one block in a fixed order
+  // (bit-reproducible, for the tests that compare bits); on, they split K across blocks and add
+  // atomically (faster, the last bits vary from run to run).
   bool split_k = true;
 };
-CudaOptions cuda_options_from_env();
 
 // Facts about a CUDA session, for benchmarks and reports.
 struct CudaStats {
@@ -76,8 +74,8 @@ class CudaBackendApi : public Backend {
 std::unique_ptr<CudaBackendApi> make_cuda_backend_ex(const Model& m, const BackendOptions& opt,
                                                      const CudaOptions& copt);
 
-// The multi-sequence engine with explicit switches (make_cuda_batch_backend reads them from the
-// environment); it honours use_graph, pdl and split_k.
+// The multi-sequence engine with explicit switches (make_cuda_batch_backend takes the defaults);
+// it honours use_graph, pdl, speculate and split_k.
 std::unique_ptr<BatchBackend> make_cuda_batch_backend_ex(const Model& m, const BatchOptions& opt,
                                                          const CudaOptions& copt);
 

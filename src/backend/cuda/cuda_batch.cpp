@@ -716,7 +716,7 @@ std::unique_ptr<BatchBackend> make_cuda_batch_backend_ex(const Model& m, const B
 }
 
 std::unique_ptr<BatchBackend> make_cuda_batch_backend(const Model& m, const BatchOptions& opt) {
-  return make_cuda_batch_backend_ex(m, opt, cuda_options_from_env());
+  return make_cuda_batch_backend_ex(m, opt, CudaOptions{});
 }
 
 }  // namespace smolrt
