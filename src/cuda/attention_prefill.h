@@ -16,6 +16,9 @@
 #include <cstdint>
 
 #include "cuda/launch.h"
+#ifdef __CUDACC__
+#include "cuda/device_common.cuh"
+#endif
 
 namespace smolrt::cuda {
 
@@ -73,7 +76,7 @@ __device__ __forceinline__ int key_row(const AttentionPrefillArgs& a, const int*
     const int sh = __ffs(a.page_size) - 1;
     return table[t >> sh] * a.page_size + (t & (a.page_size - 1));
   }
-  return a.ring > 0 ? t % a.ring : t;
+  return cache_row(t, a.ring);
 }
 #endif
 
