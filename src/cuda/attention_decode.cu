@@ -18,12 +18,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kAttnTabMax = 256;  // block-table entries a split stages in shared memory
-// Positions scored together: kAttnSub, or a quarter of it for head_dim 256 (16 threads per
-// position then, so the K, Q and V registers per thread stay at 16 each).
-template <int HD>
-constexpr int sub_of() {
-  return HD > 128 ? kAttnSub / 4 : kAttnSub;
-}
 
 // PAGED: position t's K/V row is table[t / page] * page + t % page (a paged pool's block table;
 // page a power of two, so shifts, not the ~20-instruction divisions by a runtime page size that
@@ -35,7 +29,7 @@ __global__ void __launch_bounds__(kThreads)
                             const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
                             float* partials, int* counters, const int* tables, const int* seq,
                             int stride, int page, int window, float scale_arg, int ring) {
-  constexpr int SUB = sub_of<HD>();
+  constexpr int SUB = attn_sub(HD);
   constexpr int kTpp = kThreads / SUB;                // threads per scored position
   constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
   constexpr int G = kThreads / HD;                    // pass-2 position groups
@@ -258,7 +252,7 @@ template <int HD>
 void launch_hd(float* out, const float* q, const void* k, const void* v, const int* pos, int n_ctx,
                int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnPages& pg,
                const Launch& s, int window, float scale, int ring) {
-  const int splits = attn_splits(n_ctx);
+  const int splits = attn_splits(n_ctx, HD);
   auto go = [&](auto kern, auto* kc, auto* vc) {
     launch_kernel(kern, dim3(n_heads, splits), dim3(kThreads), 0, s, out, q, kc, vc, pos, n_heads,
                   n_kv_heads, splits, sc.partials, sc.counters, pg.tables, pg.seq, pg.stride,

@@ -16,13 +16,21 @@ namespace smolrt::cuda {
 constexpr int kAttnSub = 128;       // positions scored together (one per 4 threads)
 constexpr int kAttnMaxSplits = 16;  // blocks per head at most
 
-inline int attn_splits(int n_ctx) {
-  const int subs = (n_ctx + kAttnSub - 1) / kAttnSub;
+// Positions one block scores together: kAttnSub, or a quarter of it for head_dim 256 (16 threads
+// per position then, so the K, Q and V registers per thread stay at 16 each).
+constexpr int attn_sub(int head_dim) {
+  return head_dim > 128 ? kAttnSub / 4 : kAttnSub;
+}
+
+// Blocks per head for contexts up to n_ctx: one per sub-chunk, at most kAttnMaxSplits.
+inline int attn_splits(int n_ctx, int head_dim) {
+  const int sub = attn_sub(head_dim);
+  const int subs = (n_ctx + sub - 1) / sub;
   return subs < kAttnMaxSplits ? subs : kAttnMaxSplits;
 }
 
 // Scratch for one attention launch (reused by every layer; launches are serialized).
-//   partials: [n_heads][attn_splits(n_ctx)][head_dim + 2] floats
+//   partials: [n_heads][attn_splits(n_ctx, head_dim)][head_dim + 2] floats
 //   counters: [n_heads] ints, zero before the first launch; the kernel leaves them zero.
 struct AttnScratch {
   float* partials = nullptr;

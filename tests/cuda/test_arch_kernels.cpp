@@ -265,7 +265,7 @@ TEST(ArchKernels, DecodeAttentionWindowAndWideHeads) {
     const std::vector<double> ref =
         ref_attention(q.data(), kc, vc, slot_of, lo, c.pos, c.nh, c.nkv, c.hd, scale);
     Dev<float> dq(q), dk(kc), dv(vc), out((size_t)q_dim),
-        part((size_t)c.nh * cuda::attn_splits(c.ctx) * (c.hd + 2));
+        part((size_t)c.nh * cuda::attn_splits(c.ctx, c.hd) * (c.hd + 2));
     Dev<int> cnt(std::vector<int>(c.nh, 0)), dpos(std::vector<int>{c.pos});
     for (int rep = 0; rep < 2; ++rep) {  // the split counters reset themselves
       out.poison();

@@ -504,7 +504,7 @@ struct AttnCase {
         dq(q),
         dk(kc),
         dv(vc),
-        part((size_t)nh * cuda::attn_splits(ctx) * (hd + 2)),
+        part((size_t)nh * cuda::attn_splits(ctx, hd) * (hd + 2)),
         cnt(std::vector<int>(nh, 0)),
         dpos(std::vector<int>{np - 1}) {
     std::vector<float> scratch(np);
@@ -584,7 +584,7 @@ void check_paged_decode(int n_pos, bool half, int page = 16) {
   Dev<uint16_t> dkh(kh), dvh(vh);
   Dev<int> dt(tables), dseq(std::vector<int>{seq}), dpos(std::vector<int>{n_pos - 1});
   const int n_ctx = stride * page;
-  Dev<float> part(size_t(nh) * cuda::attn_splits(n_ctx) * (hd + 2));
+  Dev<float> part(size_t(nh) * cuda::attn_splits(n_ctx, hd) * (hd + 2));
   Dev<int> cnt(std::vector<int>(nh, 0));
   // Twice each: the split counters must reset themselves. The table found through the sequence
   // index, then given directly (seq null: as a one-row step stages it).

@@ -64,7 +64,8 @@ void carve(cuda::Carver& c, Scratch& s, const ModelConfig& cfg, int n_ctx, size_
   s.tmp = c.take<float>(cfg.dim);
   s.logits = c.take<float>(cfg.vocab_size);
   s.kv = c.take<float>(kv_floats);
-  s.attn_part = c.take<float>((size_t)cfg.n_heads * cuda::attn_splits(n_ctx) * (cfg.head_dim + 2));
+  s.attn_part = c.take<float>((size_t)cfg.n_heads * cuda::attn_splits(n_ctx, cfg.head_dim) *
+                              (cfg.head_dim + 2));
   s.attn_count = c.take<int>(cfg.n_heads);
   constexpr int parts =
       cuda::kArgmaxBlocks > cuda::kGemvMaxBlocks ? cuda::kArgmaxBlocks : cuda::kGemvMaxBlocks;

@@ -297,8 +297,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
     d_partials_ =
         cv.take<float>(size_t(cap) * c_.n_heads * cuda::kAttnPagedSplits * (c_.head_dim + 2));
     d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
-    attn1_.partials =
-        cv.take<float>(size_t(c_.n_heads) * cuda::attn_splits(seq_ctx) * (c_.head_dim + 2));
+    attn1_.partials = cv.take<float>(size_t(c_.n_heads) * cuda::attn_splits(seq_ctx, c_.head_dim) *
+                                     (c_.head_dim + 2));
     attn1_.counters = cv.take<int>(c_.n_heads);
     d_part_v_ = cv.take<float>(cuda::kGemvMaxBlocks);
     d_part_i_ = cv.take<int>(cuda::kGemvMaxBlocks);
