@@ -31,7 +31,17 @@ void add_backend_flags(CLI::App& sub, BackendOptions& o) {
   sub.add_option("--threads", o.n_threads, "CPU threads (0 = the physical cores)")
       ->check(non_negative("give a count >= 0 (0 = all cores)"))
       ->capture_default_str();
+  add_kv_type_flag(sub, o.kv_half);
   add_f16_weights_flag(sub, o.f16_weights);
+}
+
+void add_kv_type_flag(CLI::App& sub, bool& kv_half) {
+  sub.add_option_function<std::string>(
+         "--kv-type", [&kv_half](const std::string& v) { kv_half = v == "f16"; },
+         "KV cache element type (CUDA): f16 | f32 (f32: the exact mode, for comparisons with the "
+         "CPU)")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->default_str("f16");
 }
 
 void add_f16_weights_flag(CLI::App& sub, bool& f16_weights) {

@@ -149,10 +149,7 @@ REGISTER_COMMAND(Command{
       sub.add_option("--sizes", o->sizes, "batch sizes, comma-separated");
       sub.add_option("--prompt", o->prompt, "prompt tokens per sequence");
       sub.add_option("--gen", o->gen, "generated tokens per sequence");
-      sub.add_option_function<std::string>(
-             "--kv-type", [o](const std::string& v) { o->kv_half = v == "f16"; },
-             "KV pool element type: f16 | f32")
-          ->check(CLI::IsMember({"f16", "f32"}));
+      add_kv_type_flag(sub, o->kv_half);
       sub.add_option("--max-step-tokens", o->max_step_tokens,
                      "tokens one step carries at most; 0 = the backend's default (CPU " +
                          std::to_string(kCpuStepTokens) + ", CUDA " +

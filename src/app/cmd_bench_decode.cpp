@@ -1,7 +1,6 @@
-// `smolrt bench-decode` (hidden): batch-1 CUDA decode speed of one model under each CUDA-backend
-// switch that remains (graph, PDL, speculation), with load + upload time, the device's measured
-// copy bandwidth and kernels per decode step. One JSON line per configuration (--json), a table on
-// stdout.
+// `smolrt bench-decode` (hidden): batch-1 CUDA decode speed of one model under each switch of the
+// CUDA engine (graph, PDL, speculation), with the load time and the device's measured copy
+// bandwidth. One JSON line per configuration (--json), a table on stdout.
 #if defined(SMOLRT_HAVE_CUDA)
 #include <algorithm>
 #include <chrono>
@@ -13,6 +12,7 @@
 
 #include "app/command.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/single_sequence.h"
 #include "core/build_info.h"
 #include "core/error.h"
 #include "model/model.h"
@@ -41,15 +41,7 @@ int run(const Opts& o) {
   bo.kind = "cuda";
   bo.n_ctx = std::min(o.ctx, m.config.n_ctx_train > 0 ? m.config.n_ctx_train : o.ctx);
   if (o.tokens + 2 > bo.n_ctx) fail("--tokens ", o.tokens, " does not fit --ctx ", bo.n_ctx);
-  auto b = make_cuda_backend_ex(m, bo, CudaOptions{});
-  const CudaStats st0 = b->stats();
-  const double copy_gbs = b->copy_bandwidth_gbs();
   const size_t wbytes = decode_weight_bytes(m);
-  std::printf(
-      "device %s, copy bandwidth %.0f GB/s; load %.1f ms, upload %.1f ms (%.2f MiB "
-      "weights on device, %.2f MiB read per token)\n",
-      b->device_name().c_str(), copy_gbs, load_ms, st0.upload_ms, st0.weight_bytes / 1048576.0,
-      wbytes / 1048576.0);
   struct Cfg {
     const char* name;
     CudaOptions opt;  // each names only what differs from the defaults
@@ -63,10 +55,16 @@ int run(const Opts& o) {
 
   std::ofstream js;
   if (!o.json.empty()) js.open(o.json, std::ios::app);
-  std::printf("%-27s %10s %10s %10s %12s %9s %8s\n", "config", "tok/s", "min", "max", "us/token",
-              "GB/s", "kernels");
+  std::printf("%-27s %10s %10s %10s %12s %9s\n", "config", "tok/s", "min", "max", "us/token",
+              "GB/s");
+  double copy_gbs = 0;
   for (const Cfg& c : cfgs) {
-    b->set_options(c.opt);
+    auto b = make_cuda_backend_ex(m, single_sequence_options(bo), c.opt);
+    if (copy_gbs == 0) {
+      copy_gbs = b->copy_bandwidth_gbs();
+      std::printf("device %s, copy bandwidth %.0f GB/s; load %.1f ms (%.2f MiB read per token)\n",
+                  b->device_name().c_str(), copy_gbs, load_ms, wbytes / 1048576.0);
+    }
     std::vector<double> tps;
     int first = 0;
     for (int r = 0; r <= o.reps; ++r) {  // r == 0: warm-up (graph capture)
@@ -81,9 +79,8 @@ int run(const Opts& o) {
     const Stat s = stat_of(tps);
     const double us = 1e6 / s.median;
     const double gbs = wbytes / (us * 1e-6) / 1e9;
-    const int kernels = b->stats().kernels_per_step;
-    std::printf("%-27s %10.1f %10.1f %10.1f %12.2f %9.0f %8d\n", c.name, s.median, s.min, s.max, us,
-                gbs, kernels);
+    std::printf("%-27s %10.1f %10.1f %10.1f %12.2f %9.0f\n", c.name, s.median, s.min, s.max, us,
+                gbs);
     if (js) {
       nlohmann::json j = {{"bench", "decode"},
                           {"config", c.name},
@@ -101,29 +98,9 @@ int run(const Opts& o) {
                           {"weight_gb_s", gbs},
                           {"copy_gb_s", copy_gbs},
                           {"pct_of_copy_bw", 100.0 * gbs / copy_gbs},
-                          {"kernels_per_step", kernels},
                           {"load_ms", load_ms},
-                          {"upload_ms", st0.upload_ms},
                           {"first_token", first}};
       js << j.dump() << "\n";
-    }
-  }
-  // Where the time goes: GPU time per decode step of each kernel kind (default options).
-  b->set_options(CudaOptions{});
-  b->reset();
-  int tok = b->forward_token_greedy(1, 0);
-  for (int i = 0; i < 64; ++i) tok = b->forward_token_greedy(tok, b->position());
-  std::printf("GPU time per step by kernel kind at position %d (graph, %s):\n", b->position(),
-              CudaOptions{}.pdl ? "pdl" : "no pdl");
-  for (const auto& [name, us] : b->profile_parts(200)) {
-    std::printf("  %-22s %9.2f us\n", name.c_str(), us);
-    if (js) {
-      js << nlohmann::json{{"bench", "decode_parts"},    {"part", name},
-                           {"us_per_step", us},          {"position", b->position()},
-                           {"device", b->device_name()}, {"commit", build_commit()},
-                           {"date", utc_now()}}
-                .dump()
-         << "\n";
     }
   }
   return 0;

@@ -219,11 +219,7 @@ REGISTER_COMMAND(Command{
                      "by memory)")
           ->check(int_range(0, INT_MAX, "give a token count >= 0 (0 = automatic)"))
           ->capture_default_str();
-      sub.add_option_function<std::string>(
-             "--kv-type", [a](const std::string& v) { a->batch.kv_half = v == "f16"; },
-             "KV pool element type (CUDA): f16 | f32")
-          ->check(CLI::IsMember({"f16", "f32"}))
-          ->default_str("f16");
+      add_kv_type_flag(sub, a->batch.kv_half);
       sub.add_option("--max-step-tokens", a->batch.max_step_tokens,
                      "tokens one batched step carries at most (decodes + prompt chunks); 0 = the "
                      "backend's default (CPU " +

@@ -1,5 +1,6 @@
-// The Backend interface: what the generator, tests and benchmarks talk to. CpuBackend (the fp32
-// oracle) and CudaBackend implement it, so every check runs on both and compares them.
+// The Backend interface: what the generator, tests and benchmarks talk to. CpuBackend (the fast
+// path or the fp32 oracle) and, on a GPU, one sequence of the CUDA engine (single_sequence.h)
+// implement it, so every check runs on both and compares them.
 //
 // Positions: the KV cache holds positions [0, position()). forward_token(token, pos) needs
 // 0 <= pos <= position() and pos < n_ctx(); it writes the KV entry at pos, attends to [0, pos]
@@ -84,6 +85,9 @@ struct BackendOptions {
   // many tokens run on cuBLASLt's tensor-core GEMMs (cuda/dense_gemm.h); false: every batch on the
   // quantized GEMM (less memory; slower prompts and served steps, more so for larger models).
   bool f16_weights = true;
+  // CUDA: fp16 KV cache (BatchOptions::kv_half, as `serve` keeps it), else fp32 (--kv-type f32:
+  // the exact mode the comparisons with the fp32 CPU oracle use).
+  bool kv_half = true;
   // Rows from which prompt chunks take the dense GEMMs: 0 = measured at start-up
   // (cuda::measure_dense_rows); n > 0 forces n (tests).
   int dense_rows = 0;

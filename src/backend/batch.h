@@ -96,6 +96,8 @@ class BatchBackend {
   virtual std::string name() const = 0;  // "cpu" | "cpu-ref" | "cuda"
   virtual std::string device_name() const = 0;
   virtual const ModelConfig& config() const = 0;
+  // Measured device-memory copy bandwidth in GB/s (Backend::copy_bandwidth_gbs); 0: not measured.
+  virtual double copy_bandwidth_gbs() { return 0.0; }
   virtual int max_step_tokens() const = 0;
   // The KV pool's bookkeeping (kv_pages.h), the same for every implementation.
   int max_seqs() const { return kv_->max_seqs(); }

@@ -19,31 +19,30 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kAttnTabMax = 256;  // block-table entries a split stages in shared memory
 
-// PAGED: position t's K/V row is table[t / page] * page + t % page (a paged pool's block table;
-// page a power of two, so shifts, not the ~20-instruction divisions by a runtime page size that
-// every row address of a sub-chunk paid), else t. E: the caches' element type (float, or __half
-// for an fp16 pool).
-template <int HD, bool PAGED, typename E>
-__global__ void __launch_bounds__(kThreads)
-    attention_decode_kernel(float* out, const float* q, const E* k_cache, const E* v_cache,
-                            const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
-                            float* partials, int* counters, const int* tables, const int* seq,
-                            int stride, int page, int window, float scale_arg, int ring) {
+// Where position t's K/V row is. kTable: table[t / page] * page + t % page (a paged pool's block
+// table; page a power of two, so shifts, not the ~20-instruction divisions by a runtime page size
+// that every row address of a sub-chunk paid). kRun: the pages are consecutive, so row
+// run_base + t (no table staged). kFlat: cache_row(t, ring).
+enum RowMode : int { kFlat, kTable, kRun };
+
+// One block's work (head blockIdx.x, split blockIdx.y) for positions [0, n_pos); the kernel below
+// reads n_pos and run_base and gives the shared memory. E: the caches' element type (float, or
+// __half for an fp16 pool).
+template <int HD, int MODE, typename E>
+__device__ __forceinline__ void decode_block(float* out, const float* q, const E* k_cache,
+                                             const E* v_cache, int n_pos, size_t run_base,
+                                             int n_heads, int n_kv_heads, int n_splits_max,
+                                             float* partials, int* counters, const int* tables,
+                                             const int* seq, int stride, int page, int window,
+                                             float scale_arg, int ring, int entry, float* sscore,
+                                             float* sacc, int& last, int* stab) {
   constexpr int SUB = attn_sub(HD);
   constexpr int kTpp = kThreads / SUB;                // threads per scored position
   constexpr int DPT = HD / kTpp > 0 ? HD / kTpp : 1;  // pass-1 dims per thread
   constexpr int G = kThreads / HD;                    // pass-2 position groups
   constexpr int PPT = SUB / G > 0 ? SUB / G : 1;
-  __shared__ float sscore[SUB];
-  __shared__ float sacc[kThreads];
-  __shared__ int last;
-
-  // The position comes from the host copy that precedes the whole step or from the previous
-  // step's last kernel (argmax hand-off), complete before this step's first kernel passes its
-  // wait; cached K/V rows before it were written by earlier steps: both may be read before the
-  // PDL wait. Only q and the current position's K/V row come from the previous kernel.
   // Keys [lo, n_pos): the whole context, or the last `window` positions (sliding window).
-  const int n_pos = *pos_ptr + 1;
+  const int page_shift = __ffs(page) - 1;  // paged: a power of two (checked by the host)
   const int cur = n_pos - 1;
   const int lo = window > 0 && n_pos > window ? n_pos - window : 0;
   const int h = blockIdx.x, split = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
@@ -70,15 +69,13 @@ __global__ void __launch_bounds__(kThreads)
 
   // Paged: the block table (host-staged like pos, so read before the PDL wait), its entries
   // staged in shared memory so that finding a row costs no dependent global load. A table given
-  // directly (seq null: staged with the step) is read from its start at once, in parallel with
-  // pos, so the first K/V loads wait for one memory round trip, not two; one found through *seq
-  // is read from this split's first page.
-  __shared__ int stab[kAttnTabMax];
+  // directly (seq null: staged with the step) was read by the kernel from its start at once
+  // (`entry`: this thread's), in parallel with pos, so the first K/V loads wait for one memory
+  // round trip, not two; one found through *seq is read from this split's first page.
   int p0 = 0;
   const int* table = nullptr;
   bool in_smem = false;
-  const int page_shift = __ffs(page) - 1;  // PAGED: a power of two (checked by the host)
-  if constexpr (PAGED) {
+  if constexpr (MODE == kTable) {
     const int last_page = (end - 1) >> page_shift;
     if (seq) {
       table = tables + (size_t)*seq * stride;
@@ -86,13 +83,19 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       table = tables;
     }
-    const int np = seq ? last_page - p0 + 1 : min(stride, kAttnTabMax);
     in_smem = last_page - p0 < kAttnTabMax;
-    for (int i = tid; i < np && i < kAttnTabMax; i += kThreads) stab[i] = table[p0 + i];
+    static_assert(kAttnTabMax <= kThreads, "one staged entry per thread");
+    if (!seq) {
+      if (tid < min(stride, kAttnTabMax)) stab[tid] = entry;
+    } else if (tid < min(last_page - p0 + 1, kAttnTabMax)) {
+      stab[tid] = table[p0 + tid];
+    }
     __syncthreads();
   }
   auto row = [&](int t) -> size_t {
-    if constexpr (PAGED) {
+    if constexpr (MODE == kRun) {
+      return run_base + t;
+    } else if constexpr (MODE == kTable) {
       const int pg = t >> page_shift;
       return ((size_t)(in_smem ? stab[pg - p0] : table[pg]) << page_shift) + (t & (page - 1));
     } else {
@@ -248,6 +251,45 @@ __global__ void __launch_bounds__(kThreads)
   if (tid < HD) out[h * HD + tid] = o;
 }
 
+// The position comes from the host copy that precedes the whole step or from the previous step's
+// last kernel (argmax hand-off), complete before this step's first kernel passes its wait; so do
+// a paged pool's consecutive-pages flag and table (host-staged): all are read first, together,
+// before the PDL wait. Cached K/V rows before the position were written by earlier steps and may
+// be read before the wait too; only q and the current position's K/V row come from the previous
+// kernel. PAGED: a block table (the row mode picked per launch from *consec), else kFlat.
+template <int HD, bool PAGED, typename E>
+__global__ void __launch_bounds__(kThreads)
+    attention_decode_kernel(float* out, const float* q, const E* k_cache, const E* v_cache,
+                            const int* pos_ptr, int n_heads, int n_kv_heads, int n_splits_max,
+                            float* partials, int* counters, const int* tables, const int* seq,
+                            const int* consec, int stride, int page, int window, float scale_arg,
+                            int ring) {
+  __shared__ float sscore[attn_sub(HD)];
+  __shared__ float sacc[kThreads];
+  __shared__ int last, stab[kAttnTabMax];
+  const int n_pos = *pos_ptr + 1;
+  // A table given directly: this thread's entry of its start, loaded with pos.
+  int entry = 0;
+  if (PAGED && !seq && threadIdx.x < min(stride, kAttnTabMax)) entry = tables[threadIdx.x];
+  auto block = [&](auto mode, size_t base) {
+    decode_block<HD, decltype(mode)::value, E>(out, q, k_cache, v_cache, n_pos, base, n_heads,
+                                               n_kv_heads, n_splits_max, partials, counters, tables,
+                                               seq, stride, page, window, scale_arg, ring, entry,
+                                               sscore, sacc, last, stab);
+  };
+  if constexpr (PAGED) {
+    const bool run = consec && *consec != 0;
+    const size_t base =
+        consec ? (size_t)tables[seq ? (size_t)*seq * stride : 0] << (__ffs(page) - 1) : 0;
+    if (run)
+      block(std::integral_constant<int, kRun>{}, base);
+    else
+      block(std::integral_constant<int, kTable>{}, 0);
+  } else {
+    block(std::integral_constant<int, kFlat>{}, 0);
+  }
+}
+
 template <int HD>
 void launch_hd(float* out, const float* q, const void* k, const void* v, const int* pos, int n_ctx,
                int n_heads, int n_kv_heads, const AttnScratch& sc, const AttnPages& pg,
@@ -255,19 +297,16 @@ void launch_hd(float* out, const float* q, const void* k, const void* v, const i
   const int splits = attn_splits(n_ctx, HD);
   auto go = [&](auto kern, auto* kc, auto* vc) {
     launch_kernel(kern, dim3(n_heads, splits), dim3(kThreads), 0, s, out, q, kc, vc, pos, n_heads,
-                  n_kv_heads, splits, sc.partials, sc.counters, pg.tables, pg.seq, pg.stride,
-                  pg.page, window, scale, ring);
+                  n_kv_heads, splits, sc.partials, sc.counters, pg.tables, pg.seq, pg.consecutive,
+                  pg.stride, pg.page, window, scale, ring);
   };
-  if (pg.tables && pg.half) {
-    go(attention_decode_kernel<HD, true, __half>, static_cast<const __half*>(k),
-       static_cast<const __half*>(v));
-  } else if (pg.tables) {
-    go(attention_decode_kernel<HD, true, float>, static_cast<const float*>(k),
-       static_cast<const float*>(v));
-  } else {
-    go(attention_decode_kernel<HD, false, float>, static_cast<const float*>(k),
-       static_cast<const float*>(v));
-  }
+  const auto* kh = static_cast<const __half*>(k);
+  const auto* vh = static_cast<const __half*>(v);
+  const auto* kf = static_cast<const float*>(k);
+  const auto* vf = static_cast<const float*>(v);
+  if (!pg.tables) return go(attention_decode_kernel<HD, false, float>, kf, vf);
+  if (pg.half) return go(attention_decode_kernel<HD, true, __half>, kh, vh);
+  go(attention_decode_kernel<HD, true, float>, kf, vf);
 }
 
 }  // namespace
@@ -281,7 +320,8 @@ void attention_decode(float* out, const float* q, const void* k_cache, const voi
         "attention_decode: a block table needs its stride and a page size that is a power of two "
         "(got ",
         pages.page, ")");
-  if (pages.half && !pages.tables) fail("attention_decode: fp16 caches are a paged pool's only");
+  if ((pages.half || pages.consecutive) && !pages.tables)
+    fail("attention_decode: fp16 caches and consecutive pages are a paged pool's only");
   if (!out || !q || !k_cache || !v_cache || !pos || !scratch.partials || !scratch.counters) {
     fail("attention_decode: null pointer");
   }

@@ -45,11 +45,15 @@ struct AttnScratch {
 // *seq is read from device memory like *pos), or with seq null tb = tables (a table of `stride`
 // entries staged with the step, the faster form): the multi-sequence backend's one-row steps.
 // pages.half: the pool holds fp16 K/V (the multi-sequence backend's fp16 pool), else fp32.
+// consecutive (optional): a device flag read like *pos; nonzero says the sequence's pages are
+// consecutive (tb[i] = tb[0] + i, as a lone sequence's pages come from a fresh pool), so position
+// t lives in row tb[0] * page + t: one load instead of staging the table.
 struct AttnPages {
   const int* tables = nullptr;
   const int* seq = nullptr;
   int stride = 0, page = 0;
   bool half = false;
+  const int* consecutive = nullptr;
 };
 // window > 0: only the last `window` positions [*pos - window + 1, *pos] (a sliding-window
 // layer; keys before are never read). scale: the softmax scale, 0 = 1/sqrt(head_dim).

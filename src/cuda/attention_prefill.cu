@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(128)
       const int i = tid + 128 * it;
       const int j = i / (HD / 8), d = (i % (HD / 8)) * 8, kp = k0 + j;
       if (i < kSlices && kp < n_keys) {
-        const size_t off = (size_t)key_row(a, sp.table, kp) * kv_dim + kvh * HD + d;
+        const size_t off = (size_t)key_row(a, sp, kp) * kv_dim + kvh * HD + d;
         pre[it].load(kc + off, vc + off);
       } else {
         pre[it].zero();
@@ -234,6 +234,8 @@ void attention_prefill(const AttentionPrefillArgs& a, const Launch& s) {
   if (a.table && (a.ring != 0 || a.page_size <= 0 || (a.page_size & (a.page_size - 1))))
     fail("attention_prefill: a page table needs a power-of-two page size (", a.page_size,
          ") and no ring (", a.ring, ")");
+  if (a.contiguous && !a.table)
+    fail("attention_prefill: consecutive pages (contiguous) need a page table");
   if (a.span && (a.ring != 0 || a.table_stride < 0))
     fail("attention_prefill: a span reads its keys through a page table (ring ", a.ring,
          ", table_stride ", a.table_stride, ")");

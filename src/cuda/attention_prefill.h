@@ -47,11 +47,15 @@ struct AttentionPrefillArgs {
   // page_size a power of two; ring 0: a ring is a table that repeats its pages).
   const int* table = nullptr;
   int page_size = 0;
-  // span != nullptr: device int[3] {start, n_tokens, table row}, read when the kernel runs, so
-  // one captured launch serves any chunk (a graph replayed for chunks of other lengths and
-  // positions). They replace start and n_tokens, which then sizes the grid (the most queries a
-  // chunk has; the rows past a chunk's own stay untouched); the page table is table + table row *
-  // table_stride.
+  // With a table: its pages are consecutive (table[i] = table[0] + i, as a lone sequence's pages
+  // come from a fresh pool), so key t is at row table[0] * page_size + t: no table read per key.
+  // With a span: they may be, and the span's fourth int says whether they are.
+  bool contiguous = false;
+  // span != nullptr: device int[4] {start, n_tokens, table row, consecutive pages (0/1)}, read
+  // when the kernel runs, so one captured launch serves any chunk (a graph replayed for chunks of
+  // other lengths and positions). They replace start and n_tokens, which then sizes the grid (the
+  // most queries a chunk has; the rows past a chunk's own stay untouched); the page table is table
+  // + table row * table_stride.
   const int* span = nullptr;
   int table_stride = 0;
   float scale = 0.f;  // softmax scale of q.k; 0 = 1/sqrt(head_dim)
@@ -61,20 +65,31 @@ struct AttentionPrefillArgs {
 };
 
 #ifdef __CUDACC__
-// The chunk a kernel runs: its start, its queries and its page table (AttentionPrefillArgs::span).
+// The chunk a kernel runs: its start, its queries, its page table (AttentionPrefillArgs::span)
+// and, for consecutive pages, the row of key 0.
 struct PrefillSpan {
   int start, n_tokens;
   const int* table;
+  bool run;  // consecutive pages: key t at row base + t
+  int base;
 };
 __device__ __forceinline__ PrefillSpan prefill_span(const AttentionPrefillArgs& a) {
-  if (!a.span) return {a.start, a.n_tokens, a.table};
-  return {a.span[0], a.span[1], a.table ? a.table + (size_t)a.span[2] * a.table_stride : nullptr};
+  PrefillSpan sp{a.start, a.n_tokens, a.table, a.contiguous, 0};
+  if (a.span) {
+    sp.start = a.span[0], sp.n_tokens = a.span[1], sp.run = a.contiguous && a.span[3] != 0;
+    if (a.table) sp.table = a.table + (size_t)a.span[2] * a.table_stride;
+  }
+  if (sp.table) sp.base = sp.table[0] * a.page_size;
+  return sp;
 }
-// The cache row of key t (the kernels' addressing: a page table, a ring, or the position).
-__device__ __forceinline__ int key_row(const AttentionPrefillArgs& a, const int* table, int t) {
-  if (table) {
+// The cache row of key t (the kernels' addressing: consecutive pages, a page table, a ring, or
+// the position).
+__device__ __forceinline__ int key_row(const AttentionPrefillArgs& a, const PrefillSpan& sp,
+                                       int t) {
+  if (sp.table) {
+    if (sp.run) return sp.base + t;
     const int sh = __ffs(a.page_size) - 1;
-    return table[t >> sh] * a.page_size + (t & (a.page_size - 1));
+    return sp.table[t >> sh] * a.page_size + (t & (a.page_size - 1));
   }
   return cache_row(t, a.ring);
 }

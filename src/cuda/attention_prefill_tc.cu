@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
     const int i = tid + kWarps * 32 * it;
     j = i / kChunks, d = (i % kChunks) * 8;
     ok = k0 + j < n_keys;
-    return (size_t)(ok ? key_row(a, sp.table, k0 + j) : 0) * kv_dim + kvh * HD + d;
+    return (size_t)(ok ? key_row(a, sp, k0 + j) : 0) * kv_dim + kvh * HD + d;
   };
   auto issue = [&](int stage, int k0) {
     if constexpr (kHalf) {
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       for (int it = 0; it < 2 * kPer; ++it) {  // 4-float slices
         const int i = tid + kWarps * 32 * it, j = i / (HD / 4), d = (i % (HD / 4)) * 4;
         const bool ok = k0 + j < n_keys;
-        const size_t off = (size_t)(ok ? key_row(a, sp.table, k0 + j) : 0) * kv_dim + kvh * HD + d;
+        const size_t off = (size_t)(ok ? key_row(a, sp, k0 + j) : 0) * kv_dim + kvh * HD + d;
         cp_async16(stg + j * HD + d, kc + off, ok ? 16 : 0);
         cp_async16(stg + (KT + j) * HD + d, vc + off, ok ? 16 : 0);
       }

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/batch.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/single_sequence.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
@@ -74,6 +75,7 @@ std::unique_ptr<Backend> backend(const Model& m, const char* kind) {
   BackendOptions o;
   o.kind = kind;
   o.n_ctx = 128;
+  o.kv_half = false;  // the exact mode the CPU comparisons use
   return make_backend(m, o);
 }
 
@@ -150,10 +152,18 @@ TEST_P(ArchBackend, MultiSequenceMatchesCpu) {
   const Model m = synth(GetParam());
   const int V = m.config.vocab_size;
   if (std::string(GetParam().type) == "f32") {
-    // The multi-sequence GEMMs take every format but F32: a clear Error, not a wrong answer.
+    // The many-row GEMMs take every format but F32: such a model runs one row per step (its
+    // decode steps are checked against the CPU above), and a step of more is a clear Error.
     BatchOptions bo;
     bo.kind = "cuda";
-    EXPECT_THROW(make_batch_backend(m, bo), Error);
+    auto b = make_batch_backend(m, bo);
+    EXPECT_EQ(b->max_step_tokens(), 1);
+    const std::vector<int> two = prompt_of(2, V, 3);
+    SeqStep s;
+    s.seq = b->add_sequence(), s.tokens = two;
+    EXPECT_THROW(b->step(std::span<const SeqStep>(&s, 1)), Error);
+    s.tokens = std::span<const int>(two).first(1);
+    EXPECT_EQ(b->step(std::span<const SeqStep>(&s, 1)).size(), 1u);
     return;
   }
   for (bool half : {false, true}) {
@@ -214,11 +224,12 @@ TEST_P(ArchBackend, MultiSequenceMatchesCpu) {
   }
 }
 
-// The sliding-window layers' KV caches as rings of window + prefill-chunk - 1 rows: tiny-gemma3
-// (window 8) with 5-token prefill chunks keeps 12 rows in its local layers, so a 37-token prompt
-// and the decode after it wrap them several times. Prefill (chunks of 5) and the decode that
+// The sliding-window layers' KV caches as rings of window + step - 1 rows: tiny-gemma3 (window 8)
+// with 5-token steps keeps 12 rows (three 4-token pages) in its local layers, so a 37-token prompt
+// and the decode after it wrap them several times. The prompt (steps of 5) and the decode that
 // continues it within the prefill bound of the CPU; decode alone within the decode bound; going
-// back more than a chunk is a clear error, as far as a chunk is fine.
+// back further than the rings keep (a step's rows, one less where greedy steps are speculated)
+// is a clear error, as far as that is fine.
 TEST(ArchRingCache, LocalLayersKeepWindowPlusChunkRows) {
   REQUIRE_GPU();
   const Model m = synth({"tiny-gemma3", "q8_0"});
@@ -226,10 +237,12 @@ TEST(ArchRingCache, LocalLayersKeepWindowPlusChunkRows) {
   BackendOptions o;
   o.kind = "cuda";
   o.n_ctx = 128;
-  CudaOptions co;
-  co.prefill_chunk = 5;
-  auto gpu = make_cuda_backend_ex(m, o, co);
-  auto dec = make_cuda_backend_ex(m, o, co);
+  o.kv_half = false;
+  BatchOptions bo = single_sequence_options(o);
+  bo.max_step_tokens = 5;
+  bo.page_size = 4;
+  auto gpu = make_cuda_backend_ex(m, bo, CudaOptions{});
+  auto dec = make_cuda_backend_ex(m, bo, CudaOptions{});
   const std::vector<int> toks = prompt_of(60, m.config.vocab_size, 3);
   const auto ref = cpu_logits(m, toks);
   const size_t V = m.config.vocab_size;
@@ -246,14 +259,13 @@ TEST(ArchRingCache, LocalLayersKeepWindowPlusChunkRows) {
     ASSERT_LE(max_rel(dec->forward_token(toks[i], (int)i), ref[i]), 5e-4) << "position " << i;
   }
   try {
-    dec->rollback(60 - 6);
+    dec->rollback(60 - 5);
     FAIL() << "no error for a rollback past the ring";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("at most 5 positions back"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("(at most 4)"), std::string::npos) << e.what();
   }
-  dec->rollback(60 - 5);  // within the ring: the window of position 55 is still there
-  EXPECT_LT(rel_l2(dec->forward_token(toks[55], 55), ref[55]), 5e-4);
+  dec->rollback(60 - 4);  // within the ring: the window of position 56 is still there
+  EXPECT_LT(rel_l2(dec->forward_token(toks[56], 56), ref[56]), 5e-4);
 }
 
 // The ring tests' engine: tiny-gemma3's window of 8 and steps of at most 12 tokens make rings of

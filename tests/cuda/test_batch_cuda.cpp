@@ -2,9 +2,10 @@
 //   - attention_paged against its CPU twin (cpu::attention over the row's gathered K/V) on random
 //     data, fp32 and fp16 pools, several head sizes, scattered pages, poisoned outputs;
 //   - CudaBatchBackend on the synthetic SmolLM-135M-shaped Q4_0 model: each sequence's logits in
-//     a shared step vs the single-sequence CudaBackend (prefill + decode kernels), a sequence
-//     alone vs with neighbours, interleaved prompt chunks, fp16 pool accuracy, GPU sampling per
-//     row vs the host sampler on the same logits, prompt scoring rows, page reuse after free.
+//     a shared step vs the same engine through the Backend interface (the sequence alone), a
+//     sequence alone vs with neighbours, interleaved prompt chunks, fp16 pool accuracy, GPU
+//     sampling per row vs the host sampler on the same logits, prompt scoring rows, page reuse
+//     after free.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -234,8 +235,8 @@ SeqStep greedy(int seq, std::span<const int> toks, int logits = 1) {
   return s;
 }
 
-// Logits of one sequence through the single-sequence CudaBackend: prompt (batched prefill), then
-// one decode step per continuation token.
+// Logits of one sequence through the CUDA Backend (the engine with that sequence alone): prompt
+// (steps of many rows), then one decode step per continuation token.
 std::vector<std::vector<float>> single_path(const Model& m, const std::vector<int>& prompt,
                                             const std::vector<int>& cont) {
   BackendOptions o;
@@ -252,9 +253,9 @@ std::vector<std::vector<float>> single_path(const Model& m, const std::vector<in
   return out;
 }
 
-// The bound between the multi-sequence step and the single-sequence kernels: the step's linear
-// layers and lm_head are the prefill's tensor-core GEMMs (fp16 operands) and the single path's
-// decode steps are DP4A GEMVs, so the prefill-vs-decode bound of test_cuda_prefill.cpp, 2e-2
+// The bound between a shared multi-sequence step and the sequence alone: the step's linear layers
+// and lm_head are the tensor-core GEMMs (fp16 operands) and the lone sequence's decode steps are
+// one-row steps on DP4A GEMVs, so the prefill-vs-decode bound of test_cuda_prefill.cpp, 2e-2
 // relative L2 per logits row over 30 layers, applies.
 constexpr double kVsSingle = 2e-2;
 
@@ -311,7 +312,7 @@ TEST_P(CudaBatchGemms, SharedStepMatchesSingleSequencePath) {
 
 // A sequence alone in its steps vs the same sequence sharing every step with others (and its
 // prompt split into chunks while the others decode); alone, its decode steps take the one-row
-// GEMV path, checked against the single-sequence backend.
+// GEMV path, checked against the Backend over one sequence.
 TEST_P(CudaBatchGemms, NeighboursDoNotChangeASequence) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
@@ -369,15 +370,15 @@ TEST_P(CudaBatchGemms, NeighboursDoNotChangeASequence) {
   // tensor-core GEMMs: the prefill-vs-decode bound applies (kVsSingle). Greedy tokens agree.
   EXPECT_LT(worst, kVsSingle);
   EXPECT_EQ(xt, toks);
-  // The one-row path against the single-sequence backend: the same decode GEMVs, only the
-  // attention kernel differs (paged vs contiguous); the prompt's K/V come from the prefill GEMMs,
+  // The one-row path against the Backend over one sequence: the same decode kernels, only the
+  // pages differ (16 vs 256 tokens); the prompt's K/V come from the prefill GEMMs,
   // whose split-K atomics already vary ~3e-4 between runs (gemm_q4.h), so 2e-3.
   toks.pop_back();
   const auto single = single_path(model, prompt, toks);
   double worst1 = 0;
   for (size_t i = 1; i < ref.size(); ++i)
     worst1 = std::max(worst1, rel_l2(ref[i].data(), single[i].data(), V));
-  std::cout << "[ measure ] one-row decode steps vs the single-sequence backend: worst rel L2 "
+  std::cout << "[ measure ] one-row decode steps vs the Backend over one sequence: worst rel L2 "
             << worst1 << "\n";
   EXPECT_LT(worst1, 2e-3);
 }

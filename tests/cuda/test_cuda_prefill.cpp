@@ -1,8 +1,9 @@
-// CudaBackend's batched prefill (backend/cuda/cuda_prefill.h) against the same backend's
-// token-by-token path (sequential forward_token, the decode kernels): logits of every position,
-// argmax, chunking, continuation of an existing cache, decode after prefill, sampling, errors.
+// Prompts through the CUDA backend (one sequence of the CUDA engine: many-row steps on the GEMMs)
+// against its token-by-token path (one-row steps, the decode kernels): logits of every position,
+// argmax, step sizes, continuation of an existing cache, decode after a prompt, sampling, errors.
 // Model: the synthetic SmolLM-135M-shaped Q4_0 model named by SMOLRT_SYNTH_MODEL (30 layers,
-// Q8_0 tied lm_head) -- stories260K has no batched prefill (its shapes) and keeps the fallback.
+// Q8_0 tied lm_head) -- stories260K is outside the many-row kernels and runs one row per step.
+// The KV cache is fp32 (--kv-type f32), as the one-row reference's was.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/single_sequence.h"
 #include "core/error.h"
 #include "cuda/gemm_q4.h"
 #include "cuda_test_util.h"
@@ -28,18 +30,20 @@ namespace {
 
 constexpr int kCtx = 1100;  // longest prompt (1000) + decode steps, well under the model's 8192
 
-// dense: -1 = no fp16 copies (every chunk on the quantized GEMM), 0 = the measured choice, n > 0
-// = chunks of n rows or more on the dense GEMMs.
-std::unique_ptr<CudaBackendApi> make(const Model& m, bool batched, int chunk = 512, int dense = 0) {
+// step: tokens per step (1: every prompt token as its own one-row step, the reference); dense: -1
+// = no fp16 copies (every step on the quantized GEMM), 0 = the measured choice, n > 0 = steps of n
+// rows or more on the dense GEMMs.
+std::unique_ptr<Backend> make(const Model& m, int step = 512, int dense = 0,
+                              const CudaOptions& co = CudaOptions{}) {
   BackendOptions o;
   o.kind = "cuda";
   o.n_ctx = kCtx;
+  o.kv_half = false;
   o.f16_weights = dense >= 0;
   o.dense_rows = std::max(dense, 0);
-  CudaOptions c;
-  c.batched_prefill = batched;
-  c.prefill_chunk = chunk;
-  return make_cuda_backend_ex(m, o, c);
+  BatchOptions b = single_sequence_options(o);
+  b.max_step_tokens = step;
+  return make_cuda_backend_ex(m, b, co);
 }
 
 std::vector<int> prompt_of(int n, int vocab, unsigned seed) {
@@ -52,8 +56,8 @@ std::vector<int> prompt_of(int n, int vocab, unsigned seed) {
   return t;
 }
 
-// Token-by-token reference: every position's logits through the decode kernels (fp32 GEMVs,
-// fp32 KV cache).
+// Token-by-token reference: every position's logits through the one-row steps' decode kernels
+// (fp32 GEMVs, fp32 KV cache).
 std::vector<float> sequential_all(Backend& b, const std::vector<int>& toks) {
   b.reset();
   std::vector<float> all;
@@ -130,8 +134,7 @@ TEST_P(CudaPrefillLength, MatchesSequentialForwardToken) {
   std::vector<float> ref;
   // The quantized GEMM for every chunk, then the dense fp16 GEMMs for every chunk.
   for (int dense : {-1, 1}) {
-    auto gpu = make(m, true, 512, dense);
-    ASSERT_TRUE(gpu->stats().batched_prefill) << "the synth model must take the batched path";
+    auto gpu = make(m, 512, dense);
     if (ref.empty()) ref = sequential_all(*gpu, toks);
 
     gpu->reset();
@@ -156,20 +159,16 @@ TEST_P(CudaPrefillLength, MatchesSequentialForwardToken) {
 
 INSTANTIATE_TEST_SUITE_P(Prompt, CudaPrefillLength, ::testing::Values(1, 7, 32, 100, 512, 1000));
 
-// --- chunk boundaries: small chunks through CudaOptions (SMOLRT_PREFILL_CHUNK sets the same) --
+// --- step boundaries: prompts cut into steps of every size -------------------------------------
 
 TEST(CudaPrefill, ChunkBoundaries) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
-  auto gpu = make(m, true);
   const std::vector<int> toks = prompt_of(100, V, 7);
-  const std::vector<float> ref = sequential_all(*gpu, toks);
+  const std::vector<float> ref = sequential_all(*make(m), toks);
   const std::vector<float> ref_last(ref.end() - V, ref.end());
   for (int chunk : {1, 3, 7, 32, 33, 64, 99, 100}) {
-    CudaOptions o = gpu->options();
-    o.prefill_chunk = chunk;
-    gpu->set_options(o);
-    gpu->reset();
+    auto gpu = make(m, chunk);
     const std::vector<float> all = gpu->forward_prompt_all(toks);
     expect_rows_close(all, ref, V, cat("chunk=", chunk));
     gpu->reset();
@@ -184,10 +183,10 @@ TEST(CudaPrefill, ChunkBoundaries) {
 TEST(CudaPrefill, DecodeAfterPrefillMatchesDecodeAfterSequential) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
-  auto batched = make(m, true, 16), seq = make(m, false);
+  auto batched = make(m, 16), seq = make(m, 1);
   const std::vector<int> toks = prompt_of(40, V, 3);
   // Teacher-forced decode steps after each prefill: the decode kernels read the KV entries the
-  // batched prefill wrote (fp32, same layout), so the logits agree within the prefill bound.
+  // many-row steps wrote (fp32, same pool), so the logits agree within the prefill bound.
   const std::vector<int> forced = prompt_of(12, V, 4);
   batched->forward_prompt(toks);
   seq->forward_prompt(toks);
@@ -232,18 +231,14 @@ TEST(CudaPrefill, DecodeAfterPrefillMatchesDecodeAfterSequential) {
   }
 }
 
-// A prompt shape seen before is captured as a CUDA graph and replayed (CudaPrefill::run_last):
-// same logits as the eager run, and decode continues from the cache the replay wrote. A graph is
-// never replayed after the workspace it baked in was reallocated, or after the options changed.
+// A prompt shape seen before replays its step bucket's CUDA graph (the first run of a bucket is
+// eager, then captured): the same bits as the eager run, decode continues from the cache the
+// replay wrote, and a replay with other ids gives other logits.
 TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
-  auto gpu = make(m, true);
-  {  // bit-reproducible GEMMs (no split-K atomics), so runs can be compared exactly
-    CudaOptions o = gpu->options();
-    o.split_k = false;
-    gpu->set_options(o);
-  }
+  // bit-reproducible GEMMs (no split-K atomics), so runs can be compared exactly
+  auto gpu = make(m, 512, 0, CudaOptions{.split_k = false});
   auto run = [&](int n, uint32_t seed, std::vector<int>* greedy = nullptr) {
     gpu->reset();
     std::span<const float> l = gpu->forward_prompt(prompt_of(n, V, seed));
@@ -258,17 +253,12 @@ TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
     }
     return out;
   };
-  auto graphs = [&] {
-    const CudaStats st = gpu->stats();
-    return std::pair<int, int>{st.prefill_graph_captures, st.prefill_graph_launches};
-  };
   std::vector<std::vector<float>> logits;
   std::vector<std::vector<int>> greedy(4);
-  for (int round = 0; round < 4; ++round) {  // eager, capture + replay, replay, replay
+  for (int round = 0; round < 4; ++round) {  // eager + capture, replay, replay, replay
     // Rounds 2 and 3: other ids, same shape (the graph reads the ids staged for this call).
     logits.push_back(run(32, round < 2 ? 5u : 6u, &greedy[round]));
   }
-  EXPECT_EQ(graphs(), (std::pair<int, int>{1, 3}));
   // Same kernels, same tiles, fixed summation orders: bit-identical.
   EXPECT_EQ(logits[1], logits[0]);
   EXPECT_EQ(logits[3], logits[2]);
@@ -276,26 +266,10 @@ TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
   EXPECT_EQ(greedy[3], greedy[2]);
   // The replayed graph really used the new ids: another prompt, other logits.
   EXPECT_GT(rel_l2(logits[2].data(), logits[0].data(), V), 1e-2);
-
-  // Another shape runs eagerly and leaves the captured graph in place (the workspace was sized
-  // for whole chunks at start-up, so it does not grow).
+  // Other shapes in between leave the bucket's graph as it was.
   run(100, 7u);
+  run(500, 7u);
   EXPECT_EQ(run(32, 5u), logits[0]);
-  EXPECT_EQ(graphs(), (std::pair<int, int>{1, 4}));
-  // New options drop the graphs (the shape was seen: captured again at once).
-  CudaOptions o = gpu->options();
-  gpu->set_options(o);
-  EXPECT_EQ(run(32, 5u), logits[0]);
-  EXPECT_EQ(graphs(), (std::pair<int, int>{2, 5}));
-  // A larger chunk (the 1000-token prompt in one) reallocates the workspace: the shape runs
-  // eagerly once more, then is captured again.
-  o.prefill_chunk = 1024;
-  gpu->set_options(o);
-  run(1000, 7u);
-  EXPECT_EQ(run(32, 5u), logits[0]);
-  EXPECT_EQ(graphs(), (std::pair<int, int>{2, 5}));
-  EXPECT_EQ(run(32, 5u), logits[0]);
-  EXPECT_EQ(graphs(), (std::pair<int, int>{3, 6}));
 }
 
 // --- continuing an existing cache ---------------------------------------------------------------
@@ -303,7 +277,7 @@ TEST(CudaPrefill, RecurringPromptShapeReplaysAGraph) {
 TEST(CudaPrefill, ContinuationEqualsOnePrefillOverConcatenation) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
-  auto gpu = make(m, true, 64);
+  auto gpu = make(m, 64);
   const std::vector<int> a = prompt_of(45, V, 11), b = prompt_of(70, V, 12);
   std::vector<int> ab(a);
   ab.insert(ab.end(), b.begin(), b.end());
@@ -339,7 +313,7 @@ TEST(CudaPrefill, ContinuationEqualsOnePrefillOverConcatenation) {
 TEST(CudaPrefill, SampleAfterPrefillUsesPrefillLogits) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
-  auto gpu = make(m, true);
+  auto gpu = make(m);
   const std::vector<int> toks = prompt_of(33, V, 21);
   std::span<const float> l = gpu->forward_prompt(toks);
   const int host_arg = cpu::argmax(l.data(), V);
@@ -361,7 +335,7 @@ TEST(CudaPrefill, SampleAfterPrefillUsesPrefillLogits) {
 TEST(CudaPrefill, BadPromptIsAnErrorAndChangesNothing) {
   REQUIRE_SYNTH(m);
   const int V = m.config.vocab_size;
-  auto gpu = make(m, true);
+  auto gpu = make(m);
   const std::vector<int> toks = prompt_of(20, V, 5);
   std::span<const float> l = gpu->forward_prompt(toks);
   const std::vector<float> before(l.begin(), l.end());
@@ -385,21 +359,20 @@ TEST(CudaPrefill, BadPromptIsAnErrorAndChangesNothing) {
   gpu->reset();
   l = gpu->forward_prompt(whole);
   EXPECT_LT(rel_l2(cont.data(), l.data(), V), kBound);
-  CudaOptions o = gpu->options();
-  o.prefill_chunk = 0;
-  gpu->set_options(o);
-  EXPECT_THROW(gpu->forward_prompt(toks), Error);
+  EXPECT_THROW(make(m, -1), Error);  // a step of no tokens
 }
 
-// --- models without a batched prefill keep the token-by-token path ---------------------------
+// --- models outside the many-row kernels run one row per step ----------------------------------
 
 TEST(CudaPrefill, UnsupportedModelFallsBackToDecodeSteps) {
   REQUIRE_GPU();
   REQUIRE_FIXTURE(path, "models/stories260K.gguf");
   Model m = load_model(path.string());
-  auto gpu = make_cuda_backend_ex(m, BackendOptions{}, CudaOptions{});
   // Its types/shapes (tiny F32 llama2.c model) are outside what prefill_fits() takes.
-  EXPECT_FALSE(gpu->stats().batched_prefill);
+  auto engine = make_cuda_batch_backend_ex(m, BatchOptions{}, CudaOptions{});
+  EXPECT_EQ(engine->max_step_tokens(), 1);
+  engine.reset();
+  auto gpu = make_backend(m, BackendOptions{.kind = "cuda"});
   const std::vector<int> toks = {1, 403, 407, 261, 378};
   std::span<const float> l = gpu->forward_prompt(toks);
   const std::vector<float> last(l.begin(), l.end());
@@ -414,7 +387,7 @@ TEST(CudaPrefill, UnsupportedModelFallsBackToDecodeSteps) {
 
 TEST(CudaPrefill, DeviceNameAndCopyBandwidthAreMeasured) {
   REQUIRE_SYNTH(m);
-  auto gpu = make(m, true);
+  auto gpu = make(m);
   EXPECT_FALSE(gpu->device_name().empty());
   EXPECT_NE(gpu->device_name(), "cpu");
   const double bw = gpu->copy_bandwidth_gbs();
@@ -423,8 +396,6 @@ TEST(CudaPrefill, DeviceNameAndCopyBandwidthAreMeasured) {
   // read+write); 100 000 GB/s would mean a broken timer.
   EXPECT_GT(bw, 100.0);
   EXPECT_LT(bw, 100000.0);
-  std::cout << "[ memory ] weights " << gpu->stats().weight_bytes / 1048576.0
-            << " MiB (one copy, read by decode and prefill)\n";
 }
 
 }  // namespace

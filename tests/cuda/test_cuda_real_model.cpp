@@ -19,6 +19,9 @@
 namespace smolrt {
 namespace {
 
+// The GPU side of the oracle comparisons: fp32 KV (--kv-type f32).
+const BackendOptions kExact{.kind = "cuda", .n_ctx = 256, .kv_half = false};
+
 const char* kChatPrompt =
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 
@@ -41,7 +44,7 @@ TEST(CudaRealModel, PrefillLogitsMatchCpuAndAnswerIsParis) {
   const Model m = load_model(path.string());
   const Tokenizer tok(vocab_from_gguf(*m.file));
   auto cpu = make_cpu_backend(m, BackendOptions{"cpu-ref", 256, 0});
-  auto gpu = make_cuda_backend(m, BackendOptions{"cuda", 256, 0});
+  auto gpu = make_cuda_backend(m, kExact);
 
   Generator cpu_gen(*cpu, tok);
   const std::vector<int> prompt = cpu_gen.tokenize_prompt(kChatPrompt);
@@ -90,7 +93,7 @@ TEST(CudaRealModel, GreedyMatchesCpuOnFourPrompts) {
   const Model m = load_model(path.string());
   const Tokenizer tok(vocab_from_gguf(*m.file));
   auto cpu = make_cpu_backend(m, BackendOptions{"cpu-ref", 256, 0});
-  auto gpu = make_cuda_backend(m, BackendOptions{"cuda", 256, 0});
+  auto gpu = make_cuda_backend(m, kExact);
   const char* prompts[] = {
       "The capital of France is",
       "Once upon a time, in a small village by the sea,",

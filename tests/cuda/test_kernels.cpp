@@ -557,10 +557,12 @@ TEST(KernelAttention, SplitContextMatchesCpu) {
 
 // The one-row steps of the multi-sequence backend: the caches are a paged pool (shuffled pages,
 // the sequence's block table in row `seq` of the tables), fp32 or fp16.
-// Pages of 2 positions give tables longer than the kernel stages in shared memory.
-void check_paged_decode(int n_pos, bool half, int page = 16) {
+// Pages of 2 positions give tables longer than the kernel stages in shared memory. run: the
+// sequence's pages are consecutive (from page 3) and the kernel is told so
+// (AttnPages::consecutive).
+void check_paged_decode(int n_pos, bool half, int page = 16, bool run = false) {
   SCOPED_TRACE(testing::Message() << "n_pos " << n_pos << (half ? " fp16" : " fp32") << " page "
-                                  << page);
+                                  << page << (run ? " consecutive pages" : ""));
   const int nh = 9, nkv = 3, hd = 64, kv_dim = nkv * hd, stride = 1024 / page, seq = 1;
   const int n_pages = 2 * stride, slots = n_pages * page;
   std::vector<float> q = test::randn(size_t(nh) * hd, 7, 2.f);
@@ -570,6 +572,8 @@ void check_paged_decode(int n_pos, bool half, int page = 16) {
       for (float& x : *a) x = fp16_to_f32(f32_to_fp16(x));
   std::vector<int> tables(2 * stride);
   for (int j = 0; j < 2 * stride; ++j) tables[j] = (j * 37 + 11) % n_pages;  // a permutation
+  if (run)
+    for (int j = 0; j < stride; ++j) tables[seq * stride + j] = 3 + j;
   std::vector<float> kc(size_t(n_pos) * kv_dim), vc(kc.size()), ref(size_t(nh) * hd), sc(n_pos);
   for (int p = 0; p < n_pos; ++p) {
     const size_t slot = size_t(tables[seq * stride + p / page]) * page + p % page;
@@ -586,13 +590,15 @@ void check_paged_decode(int n_pos, bool half, int page = 16) {
   const int n_ctx = stride * page;
   Dev<float> part(size_t(nh) * cuda::attn_splits(n_ctx, hd) * (hd + 2));
   Dev<int> cnt(std::vector<int>(nh, 0));
+  // The consecutive-pages flag as a one-row step stages it: 1 with run, else 0 (the table read).
+  Dev<int> dflag(std::vector<int>{run ? 1 : 0});
   // Twice each: the split counters must reset themselves. The table found through the sequence
-  // index, then given directly (seq null: as a one-row step stages it).
+  // index (no flag unless run), then given directly (seq null: as a one-row step stages it).
   for (int rep = 0; rep < 4; ++rep) {
     out.poison();
     const cuda::AttnPages pages =
-        rep < 2 ? cuda::AttnPages{dt.p(), dseq.p(), stride, page, half}
-                : cuda::AttnPages{dt.p() + seq * stride, nullptr, stride, page, half};
+        rep < 2 ? cuda::AttnPages{dt.p(), dseq.p(), stride, page, half, run ? dflag.p() : nullptr}
+                : cuda::AttnPages{dt.p() + seq * stride, nullptr, stride, page, half, dflag.p()};
     cuda::attention_decode(out.p(), dq.p(), half ? (const void*)dkh.p() : dk.p(),
                            half ? (const void*)dvh.p() : dv.p(), dpos.p(), n_ctx, nh, nkv, hd,
                            {part.p(), cnt.p()}, nullptr, pages);
@@ -607,6 +613,9 @@ TEST(KernelAttention, PagedPoolFp32AndFp16) {
   for (bool half : {false, true})
     for (int n_pos : {1, 17, 128, 700, 1024}) check_paged_decode(n_pos, half);
   for (int n_pos : {3, 513, 1024}) check_paged_decode(n_pos, true, 2);
+  for (bool half : {false, true})
+    for (int n_pos : {1, 130, 1024}) check_paged_decode(n_pos, half, 256, true);
+  for (int n_pos : {17, 700}) check_paged_decode(n_pos, true, 16, true);
 }
 
 TEST(KernelAttention, NoContextCap) {

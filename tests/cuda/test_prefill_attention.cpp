@@ -162,6 +162,34 @@ TEST_P(AttnTokens, MatchesReference) {
           const std::vector<float> got_paged = dpaged.download();
           ASSERT_EQ(0, std::memcmp(got.data(), got_paged.data(), got.size() * sizeof(float)))
               << "paged pool";
+          {
+            // Consecutive pages from page 2 on (a lone sequence's, contiguous): key t at row
+            // 2 * page + t, the table read once; directly and through a span. The same bits.
+            std::vector<uint8_t> ck((size_t(np) + 2) * page * row_bytes, 0), cv(ck.size(), 0);
+            std::memcpy(&ck[size_t(2) * page * row_bytes], kb.data(), size_t(n_ctx) * row_bytes);
+            std::memcpy(&cv[size_t(2) * page * row_bytes], vb.data(), size_t(n_ctx) * row_bytes);
+            std::vector<int> run(2 * size_t(np), 1 << 20);  // row 0: far out of range
+            for (int i = 0; i < np; ++i) run[size_t(np) + i] = 2 + i;
+            const int span1[4] = {start, T, 1, 1};
+            DevBuf<uint8_t> dck(ck), dcv(cv);
+            DevBuf<int> drun(run), dspan1(std::vector<int>(span1, span1 + 4));
+            AttentionPrefillArgs r = b;
+            r.k_cache = dck.p, r.v_cache = dcv.p, r.contiguous = true;
+            for (bool via_span : {false, true}) {
+              r.table = via_span ? drun.p : drun.p + np;
+              r.span = via_span ? dspan1.p : nullptr, r.table_stride = via_span ? np : 0;
+              dpaged.poison();
+              attention_prefill(r, nullptr);
+              const std::vector<float> got_run = dpaged.download();
+              // As the span check above: the same kernel configuration gives the same bits.
+              if (!via_span || !tc || (s.hd <= 64 && start + T > 64) || (s.hd > 64 && !split)) {
+                ASSERT_EQ(0, std::memcmp(got.data(), got_run.data(), got.size() * sizeof(float)))
+                    << "consecutive pages" << (via_span ? ", span" : "");
+              } else {
+                EXPECT_LT(rel_l2(got_run, ref), 3e-3) << "consecutive pages, span";
+              }
+            }
+          }
           // The chunk read from device memory (span {start, T, table row 1}) by a launch sized
           // for more queries (T + 70, as a graph of a larger bucket): the same result, and the
           // rows past the chunk untouched. The same kernel configuration (SIMT; two key groups;
@@ -172,9 +200,9 @@ TEST_P(AttnTokens, MatchesReference) {
           std::copy(q.begin(), q.end(), qcap.begin());
           std::vector<int> tables(2 * size_t(np) + 1, 1 << 20);  // row 0: pages far out of range
           std::copy(table.begin(), table.end(), tables.begin() + np);
-          const int span[3] = {start, T, 1};
+          const int span[4] = {start, T, 1, 0};
           DevBuf<float> dqcap(qcap), dspanout((size_t)cap * q_dim);
-          DevBuf<int> dtables(tables), dspan(std::vector<int>(span, span + 3));
+          DevBuf<int> dtables(tables), dspan(std::vector<int>(span, span + 4));
           DevBuf<float> dpartcap(
               std::max<size_t>(attention_prefill_scratch(cap, s.n_heads, s.hd), 1));
           dspanout.poison();

@@ -10,8 +10,10 @@
 // A step that is one sequence's prompt chunk alone (a prompt with nothing else to run, as `run`
 // and `bench` send) takes its attention as attention_prefill over that sequence's block table: the
 // tensor-core prefill kernel shares each key tile among 64 queries, where attention_paged reads a
-// row's context once per row. The attention reads the chunk's position, length and sequence from
-// the step's staging (AttentionPrefillArgs::span), so such steps replay their bucket's graph too.
+// row's context once per row; with the sequence's pages consecutive (a lone sequence's in a fresh
+// pool) it finds a key's row from the first page alone. The attention reads the chunk's position,
+// length, sequence and that flag from the step's staging (AttentionPrefillArgs::span), so such
+// steps replay their bucket's graph too.
 //
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
 // bucket (and attention split count, from the step's longest context) is captured once as a CUDA
@@ -32,9 +34,12 @@
 // the row after the position's: a rollback then reaches one position less), and its id slot is
 // its own (one-row steps alternate between two); free_sequence waits for a dropped one, so the
 // next step does not queue behind it. The host's wake-up, staging and launch then overlap the GPU's
-// step, as in the single-sequence backend.
+// step.
 //
-// Weights: the decode backend's device image (upload_weights), read by the prefill GEMMs as is.
+// Models the many-row kernels do not take (an F32 matrix, a shape off the GEMM tiles, such as
+// stories260K) run every step as one row (max_step_tokens() 1): the decode kernels take any shape.
+//
+// Weights: one device image (upload_weights), read by the GEMVs and the GEMMs as is.
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -77,7 +82,7 @@ int bucket(int n) {
 
 // A step that is one sequence's prompt chunk of at least this many rows runs its attention as
 // attention_prefill over the sequence's block table (StepRows::chunk): one query tile of the
-// tensor-core kernel. Not a measured crossover.
+// tensor-core kernel. Not a measured crossover (a lone 32-token prompt measured the same with 2).
 constexpr int kChunkAttnRows = 64;
 
 class CudaBatchBackend final : public BatchBackend {
@@ -87,6 +92,7 @@ class CudaBatchBackend final : public BatchBackend {
 
   std::string name() const override { return "cuda"; }
   std::string device_name() const override;
+  double copy_bandwidth_gbs() override;
   const ModelConfig& config() const override { return c_; }
   int max_step_tokens() const override { return max_step_; }
   int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
@@ -98,7 +104,7 @@ class CudaBatchBackend final : public BatchBackend {
   // change hands: here, rollback and fork (a new sequence or a prefix match takes none of them).
   void free_sequence(int seq) override {
     // A pending speculative step would run ahead of the next step (stream order) and delay it:
-    // let it finish here, where nothing waits on it (as CudaBackend::reset does).
+    // let it finish here, where nothing waits on it.
     if (spec_.on) CUDA_CHECK(cudaStreamSynchronize(stream_));
     spec_.on = false;
     BatchBackend::free_sequence(seq);
@@ -149,12 +155,13 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids (carve_host)
   // Staging layout (ints, both sides): one array [nb] per field for a step of bucket nb (<= cap):
   // each row's token, position, pool slot, sequence, ring slot and its sequence's first position
-  // in the step; each output row's step row and mask (index into the masks, or -1). A one-row
-  // step's fields are followed by its sequence's block table (the used entries copied), which its
-  // attention reads directly (attention_decode with a staged table); a chunk step's by its span
-  // (kSpanInts: the chunk's first position, rows and sequence; AttentionPrefillArgs::span).
-  enum Field { kTok, kPos, kSlot, kSeq, kOutRow, kRingSlot, kFirstPos, kMaskIdx, kStaged };
-  static constexpr int kSpanInts = 3;
+  // in the step; each output row's step row and mask (index into the masks, or -1); for a
+  // one-row step, whether its sequence's pages are consecutive (kConsec). A one-row step's fields
+  // are followed by its sequence's block table (the used entries copied), which its attention
+  // reads directly (attention_decode with a staged table); a chunk step's by its span (kSpanInts:
+  // the chunk's first position, rows, sequence and consecutive pages; AttentionPrefillArgs::span).
+  enum Field { kTok, kPos, kSlot, kSeq, kOutRow, kRingSlot, kFirstPos, kMaskIdx, kConsec, kStaged };
+  static constexpr int kSpanInts = 4;
   int* st_ = nullptr;
   int* d_st_ = nullptr;
   int* st(Field f, int nb) const { return st_ + f * nb; }
@@ -186,9 +193,9 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::AttnScratch attn1_;    // one-row steps: the decode attention's split scratch
   float* d_part_v_ = nullptr;  // one-row lm_head's argmax partials
   int* d_part_i_ = nullptr;
-  std::vector<int> hist_host_;
   cuda::PinnedBuffer hist_pinned_;
-  std::vector<int> uploaded_;  // pages of each sequence's table already on the device
+  cuda::PinnedBuffer logits_pinned_;  // the step's logits rows read back (grown as asked)
+  std::vector<int> uploaded_;         // pages of each sequence's table already on the device
   cudaStream_t stream_ = nullptr;
   std::map<std::tuple<int, int, int, bool, int, bool>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
@@ -203,6 +210,7 @@ class CudaBatchBackend final : public BatchBackend {
   // How this backend's kernels are launched (its stream and options).
   cuda::Launch kernels() const { return {stream_, pdl_, split_k_}; }
   cpu::SampleScratch scratch_;
+  double copy_gbs_ = 0;  // copy_bandwidth_gbs, once measured
 };
 
 CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, const CudaOptions& co)
@@ -212,18 +220,23 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
     fail("max step tokens ", max_step_, " is invalid: use 1..", kBuckets[std::size(kBuckets) - 1]);
   if (!cuda::is_pow2(opt.page_size))
     fail("KV page size ", opt.page_size, " is invalid for the CUDA backend: use a power of two");
-  if (!cuda::attention_paged_supports(c_.head_dim, c_.n_heads / std::max(c_.n_kv_heads, 1)))
-    fail("head_dim ", c_.head_dim,
-         " has no CUDA multi-sequence attention kernel; use --backend cpu");
-  if (!cuda::prefill_fits(c_, m.weights) || !cuda::gemm_takes(m.weights.output.type) ||
-      c_.dim % 4 != 0)
-    fail(
-        "the CUDA multi-sequence backend needs every layer matrix and the output matrix in a "
-        "format its GEMM takes (all but F32) and dim a multiple of 4; use --backend cpu");
+  const int hd = c_.head_dim;
+  if (hd < 4 || hd > 256 || !cuda::is_pow2(hd))
+    fail("head_dim ", hd,
+         " has no CUDA attention kernel (supported 4..256, powers of two); use --backend cpu");
+  if (c_.n_kv_heads <= 0 || c_.n_heads % c_.n_kv_heads != 0)
+    fail("n_heads ", c_.n_heads, " is not a multiple of n_kv_heads ", c_.n_kv_heads);
+  // Steps of many rows need the GEMMs and the paged attention kernel; a model they do not take
+  // (an F32 matrix, a shape off their tiles) runs one row per step on the decode kernels.
+  const bool rows_ok = cuda::attention_paged_supports(hd, c_.n_heads / c_.n_kv_heads) &&
+                       cuda::prefill_fits(c_, m.weights) &&
+                       cuda::gemm_takes(m.weights.output.type) && c_.dim % 4 == 0;
+  if (!rows_ok) max_step_ = 1;
+  const bool f16_weights = opt.f16_weights && rows_ok;
   const int cap = bucket(max_step_);
   dw_ = cuda::upload_weights(m.weights, c_);
   // The dense copies come before the KV pool is sized from the memory left.
-  if (opt.f16_weights) dense_ = cuda::make_dense(dw_, c_);
+  if (f16_weights) dense_ = cuda::make_dense(dw_, c_);
 
   // KV pool: what was asked, else every sequence's full context, capped by half the free memory
   // left after the weights and the step's workspace.
@@ -273,7 +286,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   pw_ = cuda::prefill_view(c_, dw_, seq_ctx, opt.kv_half, k, v);
   pw_.token_embd = cuda::DevMat{};  // step() embeds from its own staging
   // one-row steps: row 1 of x is the residual's 2nd buffer
-  if (opt.f16_weights) {
+  if (f16_weights) {
     for (int l = 0; l < c_.n_layers; ++l) pw_.layers[l].dense = dense_.layers[l];
     pw_.dense_output = dense_.output;
     ws_.reserve_dense(c_, std::max(cap, 2), cap);
@@ -341,7 +354,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   split_k_ = co.split_k;
   speculate_ = co.speculate;
   for (cudaEvent_t& e : done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  if (opt.f16_weights)
+  if (f16_weights)
     pw_.dense_rows =
         opt.dense_rows > 0 ? opt.dense_rows : cuda::measure_dense_rows(pw_, ws_, cap, kernels());
 }
@@ -352,6 +365,31 @@ CudaBatchBackend::~CudaBatchBackend() {
   for (cudaEvent_t e : done_)
     if (e) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+// A 1 GiB device-to-device cudaMemcpy, best of 5 after a warm-up, counting read + write bytes.
+double CudaBatchBackend::copy_bandwidth_gbs() {
+  if (copy_gbs_ > 0) return copy_gbs_;
+  const size_t n = size_t{1} << 30;
+  cuda::DeviceBuffer a(n, "bandwidth probe"), b(n, "bandwidth probe");
+  CUDA_CHECK(cudaMemset(a.get(), 1, n));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int i = 0; i < 6; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, stream_));
+    CUDA_CHECK(cudaEventRecord(e1, stream_));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i > 0 && ms < best) best = ms;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  copy_gbs_ = 2.0 * n / (best * 1e-3) / 1e9;
+  return copy_gbs_;
 }
 
 std::string CudaBatchBackend::device_name() const {
@@ -417,7 +455,8 @@ void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
 void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out, bool chunk) {
   const cuda::Launch k = kernels();
   cuda::StepRows rows;
-  if (chunk) rows.chunk = d_st_ + kStaged * nb;
+  if (chunk) rows.chunk = d_st_ + kStaged * nb, rows.consecutive = rows.chunk + 3;
+  if (nb == 1) rows.consecutive = d_st(kConsec, nb);
   rows.pos = d_st(kPos, nb), rows.slot = d_st(kSlot, nb), rows.seq = d_st(kSeq, nb);
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
   rows.attn_partials = d_partials_, rows.attn_counters = d_counters_, rows.attn_splits = splits;
@@ -447,8 +486,12 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
                      P.v_cache, k, /*ring=*/0, pw_.kv_half, ri);
       // A ring layer's table is its fixed ring table; the others read the staged one.
       const bool ring = ring_pages_ && c_.is_swa(l);
-      const cuda::AttnPages pages{ring ? lr.tables : d_st_ + kStaged, ring ? lr.seq : nullptr,
-                                  lr.table_stride, lr.page_size, pw_.kv_half};
+      const cuda::AttnPages pages{ring ? lr.tables : d_st_ + kStaged,
+                                  ring ? lr.seq : nullptr,
+                                  lr.table_stride,
+                                  lr.page_size,
+                                  pw_.kv_half,
+                                  lr.consecutive};
       cuda::attention_decode(ws_.att, ws_.q, P.k_cache, P.v_cache, lr.pos, kv_->seq_ctx(),
                              c_.n_heads, c_.n_kv_heads, c_.head_dim, attn1_, k, pages,
                              c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
@@ -475,6 +518,11 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
   }
   cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, k, &rows);
   cuda::gather_rows(ws_.x, c_.dim, d_st(kOutRow, nb), mb, c_.dim, d_xo_, k);
+  if (mb == 1) {  // one output row (a lone prompt's last token): the decode step's lm_head GEMV
+    cuda::gemv(dw_.output, d_xo_, dw_.output_norm, c_.norm_eps, ws_.logits, /*accumulate=*/false,
+               k);
+    return mask_and_argmax();
+  }
   if (pw_.dense() && mb >= pw_.dense_rows && c_.vocab_size % 4 == 0) {
     cuda::act_to_f16(d_xo_, c_.dim, mb, c_.dim, dw_.output_norm, c_.norm_eps, ws_.xd, ws_.ldd(), k,
                      cuda::F16Order::kRowMajor);
@@ -568,10 +616,6 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int *out_row = st(kOutRow, nb), *ring = st(kRingSlot, nb), *first_pos = st(kFirstPos, nb);
   int* mask_idx = st(kMaskIdx, nb);
   const bool chunk = batch.size() == 1 && rows >= kChunkAttnRows;
-  if (chunk) {
-    int* span = st_ + kStaged * nb;
-    span[0] = kv_->position(batch[0].seq), span[1] = rows, span[2] = batch[0].seq;
-  }
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
@@ -620,6 +664,19 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     CUDA_CHECK(cudaMemcpyAsync(
         d_tables_ + size_t(lo) * table_stride_, tables_host_ + size_t(lo) * table_stride_,
         sizeof(int) * size_t(hi - lo) * table_stride_, cudaMemcpyHostToDevice, stream_));
+  // A lone sequence's pages are consecutive when the pool handed them out in order (a fresh pool
+  // does): its attention then finds a row from the first page alone (StepRows::consecutive).
+  if (batch.size() == 1 && (nb == 1 || chunk)) {
+    const std::span<const int> bt = kv_->block_table(batch[0].seq);
+    bool run = true;
+    for (size_t i = 1; i < bt.size() && run; ++i) run = bt[i] == bt[0] + int(i);
+    if (chunk) {
+      int* span = st_ + kStaged * nb;
+      span[0] = st(kFirstPos, nb)[0], span[1] = rows, span[2] = batch[0].seq, span[3] = run;
+    } else {
+      st(kConsec, nb)[0] = run;
+    }
+  }
   const int staged =
       nb == 1 ? stage_table(st_, batch[0].seq) : kStaged * nb + (chunk ? kSpanInts : 0);
   CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * staged, cudaMemcpyHostToDevice, stream_));
@@ -664,6 +721,22 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     cuda::sample(ws_.logits + size_t(r) * V, V, s.params, s.u, d_hist_ + hist_off[i], nh, out + r,
                  kernels());
   }
+  // Logits asked for: one copy per entry into pinned memory, in the stream before the wait.
+  size_t logit_rows = 0;
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (batch[i].logits > 0) logit_rows += size_t(outs[i].second);
+  if (logits_pinned_.size() < logit_rows * V * sizeof(float))
+    logits_pinned_ = cuda::PinnedBuffer(logit_rows * V * sizeof(float), "logits readback");
+  float* const lh = static_cast<float*>(logits_pinned_.get());
+  std::vector<size_t> logit_at(batch.size(), 0);
+  for (size_t i = 0, at = 0; i < batch.size(); ++i) {
+    if (batch[i].logits == 0) continue;
+    logit_at[i] = at;
+    const auto [first, count] = outs[i];
+    CUDA_CHECK(cudaMemcpyAsync(lh + at, ws_.logits + size_t(first) * V,
+                               sizeof(float) * size_t(count) * V, cudaMemcpyDeviceToHost, stream_));
+    at += size_t(count) * V;
+  }
   const bool next = nb == 1 && speculable(batch);
   if (next) {
     CUDA_CHECK(cudaEventRecord(done_[par], stream_));
@@ -681,11 +754,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     const auto [first, count] = outs[i];
     const bool plain = s.params.greedy() && !s.params.has_penalties();
     const int last = first + count - 1;
-    if (s.logits > 0) {
-      res[i].logits.resize(size_t(count) * V);
-      CUDA_CHECK(cudaMemcpy(res[i].logits.data(), ws_.logits + size_t(first) * V,
-                            sizeof(float) * count * V, cudaMemcpyDeviceToHost));
-    }
+    if (s.logits > 0) res[i].logits.assign(lh + logit_at[i], lh + logit_at[i] + size_t(count) * V);
     if (!s.sample) continue;
     int tok = (plain || gpu_sampler) ? out[last] : -1;
     if (tok < 0) {  // the host sampler on this row's logits

@@ -1,6 +1,5 @@
-// The per-layer pieces of a one-token decode step that depend on the architecture (model/model.h),
-// shared by the single-sequence backend and the multi-sequence backend's one-row steps, so both
-// follow every switch the same way.
+// The per-layer pieces of a one-token decode step (the CUDA engine's one-row steps) that depend on
+// the architecture (model/model.h).
 #pragma once
 
 #include <cuda_runtime.h>

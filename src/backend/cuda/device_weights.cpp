@@ -1,6 +1,5 @@
 #include "backend/cuda/device_weights.h"
 
-#include <chrono>
 #include <climits>
 #include <cstring>
 
@@ -71,7 +70,6 @@ DevMat stage_matrix(const TensorView& t, uint8_t* dst, const uint8_t* dev) {
 }
 
 DeviceWeights upload_weights(const Weights& w, const ModelConfig& c) {
-  const auto t0 = std::chrono::steady_clock::now();
   // 1. Validate everything before allocating anything.
   check_matrix(w.token_embd, "token embedding");
   check_matrix(w.output, "output / lm_head");
@@ -174,8 +172,6 @@ DeviceWeights upload_weights(const Weights& w, const ModelConfig& c) {
   }
   CUDA_CHECK(cudaMemcpy(dw.buffer.get(), image.data(), total, cudaMemcpyHostToDevice));
   if (tied) dw.output = dw.token_embd;
-  dw.upload_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return dw;
 }
 

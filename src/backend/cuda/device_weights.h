@@ -33,7 +33,6 @@ struct DeviceWeights {
   std::vector<DevLayer> layers;
   const float* rope_factors = nullptr;  // [rope_dim / 2] llama3 frequency factors, or nullptr
   size_t bytes = 0;                     // size of the allocation
-  double upload_ms = 0;                 // repack + host-to-device copy, wall time
 };
 
 // fp16 copies of the layer matrices and the lm_head (dense_gemm.h) for the large-batch GEMMs: two

@@ -246,7 +246,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     if (lrows) {  // one sequence's chunk in the paged pool: its span, through its table
       at.span = lrows->chunk, at.ring = 0;
       at.table = lrows->tables, at.table_stride = lrows->table_stride;
-      at.page_size = lrows->page_size;
+      at.page_size = lrows->page_size, at.contiguous = lrows->consecutive != nullptr;
     }
     at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
     at.window = c.is_swa(l) ? c.sliding_window : 0, at.scale = c.attn_scale;

@@ -146,10 +146,16 @@ struct StepRows {
   // attention_paged (every row reads its context alone); it reads the span on the device, so a
   // step's graph serves any chunk.
   const int* chunk = nullptr;
-  // The rows as layer l of config c sees them: a sliding-window layer takes the rings.
+  // A step of one sequence (a chunk, or one row): device flag, nonzero when its pages are
+  // consecutive, so its attention finds a row from the first page alone (AttnPages::consecutive;
+  // a chunk's is its span's fourth int, AttentionPrefillArgs::contiguous allows it).
+  const int* consecutive = nullptr;
+  // The rows as layer l of config c sees them: a sliding-window layer takes the rings (whose
+  // tables wrap, so they are never consecutive).
   StepRows for_layer(const ModelConfig& c, int l) const {
     StepRows r = *this;
-    if (ring_tables && c.is_swa(l)) r.slot = ring_slot, r.tables = ring_tables;
+    if (ring_tables && c.is_swa(l))
+      r.slot = ring_slot, r.tables = ring_tables, r.consecutive = nullptr;
     return r;
   }
 };

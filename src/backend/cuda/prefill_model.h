@@ -1,7 +1,7 @@
-// A model on the device for prefill_forward() without a CudaBackend: the decode weight image
-// (backend/cuda/device_weights.h, one allocation, split layout) plus a KV cache. Used by the
-// prefill tests and bench/bench_prefill; CudaBackend fills a PrefillWeights from its own weights
-// and KV cache instead.
+// A model on the device for prefill_forward() without the engine: the weight image
+// (backend/cuda/device_weights.h, one allocation, split layout) plus a contiguous KV cache. Used
+// by the prefill tests, bench/bench_prefill and `smolrt bench-gemm`; the engine fills a
+// PrefillWeights from its own weights and paged pool instead.
 #pragma once
 
 #include <vector>
