@@ -1,10 +1,14 @@
-// The whole layer-major prefill (prefill_forward / prefill_tokens) on random Q4_0 models against
+// The whole layer-major prefill (prefill_forward, in chunks) on random Q4_0 models against
 // a double-precision token-by-token llama forward, plus chunking, continuation and decode checks.
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "backend/cuda/prefill_model.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
 #include "prefill_test_util.h"
 #include "test_util.h"
 
@@ -13,6 +17,43 @@ using namespace smolrt::cuda;
 using namespace smolrt::test;
 
 namespace {
+
+// Whole prompt in chunks of at most `chunk` tokens starting at pos0 (the cache must already hold
+// [0, pos0)), each a prefill_forward with logits of its last token or of every token. Returns the
+// logits: of the last token ([vocab]) or, when all_logits, of every token ([n][vocab]).
+std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
+                                  std::span<const int> tokens, int pos0, int chunk, bool all_logits,
+                                  const Launch& s) {
+  const int n = (int)tokens.size();
+  if (n == 0) fail("prefill_tokens: empty prompt");
+  if (chunk <= 0) fail("prefill_tokens: chunk must be positive");
+  for (int i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= w.cfg.vocab_size)
+      fail("prefill_tokens: token ", tokens[i], " at index ", i, " is outside [0, ",
+           w.cfg.vocab_size, ")");
+  const int cs = std::min(chunk, n);
+  if (w.dense())
+    ws.reserve_dense(w.cfg, cs, all_logits ? cs : 1);
+  else
+    ws.reserve(w.cfg, cs, all_logits ? cs : 1);
+  const size_t V = w.cfg.vocab_size;
+  std::vector<float> out(all_logits ? (size_t)n * V : V);
+  for (int i0 = 0; i0 < n; i0 += cs) {
+    const int m = std::min(cs, n - i0);
+    CUDA_CHECK(cudaMemcpyAsync(ws.tokens, tokens.data() + i0, sizeof(int) * m,
+                               cudaMemcpyHostToDevice, s.stream));
+    const bool last = i0 + m == n;
+    const int rows = all_logits ? m : (last ? 1 : 0);
+    prefill_forward(w, ws, m, pos0 + i0, rows, s);
+    if (rows > 0) {
+      float* dst = all_logits ? out.data() + (size_t)i0 * V : out.data();
+      CUDA_CHECK(cudaMemcpyAsync(dst, ws.logits, sizeof(float) * rows * V, cudaMemcpyDeviceToHost,
+                                 s.stream));
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  return out;
+}
 
 // A random model held on the host: raw blocks (what the GPU gets) and doubles (the reference).
 struct HostModel {

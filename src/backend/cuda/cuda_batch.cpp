@@ -483,7 +483,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
       const float* x = nullptr;
       cuda::ResidualIn ri = res.take(&x);
       cuda::step_qkv(c_, dw_, l, x, L.attn_norm, lr.pos, lr.slot, ws_.q, ws_.k, ws_.v, P.k_cache,
-                     P.v_cache, k, /*ring=*/0, pw_.kv_half, ri);
+                     P.v_cache, k, pw_.kv_half, ri);
       // A ring layer's table is its fixed ring table; the others read the staged one.
       const bool ring = ring_pages_ && c_.is_swa(l);
       const cuda::AttnPages pages{ring ? lr.tables : d_st_ + kStaged,

@@ -20,13 +20,12 @@ bool qkv_fused(const ModelConfig& c);
 // caches at row *slot (slot == nullptr: *pos). x: the residual stream, norm_w: attn_norm for
 // the matvec's fused RMSNorm (or nullptr when x is already normalized). k_raw, v_raw: [kv_dim]
 // scratch for the unfused path.
-// ring > 0: the layer's caches are a ring of that many rows (position p at row p % ring).
 // kv_half: the caches hold fp16 (else fp32).
 // res: a pending residual update of x made in the matvec's staging (DecodeResidual::take).
 void step_qkv(const ModelConfig& c, const DeviceWeights& dw, int l, const float* x,
               const float* norm_w, const int* pos, const int* slot, float* q, float* k_raw,
-              float* v_raw, void* k_cache, void* v_cache, const Launch& s, int ring = 0,
-              bool kv_half = false, const ResidualIn& res = {});
+              float* v_raw, void* k_cache, void* v_cache, const Launch& s, bool kv_half = false,
+              const ResidualIn& res = {});
 
 // The residual stream of a one-token decode step. add(): x += W·in, in the matvec's epilogue; with
 // a post norm (gemma3), x += rmsnorm(W·in)·post_norm, where W·in goes to tmp and the update is left

@@ -181,7 +181,6 @@ QkvFinishArgs finish_args(const PrefillWeights& w, int l, int n, int pos0, const
   QkvFinishArgs f;
   f.n = n, f.q = q, f.ldq = ldq, f.k = k, f.v = v, f.ldkv = ldkv;
   f.k_cache = L.k_cache, f.v_cache = L.v_cache, f.kv_half = w.kv_half, f.pos0 = pos0;
-  f.ring = L.ring;
   if (lrows) f.row_pos = lrows->pos, f.row_slot = lrows->slot;
   f.bq = L.bq, f.bk = L.bk, f.bv = L.bv, f.q_norm = L.q_norm, f.k_norm = L.k_norm;
   f.eps = c.norm_eps, f.n_heads = c.n_heads, f.n_kv_heads = c.n_kv_heads;
@@ -242,9 +241,9 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     AttentionPrefillArgs at;
     at.q = q, at.ldq = ldq, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
     at.kv_half = w.kv_half, at.out = out.f32, at.out_h = out.f16, at.ldo = out.ld;
-    at.n_tokens = n, at.start = pos0, at.ring = L.ring;
+    at.n_tokens = n, at.start = pos0;
     if (lrows) {  // one sequence's chunk in the paged pool: its span, through its table
-      at.span = lrows->chunk, at.ring = 0;
+      at.span = lrows->chunk;
       at.table = lrows->tables, at.table_stride = lrows->table_stride;
       at.page_size = lrows->page_size, at.contiguous = lrows->consecutive != nullptr;
     }
@@ -345,40 +344,6 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     gemv(w.output, ws.x + (size_t)(n - logit_rows + i) * dim, w.output_norm, c.norm_eps,
          ws.logits + (size_t)i * c.vocab_size, /*accumulate=*/false, s);
   argmax_rows(ws.logits, c.vocab_size, c.vocab_size, logit_rows, ws.argmax, s);
-}
-
-std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
-                                  std::span<const int> tokens, int pos0, int chunk, bool all_logits,
-                                  const Launch& s) {
-  const int n = (int)tokens.size();
-  if (n == 0) fail("prefill_tokens: empty prompt");
-  if (chunk <= 0) fail("prefill_tokens: chunk must be positive");
-  for (int i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= w.cfg.vocab_size)
-      fail("prefill_tokens: token ", tokens[i], " at index ", i, " is outside [0, ",
-           w.cfg.vocab_size, ")");
-  const int cs = std::min(chunk, n);
-  if (w.dense())
-    ws.reserve_dense(w.cfg, cs, all_logits ? cs : 1);
-  else
-    ws.reserve(w.cfg, cs, all_logits ? cs : 1);
-  const size_t V = w.cfg.vocab_size;
-  std::vector<float> out(all_logits ? (size_t)n * V : V);
-  for (int i0 = 0; i0 < n; i0 += cs) {
-    const int m = std::min(cs, n - i0);
-    CUDA_CHECK(cudaMemcpyAsync(ws.tokens, tokens.data() + i0, sizeof(int) * m,
-                               cudaMemcpyHostToDevice, s.stream));
-    const bool last = i0 + m == n;
-    const int rows = all_logits ? m : (last ? 1 : 0);
-    prefill_forward(w, ws, m, pos0 + i0, rows, s);
-    if (rows > 0) {
-      float* dst = all_logits ? out.data() + (size_t)i0 * V : out.data();
-      CUDA_CHECK(cudaMemcpyAsync(dst, ws.logits, sizeof(float) * rows * V, cudaMemcpyDeviceToHost,
-                                 s.stream));
-    }
-  }
-  CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  return out;
 }
 
 }  // namespace smolrt::cuda

@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <memory>
-#include <span>
 #include <vector>
 
 #include "backend/cuda/device_weights.h"
@@ -32,9 +31,6 @@ namespace smolrt::cuda {
 struct PrefillLayerWeights : DevLayer {
   void* k_cache = nullptr;  // [n_ctx][kv_dim], fp16 if kv_half else fp32
   void* v_cache = nullptr;
-  // > 0: a sliding-window layer's cache is a ring of this many rows (position p at row p % ring,
-  // see attention_decode.h); its layer never takes the fused QKV epilogue.
-  int ring = 0;
   DenseLayer dense;
 };
 
@@ -167,12 +163,5 @@ struct StepRows {
 // the caller's, per sequence).
 void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
                      const Launch& stream, const StepRows* rows = nullptr);
-
-// Whole prompt in chunks of at most `chunk` tokens starting at pos0 (the cache must already hold
-// [0, pos0)). Returns the logits: of the last token ([vocab]) or, when all_logits, of every token
-// ([n][vocab]). Synchronizes the stream.
-std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
-                                  std::span<const int> tokens, int pos0, int chunk, bool all_logits,
-                                  const Launch& stream);
 
 }  // namespace smolrt::cuda
