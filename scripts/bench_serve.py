@@ -12,7 +12,8 @@ level to --out: device (from /health), commit (--commit, else the server's), dat
 generated and prompt tok/s, TTFT p50/p99, request time p50/p99 (seconds), prompt tokens the prefix
 cache served per request, and "server": smolrt's own view of the level from its /metrics (mean
 TTFT from arrival to the first token's sampling, mean step time, steps, rows and tokens per step,
-the share of the wall time spent in steps), null for a server without them.
+the share of the wall time spent in steps, the share of steps launched ahead), null for a server
+without them.
 
 Workload options (recorded in each line):
   --shared-prefix N      every prompt starts with the same N tokens (natural text from the server's
@@ -162,7 +163,7 @@ def client_process(a, ids, conc, headers, q):
 # of the run, none of the client's time in it.
 SERVER_SERIES = ("smolrt_time_to_first_token_seconds_sum", "smolrt_time_to_first_token_seconds_count",
                  "smolrt_step_seconds_sum", "smolrt_step_seconds_count",
-                 "smolrt_batch_tokens_sum", "smolrt_batch_sequences_sum")
+                 "smolrt_batch_tokens_sum", "smolrt_batch_sequences_sum", "smolrt_steps_ahead_total")
 
 
 def server_counters(a, headers):
@@ -187,7 +188,8 @@ def server_counters(a, headers):
 
 def server_view(before, after, wall):
     """Means over the level: TTFT from arrival to the first token's sampling, the backend step,
-    rows and tokens per step, and the share of the wall time the scheduler spent in steps."""
+    rows and tokens per step, the share of the wall time the scheduler spent in steps, and the share
+    of steps the engine launched ahead (speculated)."""
     if before is None or after is None:
         return None
     d = {k: after[k] - before[k] for k in SERVER_SERIES}
@@ -203,6 +205,7 @@ def server_view(before, after, wall):
         "rows_per_step": round(d["smolrt_batch_sequences_sum"] / steps, 1),
         "tokens_per_step": round(d["smolrt_batch_tokens_sum"] / steps, 1),
         "step_share": round(d["smolrt_step_seconds_sum"] / wall, 3) if wall > 0 else None,
+        "steps_ahead_share": round(d["smolrt_steps_ahead_total"] / steps, 3),
     }
 
 

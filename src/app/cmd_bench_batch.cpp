@@ -34,6 +34,11 @@ struct Opts {
   bool f16_weights = true;
   int max_step_tokens = BatchOptions{}.max_step_tokens;
   int dense_rows = 0;
+  int page_size = BatchOptions{}.page_size;
+  int ctx = 0;
+  int kv_size = 0;
+  bool prefix_cache = true;
+  bool match = false;
 };
 
 double secs(std::chrono::steady_clock::time_point t0) {
@@ -60,8 +65,11 @@ int run(const Opts& o) {
   BatchOptions bo;
   bo.kind = o.backend;
   bo.max_seqs = *std::max_element(sizes.begin(), sizes.end());
-  bo.seq_ctx = o.prompt + o.gen + 1;
-  bo.kv_tokens = bo.max_seqs * (bo.seq_ctx + 16);
+  bo.seq_ctx = o.ctx > 0 ? o.ctx : o.prompt + o.gen + 1;
+  if (bo.seq_ctx < o.prompt + o.gen + 1) fail("--ctx ", o.ctx, " is below --prompt + --gen + 1");
+  bo.kv_tokens = o.kv_size > 0 ? o.kv_size : bo.max_seqs * (o.prompt + o.gen + 1 + o.page_size);
+  bo.page_size = o.page_size;
+  bo.prefix_cache = o.prefix_cache;
   bo.kv_half = o.kv_half;
   bo.f16_weights = o.f16_weights;
   bo.max_step_tokens = o.max_step_tokens;
@@ -83,6 +91,10 @@ int run(const Opts& o) {
         prompts[s].resize(o.prompt);
         for (int i = 0; i < o.prompt; ++i) prompts[s][i] = 1 + (s * 7919 + i * 104729) % (V - 1);
       }
+      // What the prefix cache holds of each prompt (the warm-up's pages), as the server looks up.
+      std::vector<int> done(C, 0);
+      if (o.match)
+        for (int s = 0; s < C; ++s) done[s] = b->match_prefix(ids[s], prompts[s]);
       std::vector<int> last(C);
       const auto t0 = std::chrono::steady_clock::now();
       for (int s0 = 0; s0 < C;) {  // whole prompts, as many as fit one step
@@ -90,7 +102,8 @@ int run(const Opts& o) {
         int used = 0;
         for (; s0 < C && used + o.prompt <= b->max_step_tokens(); ++s0, used += o.prompt) {
           SeqStep x;
-          x.seq = ids[s0], x.tokens = prompts[s0], x.params.temp = 0.f;
+          x.seq = ids[s0], x.params.temp = 0.f;
+          x.tokens = std::span<const int>(prompts[s0]).subspan(size_t(done[s0]));
           st.push_back(x);
         }
         if (st.empty()) fail("--prompt ", o.prompt, " exceeds the step size");
@@ -125,6 +138,11 @@ int run(const Opts& o) {
                              {"C", C},
                              {"prompt", o.prompt},
                              {"gen", o.gen},
+                             {"page_size", o.page_size},
+                             {"seq_ctx", b->seq_ctx()},
+                             {"kv_tokens", b->kv_tokens()},
+                             {"prefix_cache", b->prefix_cache()},
+                             {"match", o.match},
                              {"dense_rows", b->dense_rows()},
                              {"kv_half", o.kv_half},
                              {"f16_weights", o.f16_weights},
@@ -159,6 +177,15 @@ REGISTER_COMMAND(Command{
       sub.add_option("--dense-rows", o->dense_rows,
                      "steps of this many rows or more take the fp16 dense GEMMs (0: measured)")
           ->check(CLI::NonNegativeNumber);
+      sub.add_option("--page-size", o->page_size, "tokens per KV page")->capture_default_str();
+      sub.add_option("--ctx", o->ctx, "positions per sequence (0: prompt + gen + 1)")
+          ->check(CLI::NonNegativeNumber);
+      sub.add_option("--kv-size", o->kv_size, "KV pool tokens (0: what the sequences need)")
+          ->check(CLI::NonNegativeNumber);
+      sub.add_flag("!--no-prefix-cache", o->prefix_cache, "keep no pages of freed sequences");
+      sub.add_flag("--match", o->match,
+                   "look each prompt up in the prefix cache first (the measured round then finds "
+                   "the warm-up's pages)");
       sub.add_option("--json", o->json, "append JSON lines here");
       return [o] { return run(*o); };
     }});

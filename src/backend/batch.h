@@ -114,6 +114,9 @@ class BatchBackend {
   // > 0: steps of at least this many rows run fp16 dense GEMMs (the CUDA engine's measured
   // crossover, cuda::measure_dense_rows); 0: every step runs the quantized kernels.
   virtual int dense_rows() const { return 0; }
+  // Steps so far that the engine launched before the previous one's token was read (the CUDA
+  // engine's speculated decode steps) and then used; 0 where it never does.
+  virtual int64_t steps_ahead() const { return 0; }
 
   // A new empty sequence; Error when max_seqs() sequences exist.
   virtual int add_sequence() { return kv_->add(); }

@@ -67,37 +67,39 @@ __device__ __forceinline__ void decode_block(float* out, const float* q, const E
   const E* kbase = k_cache + kvh * HD + j * DPT;
   const E* vbase = v_cache + kvh * HD + d;
 
-  // Paged: the block table (host-staged like pos, so read before the PDL wait), its entries
-  // staged in shared memory so that finding a row costs no dependent global load. A table given
-  // directly (seq null: staged with the step) was read by the kernel from its start at once
-  // (`entry`: this thread's), in parallel with pos, so the first K/V loads wait for one memory
-  // round trip, not two; one found through *seq is read from this split's first page.
-  int p0 = 0;
+  // Paged: the block table (host-staged like pos, so read before the PDL wait), entries [tb0,
+  // tb0 + kAttnTabMax) staged in shared memory, so that finding a row is a shift and a shared
+  // load: no branch and no dependent global load per row (either would serialize the sub-chunk's
+  // loads). A table given directly (seq null: staged with the step) was read by the kernel from
+  // its start at once (`entry`: this thread's), in parallel with pos, so the first K/V loads wait
+  // for one memory round trip, not two; one found through *seq is read from this split's first
+  // page. A split longer than the staged entries restages them (stage) between sub-chunks.
+  int tb0 = 0;
   const int* table = nullptr;
-  bool in_smem = false;
-  if constexpr (MODE == kTable) {
-    const int last_page = (end - 1) >> page_shift;
-    if (seq) {
-      table = tables + (size_t)*seq * stride;
-      p0 = start >> page_shift;
-    } else {
-      table = tables;
-    }
-    in_smem = last_page - p0 < kAttnTabMax;
-    static_assert(kAttnTabMax <= kThreads, "one staged entry per thread");
-    if (!seq) {
-      if (tid < min(stride, kAttnTabMax)) stab[tid] = entry;
-    } else if (tid < min(last_page - p0 + 1, kAttnTabMax)) {
-      stab[tid] = table[p0 + tid];
-    }
+  static_assert(kAttnTabMax <= kThreads, "one staged entry per thread");
+  // Stages entries from page `from` (block-uniform; every thread calls it).
+  auto stage = [&](int from) {
+    tb0 = from;
+    if (tid < kAttnTabMax && from + tid < stride) stab[tid] = table[from + tid];
     __syncthreads();
+  };
+  // Whether sub-chunk [c0, c0 + SUB)'s pages are past the staged ones.
+  auto past = [&](int c0) { return ((min(c0 + SUB, end) - 1) >> page_shift) - tb0 >= kAttnTabMax; };
+  if constexpr (MODE == kTable) {
+    table = seq ? tables + (size_t)*seq * stride : tables;
+    if (seq || past(start)) {
+      stage(start >> page_shift);
+    } else {
+      if (tid < min(stride, kAttnTabMax)) stab[tid] = entry;
+      __syncthreads();
+    }
   }
   auto row = [&](int t) -> size_t {
     if constexpr (MODE == kRun) {
       return run_base + t;
     } else if constexpr (MODE == kTable) {
-      const int pg = t >> page_shift;
-      return ((size_t)(in_smem ? stab[pg - p0] : table[pg]) << page_shift) + (t & (page - 1));
+      // 32-bit: pool slots fit (KvPages checks), and the 64-bit shifts cost more per row.
+      return (uint32_t(stab[(t >> page_shift) - tb0]) << page_shift) | uint32_t(t & (page - 1));
     } else {
       return (size_t)cache_row(t, ring);
     }
@@ -140,7 +142,11 @@ __device__ __forceinline__ void decode_block(float* out, const float* q, const E
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
       const int t = c0 + g + G * i;
-      vr[i] = t < end && t != skip ? vbase[row(t) * kv_dim] : E{};
+      // The address of a row past the end is that of the last (a staged entry), so the load is
+      // predicated, not branched around: the sub-chunk's table reads and loads then issue
+      // together.
+      const E* v = vbase + row(MODE == kTable ? min(t, end - 1) : t) * kv_dim;
+      vr[i] = t < end && t != skip ? *v : E{};
     }
     const int t = c0 + pp;
     if (t < end && t != skip && has_dims) {
@@ -165,7 +171,12 @@ __device__ __forceinline__ void decode_block(float* out, const float* q, const E
 
   float m_run = -INFINITY, l_run = 0.f, acc = 0.f;
   for (int c0 = start; c0 < end; c0 += SUB) {
-    if (c0 != start) load_kv(c0, -1);
+    if (c0 != start) {
+      // (The previous sub-chunk's last barrier passed: nobody reads the staged entries now.)
+      if constexpr (MODE == kTable)
+        if (past(c0)) stage(c0 >> page_shift);
+      load_kv(c0, -1);
+    }
     const int t = c0 + pp;
     float s = 0.f;
 #pragma unroll

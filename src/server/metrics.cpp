@@ -56,6 +56,9 @@ Metrics::Metrics() : reg_(std::make_shared<prometheus::Registry>()) {
   preemptions_ =
       &counter(r, "smolrt_preemptions_total", "Sequences preempted (freed, recomputed later)");
   steps_ = &counter(r, "smolrt_steps_total", "Backend steps");
+  steps_ahead_ = &counter(r, "smolrt_steps_ahead_total",
+                          "Decode steps the backend launched before the previous step's token was "
+                          "read (speculated), then used");
   running_ = &gauge(r, "smolrt_requests_running", "Requests holding a sequence");
   waiting_ = &gauge(r, "smolrt_requests_waiting", "Requests waiting for a sequence");
   kv_used_ = &gauge(r, "smolrt_kv_pages_used", "KV pool pages in use");
@@ -105,6 +108,9 @@ void Metrics::request_duration(double seconds) {
 void Metrics::queue(int running, int waiting) {
   running_->Set(running);
   waiting_->Set(waiting);
+}
+void Metrics::steps_ahead(int n) {
+  steps_ahead_->Increment(n);
 }
 void Metrics::cached_tokens(int n) {
   cached_tokens_->Increment(n);

@@ -642,7 +642,12 @@ void Scheduler::run_step() {
     for (Entry* e : failed) finish(*e, "error", cat("the backend step failed: ", ex.what()));
     return;
   }
-  if (metrics_) metrics_->step(static_cast<int>(steps.size()), n_tokens, since(t0));
+  if (metrics_) {
+    metrics_->step(static_cast<int>(steps.size()), n_tokens, since(t0));
+    const int64_t ahead = be_.steps_ahead();
+    metrics_->steps_ahead(static_cast<int>(ahead - steps_ahead_));
+    steps_ahead_ = ahead;
+  }
   if (opt_.step_delay_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(opt_.step_delay_ms));
 

@@ -557,13 +557,14 @@ TEST(KernelAttention, SplitContextMatchesCpu) {
 
 // The one-row steps of the multi-sequence backend: the caches are a paged pool (shuffled pages,
 // the sequence's block table in row `seq` of the tables), fp32 or fp16.
-// Pages of 2 positions give tables longer than the kernel stages in shared memory. run: the
+// Pages of 2 positions give tables longer than the kernel stages in shared memory (splits past
+// them restage); pages of 1 in a context of 8192, splits longer than the staged entries. run: the
 // sequence's pages are consecutive (from page 3) and the kernel is told so
 // (AttnPages::consecutive).
-void check_paged_decode(int n_pos, bool half, int page = 16, bool run = false) {
+void check_paged_decode(int n_pos, bool half, int page = 16, bool run = false, int ctx = 1024) {
   SCOPED_TRACE(testing::Message() << "n_pos " << n_pos << (half ? " fp16" : " fp32") << " page "
-                                  << page << (run ? " consecutive pages" : ""));
-  const int nh = 9, nkv = 3, hd = 64, kv_dim = nkv * hd, stride = 1024 / page, seq = 1;
+                                  << page << " ctx " << ctx << (run ? " consecutive pages" : ""));
+  const int nh = 9, nkv = 3, hd = 64, kv_dim = nkv * hd, stride = ctx / page, seq = 1;
   const int n_pages = 2 * stride, slots = n_pages * page;
   std::vector<float> q = test::randn(size_t(nh) * hd, 7, 2.f);
   std::vector<float> k = test::randn(size_t(slots) * kv_dim, 8), v = test::randn(k.size(), 9);
@@ -613,6 +614,7 @@ TEST(KernelAttention, PagedPoolFp32AndFp16) {
   for (bool half : {false, true})
     for (int n_pos : {1, 17, 128, 700, 1024}) check_paged_decode(n_pos, half);
   for (int n_pos : {3, 513, 1024}) check_paged_decode(n_pos, true, 2);
+  for (int n_pos : {300, 5000, 8192}) check_paged_decode(n_pos, n_pos != 5000, 1, false, 8192);
   for (bool half : {false, true})
     for (int n_pos : {1, 130, 1024}) check_paged_decode(n_pos, half, 256, true);
   for (int n_pos : {17, 700}) check_paged_decode(n_pos, true, 16, true);

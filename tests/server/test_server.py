@@ -331,6 +331,9 @@ def case_batching(binary):
             check(a == t, f"{p!r}: alone {a!r} vs concurrent {t!r}")
         check(srv.metric("smolrt_batch_sequences_sum") > srv.metric("smolrt_steps_total"),
               "steps never carried more than one sequence")
+        _, _, text = srv.request("GET", "/metrics", headers=srv.auth)
+        check("\nsmolrt_steps_ahead_total 0\n" in text,
+              "/metrics lacks smolrt_steps_ahead_total, or the CPU backend launched steps ahead")
     finally:
         check(srv.stop() == 0, "exit code")
     tight = Server(binary, STORIES, "--parallel", "4", "--ctx", "128", "--kv-size", "64")

@@ -96,6 +96,7 @@ class CudaBatchBackend final : public BatchBackend {
   const ModelConfig& config() const override { return c_; }
   int max_step_tokens() const override { return max_step_; }
   int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
+  int64_t steps_ahead() const override { return adopted_; }
   int dense_rows() const override {
     return pw_.dense() && pw_.dense_rows != INT_MAX ? pw_.dense_rows : 0;
   }
@@ -211,6 +212,7 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::Launch kernels() const { return {stream_, pdl_, split_k_}; }
   cpu::SampleScratch scratch_;
   double copy_gbs_ = 0;  // copy_bandwidth_gbs, once measured
+  int64_t adopted_ = 0;  // steps_ahead()
 };
 
 CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, const CudaOptions& co)
@@ -552,7 +554,7 @@ void CudaBatchBackend::speculate(int seq, int par) {
   // Its staging is the previous step's, advanced on the device by that step's hand-off (the id
   // as the token; position, slots and first position + 1: the same page, see speculable).
   const int q = par ^ 1, p = kv_->position(seq);
-  launch(1, 1, cuda::attn_paged_splits(p, c_.n_kv_heads, cuda::sm_count()), false, q, false);
+  launch(1, 1, 0, false, q, false);
   CUDA_CHECK(cudaEventRecord(done_[q], stream_));
   par_ = q;
   spec_.on = true, spec_.seq = seq, spec_.pos = p, spec_.par = q;
@@ -564,6 +566,7 @@ std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
   if (!copies.empty()) fail("internal: an adopted step's page needed a copy");
   const int q = spec_.par;
   spec_.on = false;
+  ++adopted_;
   const bool next = speculable(std::span<const SeqStep>(&s, 1));
   if (next) speculate(s.seq, q);  // the one after, fed this one's id
   CUDA_CHECK(cudaEventSynchronize(done_[q]));
@@ -643,9 +646,10 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     n_masks += masked ? 1 : 0;
   }
   const int mb = bucket(std::max(m, 1));
-  // attention_paged's splits (a chunk step has none: its graph then serves every context length)
+  // attention_paged's splits (chunk and one-row steps have none: their attention picks its own on
+  // the device, so their graph serves every context length)
   const int splits =
-      chunk ? 0 : cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
+      chunk || nb == 1 ? 0 : cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
   const int pad_slot = kv_->pages_total() * kv_->page_size();
   for (int r = n; r < nb; ++r) {
     toks[r] = 0, pos[r] = 0, slot[r] = pad_slot, seq[r] = max_seqs();
