@@ -126,7 +126,10 @@ int run(const Opts& o) {
       if (rep == 0) continue;
       const double tps = double(C) * (o.gen - 1) / dec_s;
       const double ms = 1e3 * dec_s / (o.gen - 1);
-      const double pps = double(C) * o.prompt / pre_s;
+      // Prompt tokens computed (those found in the prefix cache were not).
+      int64_t computed = 0;
+      for (int d : done) computed += o.prompt - d;
+      const double pps = double(computed) / pre_s;
       std::printf("%6d %14.0f %12.3f %16.0f\n", C, tps, ms, pps);
       if (js)
         js << nlohmann::json{{"bench", "batch"},
