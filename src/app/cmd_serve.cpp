@@ -119,6 +119,7 @@ int serve_main(const ServeArgs& a) {
   }
 
   std::unique_ptr<BatchBackend> be = make_batch_backend(model, a.batch);
+  be->warm_up();
   pc.seq_ctx = be->seq_ctx();
 
   server::SchedulerOptions so;

@@ -114,6 +114,11 @@ class BatchBackend {
   // > 0: steps of at least this many rows run fp16 dense GEMMs (the CUDA engine's measured
   // crossover, cuda::measure_dense_rows); 0: every step runs the quantized kernels.
   virtual int dense_rows() const { return 0; }
+  // Runs every kind of step the engine has once on rows that touch no sequence, so that no
+  // request pays a first use: the CUDA engine's kernels are loaded at their first launch (tens of
+  // ms each kind of step), its fp16 GEMMs choose their kernels by timing each new row count, and
+  // its one-row steps replay graphs. `serve` calls it before it listens. A no-op elsewhere.
+  virtual void warm_up() {}
   // Steps so far that the engine launched before the previous one's token was read (the CUDA
   // engine's speculated decode steps) and then used; 0 where it never does.
   virtual int64_t steps_ahead() const { return 0; }

@@ -644,6 +644,55 @@ TEST(CudaBatch, SpeculatedStepsMatchPlainOnes) {
   EXPECT_EQ(spec, plain);
 }
 
+// warm_up's steps write only the padding page: an engine warmed up before its first sequence and
+// again in the middle of one (with a speculated step pending) gives the same tokens and logits as
+// one never warmed up, and its pool keeps every page it had. Same bits: the settings of
+// SpeculatedStepsMatchPlainOnes.
+TEST(CudaBatch, WarmUpChangesNoSequence) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto run = [&](bool warm) {
+    CudaOptions co = CudaOptions{};
+    co.split_k = false;
+    auto b = make_batch(model, false, Gemms::kQuantized, co);
+    auto warm_up = [&] {
+      const int free = b->kv_pages_free();
+      b->warm_up();
+      EXPECT_EQ(b->kv_pages_free(), free);
+    };
+    if (warm) warm_up();
+    std::vector<int> out;
+    std::vector<float> logits;
+    auto one = [&](int seq, std::span<const int> toks, int want = 0) {
+      const SeqResult r = b->step(std::vector<SeqStep>{greedy(seq, toks, want)})[0];
+      out.push_back(r.token);
+      logits.insert(logits.end(), r.logits.begin(), r.logits.end());
+      return r.token;
+    };
+    auto chain = [&](int seq, int t, int n) {
+      for (int i = 0; i < n; ++i) t = one(seq, std::span<const int>(&t, 1));
+      return t;
+    };
+    const std::vector<int> prompt = prompt_of(70, V, 93), other = prompt_of(9, V, 94);
+    const int a = b->add_sequence();
+    int t = chain(a, one(a, prompt, 1), 20);  // a lone 70-row chunk, then one-row steps
+    if (warm) warm_up();
+    t = chain(a, t, 20);
+    const int c = b->add_sequence();
+    SeqStep sa = greedy(a, std::span<const int>(&t, 1)), sc = greedy(c, other);
+    const auto r = b->step(std::vector<SeqStep>{sa, sc});
+    out.push_back(r[0].token), out.push_back(r[1].token);
+    logits.insert(logits.end(), r[1].logits.begin(), r[1].logits.end());
+    chain(c, r[1].token, 5);
+    return std::make_pair(out, logits);
+  };
+  const auto plain = run(false), warmed = run(true);
+  EXPECT_EQ(warmed.first, plain.first);
+  ASSERT_EQ(warmed.second.size(), plain.second.size());
+  EXPECT_EQ(0, std::memcmp(warmed.second.data(), plain.second.data(),
+                           sizeof(float) * plain.second.size()));
+}
+
 // Structured output's allowed-token mask, on the one-row path and on a shared step: the token is
 // the best allowed one, the others' logits -inf, the allowed ones as without a mask.
 TEST(CudaBatch, AllowedTokenMaskConstrainsTheSample) {

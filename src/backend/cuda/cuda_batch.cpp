@@ -114,6 +114,7 @@ class CudaBatchBackend final : public BatchBackend {
   int fork_sequence(int seq) override;
 
   std::vector<SeqResult> step(std::span<const SeqStep> batch) override;
+  void warm_up() override;
 
  private:
   // The launches of one step of nb rows, mb output rows, attention in `splits` splits, the chosen
@@ -174,6 +175,9 @@ class CudaBatchBackend final : public BatchBackend {
   }
   // Stages seq's block table after a one-row step's fields at `fields`; returns the ints to copy.
   int stage_table(int* fields, int seq) const;
+  // Stages rows [from, nb) of a step of bucket nb as padding: token 0 at position 0 of the scratch
+  // sequence (row max_seqs of the tables), whose one page is past the pool.
+  void stage_padding(int from, int nb);
   int* tables_host_ = nullptr;  // [max_seqs + 1][table_stride]
   int* d_tables_ = nullptr;
   int* d_ring_tables_ = nullptr;  // [max_seqs + 1][table_stride]: ring pages, repeated
@@ -445,6 +449,69 @@ int CudaBatchBackend::stage_table(int* fields, int seq) const {
   return kStaged + int(bt.size());
 }
 
+void CudaBatchBackend::stage_padding(int from, int nb) {
+  const int pad_slot = kv_->pages_total() * kv_->page_size();
+  for (int r = from; r < nb; ++r) {
+    st(kTok, nb)[r] = 0, st(kPos, nb)[r] = 0, st(kSlot, nb)[r] = pad_slot;
+    st(kSeq, nb)[r] = max_seqs(), st(kRingSlot, nb)[r] = ring_slot(max_seqs(), 0);
+    st(kFirstPos, nb)[r] = 0;
+  }
+}
+
+// Each kind of step once, on padding rows only: their K/V rows go to the padding page and their
+// attention reads the scratch sequence's table row (that page, then page 0 of the pool: read, never
+// written). Many-row steps run at every bucket with one output row and with all rows out (the
+// GEMM kernels and the fp16 plans go by row count; the longest context's attention splits for
+// the latter), eagerly: their graphs are keyed by the splits a step's contexts need, captured when
+// a shape first comes. The one-row graphs are captured here.
+void CudaBatchBackend::warm_up() {
+  if (spec_.on) CUDA_CHECK(cudaStreamSynchronize(stream_));
+  spec_.on = false;
+  auto stage = [&](int nb, int mb, bool chunk) {
+    // The staging block is pinned host memory: the last step's copy must have read it.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    stage_padding(0, nb);
+    for (int r = 0; r < mb; ++r) st(kOutRow, nb)[r] = r, st(kMaskIdx, nb)[r] = -1;
+    int ints = kStaged * nb;
+    if (nb == 1) {
+      st(kConsec, nb)[0] = 0;
+      st_[kStaged] = tables_host_[size_t(max_seqs()) * table_stride_];  // the padding page
+      ints = kStaged + 1;
+    } else if (chunk) {
+      int* span = st_ + kStaged * nb;
+      span[0] = 0, span[1] = nb, span[2] = max_seqs(), span[3] = 0;
+      ints += kSpanInts;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * ints, cudaMemcpyHostToDevice, stream_));
+  };
+  const int cap = bucket(max_step_);
+  for (int nb : kBuckets) {
+    if (nb == 1 || nb > cap) continue;
+    const int wide =
+        cuda::attn_paged_splits(kv_->seq_ctx() - 1, nb * c_.n_kv_heads, cuda::sm_count());
+    stage(nb, 1, false);
+    forward(nb, 1, 1, false, out_host_, false);
+    stage(nb, nb, false);
+    forward(nb, nb, wide, nb == 2, out_host_, false);  // masked once: its kernel
+  }
+  // A lone prompt's chunk (attention_prefill): positions up to its rows must be in a table row.
+  const int chunk = bucket(kChunkAttnRows);
+  if (chunk <= cap && chunk <= kv_->seq_ctx()) {
+    stage(chunk, 1, true);
+    forward(chunk, 1, 0, false, out_host_, true);
+  }
+  stage(1, 1, false);
+  forward(1, 1, 0, true, out1_, false);  // masked: the logits, then their argmax
+  for (int par : {0, 1}) {
+    stage(1, 1, false);
+    launch(1, 1, 0, false, par, false);
+  }
+  if (c_.vocab_size <= cuda::sample_max_vocab()) {
+    cuda::sample(ws_.logits, c_.vocab_size, SamplingParams{}, 0.5f, nullptr, 0, out1_, kernels());
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
   const size_t row = size_t(c_.kv_dim()) * (pw_.kv_half ? 2 : 4);
   for (void* base : {pw_.layers[l].k_cache, pw_.layers[l].v_cache}) {
@@ -650,12 +717,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   // the device, so their graph serves every context length)
   const int splits =
       chunk || nb == 1 ? 0 : cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
-  const int pad_slot = kv_->pages_total() * kv_->page_size();
-  for (int r = n; r < nb; ++r) {
-    toks[r] = 0, pos[r] = 0, slot[r] = pad_slot, seq[r] = max_seqs();
-    ring[r] = ring_slot(max_seqs(), 0);
-    first_pos[r] = 0;
-  }
+  stage_padding(n, nb);
   for (int r = m; r < mb; ++r) out_row[r] = 0, mask_idx[r] = -1;
   // Copy-on-write pages before the step writes into them (kv_pages.h).
   const int ps = kv_->page_size();
