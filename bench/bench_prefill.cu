@@ -20,7 +20,7 @@
 #include "backend/cuda/prefill_model.h"
 #include "core/cuda_check.h"
 #include "cuda/attention_prefill.h"
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 #include "event_timing.h"
 
 using namespace smolrt;
@@ -130,7 +130,7 @@ int main(int argc, char** argv) try {
                 "qkv_rope", "attn", "wo_acc", "gu_silu", "down_acc", "act_f16");
     for (int T : tokens_list) {
       constexpr int kBack = 20;
-      GemmQ4Args a;
+      GemmArgs a;
       a.t = T, a.eps = 1e-5f;
       a.w0 = L.wq, a.w1 = L.wk, a.w2 = L.wv, a.x = ws.x, a.ldx = 576, a.norm_w = L.attn_norm;
       GemmOut oq;
@@ -154,30 +154,30 @@ int main(int argc, char** argv) try {
         t_cvt = rep([&] { act_to_f16(ws.x, 576, T, 576, L.attn_norm, 1e-5f, ws.xh, ws.ldh(), s); });
         a.xh = ws.xh, a.ldh = ws.ldh(), a.norm_w = nullptr;
       }
-      const double t_qkv = rep([&] { gemm_q4(a, GemmEpilogue::QkvRope, oq, s); });
+      const double t_qkv = rep([&] { gemm(a, GemmEpilogue::QkvRope, oq, s); });
       AttentionPrefillArgs at;
       at.q = ws.q, at.ldq = 576, at.k_cache = L.k_cache, at.v_cache = L.v_cache, at.kv_half = true;
       at.out = ws.att, at.ldo = 576, at.n_tokens = T, at.start = 0, at.n_heads = 9;
       at.n_kv_heads = 3, at.head_dim = 64;
       const double t_att = rep([&] { attention_prefill(at, s); });
-      GemmQ4Args b;
+      GemmArgs b;
       b.t = T, b.w0 = L.wo, b.x = ws.att, b.ldx = 576;
       if (h) b.xh = ws.xh, b.ldh = ws.ldh();
       GemmOut orr;
       orr.y = ws.x, orr.ldy = 576;
-      const double t_wo = rep([&] { gemm_q4(b, GemmEpilogue::Accumulate, orr, s); });
-      GemmQ4Args g = a;
+      const double t_wo = rep([&] { gemm(b, GemmEpilogue::Accumulate, orr, s); });
+      GemmArgs g = a;
       g.w0 = L.w_gate, g.w1 = L.w_up, g.norm_w = h ? nullptr : L.ffn_norm;
       // fp16 output from kDownF16MinTokens on: the down GEMM's input, as in prefill_forward
       const bool down_f16 = h || T >= kDownF16MinTokens;
       GemmOut og;
       og.y = ws.ffh, og.ldy = 1536;
       if (down_f16) og.yh = ws.hh, og.ldyh = ws.ldh();
-      const double t_gu = rep([&] { gemm_q4(g, GemmEpilogue::GatePair, og, s); });
-      GemmQ4Args d;
+      const double t_gu = rep([&] { gemm(g, GemmEpilogue::GatePair, og, s); });
+      GemmArgs d;
       d.t = T, d.w0 = L.w_down, d.x = ws.ffh, d.ldx = 1536;
       if (down_f16) d.xh = ws.hh, d.ldh = ws.ldh();
-      const double t_dn = rep([&] { gemm_q4(d, GemmEpilogue::Accumulate, orr, s); });
+      const double t_dn = rep([&] { gemm(d, GemmEpilogue::Accumulate, orr, s); });
       std::printf("%5d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", T, t_qkv, t_att, t_wo, t_gu, t_dn,
                   t_cvt);
       if (jf)

@@ -88,17 +88,17 @@ if ! want sanitizers; then
   :
 elif command -v compute-sanitizer > /dev/null; then
   sanitize memcheck memcheck 100 \
-    'Kernel*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
+    'Kernel*:Table/Ops.MatchesCpuTwin/*_q4_k_*:Table/Ops.MatchesCpuTwin/*_q8_0_*:CudaBackendStories.Greedy64MatchesGolden:CudaBackendStories.GraphReplay*'
   sanitize racecheck racecheck 160 \
     'KernelAttention.SplitContext*:KernelAttention.PagedPool*:KernelArgmax.*:KernelRmsnorm.*:KernelGateUp.*:KernelGemv.WideHead*:KernelQkv.*'
   if [ -f "$SYNTH" ]; then
     sanitize memcheck memcheck_pf 120 \
-      'CudaPrefill.SampleAfterPrefillUsesPrefillLogits:CudaPrefill.RecurringPromptShapeReplaysAGraph:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:GemmQ4.*:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
+      'CudaPrefill.SampleAfterPrefillUsesPrefillLogits:CudaPrefill.RecurringPromptShapeReplaysAGraph:Batch/GemmTokens.*/3:Batch/GemmTokens.*/5:Gemm.*:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
     # The prefill GEMM's shared-memory staging and K-split reduction, small and large tiles; the
     # prefill attention with 32-key (32 tokens from the start) and 64-key tiles, wide heads
     # (128, 256: query tile in shared memory, fp32 staging) with and without key splits.
     sanitize racecheck racecheck_pf 150 \
-      'Batch/GemmTokens.*/3:Batch/GemmTokens.*/4:GemmFormats.*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
+      'Batch/GemmTokens.*/3:Batch/GemmTokens.*/4:GemmFormats.*:Table/Ops.MatchesCpuTwin/gemm_q4_k_*:Batch/AttnTokens.*/2:Batch/AttnTokens.*/3'
   fi
 else
   SUMMARY+=("sanitizers     not installed")

@@ -20,7 +20,7 @@ bench_summary "$OUT/bench.jsonl" || tail -5 "$OUT/bench.err"
 if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   # bench_prefill's per-layer loop launches each GEMM 20 x (3 warm-up + reps) times, in the
   # order qkv, wo, gate_up, down.
-  N="ncu --clock-control none -k regex:gemm_q4_kernel --section SpeedOfLight --section Occupancy"
+  N="ncu --clock-control none -k regex:gemm_kernel --section SpeedOfLight --section Occupancy"
   N="$N --section LaunchStats --metrics smsp__inst_executed.sum,sm__cycles_active.avg,"
   N="${N}regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
   for T in 32 512; do

@@ -20,7 +20,7 @@ Mat to_double(const TensorView& t) {
   Mat m(t.rows, std::vector<double>(t.cols));
   std::vector<float> row(t.cols);
   for (int64_t r = 0; r < t.rows; ++r) {
-    cpu::dequant_row(t, r, row.data());  // checked bit-exact against the bytes in test_cpu_ops
+    cpu::dequantize(t, r, row.data());  // checked bit-exact against the bytes in test_cpu_ops
     for (int64_t i = 0; i < t.cols; ++i) m[r][i] = row[i];
   }
   return m;

@@ -87,13 +87,13 @@ TEST_P(FastMatmul, MatchesOracleTwin) {
     const std::vector<float> x = test::randn(size_t(n * s.cols), seed++);
     const std::vector<float> xq = is_float(type) ? x : quantized(x, s.cols);
     std::vector<float> twin(size_t(n * s.rows)), exact(twin.size());
-    cpu::matmul(twin.data(), w.view, xq.data(), n, 1);
-    cpu::matmul(exact.data(), w.view, x.data(), n, 1);
+    cpu::gemm(twin.data(), w.view, xq.data(), n, 1);
+    cpu::gemm(exact.data(), w.view, x.data(), n, 1);
     // |w| . |x^|: the scale of each output's rounding error.
     std::vector<float> row(size_t(s.cols));
     std::vector<double> mag(twin.size());
     for (int64_t r = 0; r < s.rows; ++r) {
-      cpu::dequant_row(w.view, r, row.data());
+      cpu::dequantize(w.view, r, row.data());
       for (int j = 0; j < n; ++j) {
         double m = 0;
         for (int64_t k = 0; k < s.cols; ++k) m += std::fabs(row[k] * xq[j * s.cols + k]);

@@ -61,10 +61,10 @@ TEST_P(CpuMatvec, MatchesDoubleAndThreadsAgree) {
   ASSERT_EQ(t.view.row_stride() * rows, t.bytes.size());
   const auto x = randn(cols, 6, 1.0f);
 
-  // dequant_row decodes exactly what the bytes say.
+  // dequantize decodes exactly what the bytes say.
   std::vector<float> row(cols, kNaN);
   for (int64_t r : {int64_t{0}, int64_t{13}, rows - 1}) {
-    cpu::dequant_row(t.view, r, row.data());
+    cpu::dequantize(t.view, r, row.data());
     for (int64_t i = 0; i < cols; ++i) {
       ASSERT_EQ(row[i], static_cast<float>(test::unpack_elem(t.bytes, cols, type, r, i)))
           << "row " << r << " col " << i;
@@ -72,7 +72,7 @@ TEST_P(CpuMatvec, MatchesDoubleAndThreadsAgree) {
   }
 
   std::vector<float> out(rows, kNaN);
-  cpu::matvec_rows(out.data(), t.view, x.data(), 0, rows);
+  cpu::gemv_rows(out.data(), t.view, x.data(), 0, rows);
   for (int64_t r = 0; r < rows; ++r) {
     double ref = 0, mag = 0;
     for (int64_t i = 0; i < cols; ++i) {
@@ -87,7 +87,7 @@ TEST_P(CpuMatvec, MatchesDoubleAndThreadsAgree) {
 
   // A row range writes only its rows.
   std::vector<float> part(rows, kNaN);
-  cpu::matvec_rows(part.data(), t.view, x.data(), 10, 20);
+  cpu::gemv_rows(part.data(), t.view, x.data(), 10, 20);
   for (int64_t r = 0; r < rows; ++r) {
     if (r >= 10 && r < 20) {
       EXPECT_EQ(part[r], out[r]);
@@ -99,7 +99,7 @@ TEST_P(CpuMatvec, MatchesDoubleAndThreadsAgree) {
   // Threaded results are bit-identical to the single-threaded ones (rows are independent).
   for (int nt : {1, 2, 3, 7}) {
     std::vector<float> o(rows, kNaN);
-    cpu::matvec(o.data(), t.view, x.data(), nt);
+    cpu::gemv(o.data(), t.view, x.data(), nt);
     EXPECT_EQ(o, out) << nt << " threads";
   }
 }
@@ -136,8 +136,8 @@ TEST(CpuOps, MatvecLargeUsesThreadsAndMatches) {
   t.view.data = t.bytes.data();
   const auto x = randn(576, 9);
   std::vector<float> one(1000, kNaN), many(1000, kNaN);
-  cpu::matvec_rows(one.data(), t.view, x.data(), 0, 1000);
-  cpu::matvec(many.data(), t.view, x.data(), 4);
+  cpu::gemv_rows(one.data(), t.view, x.data(), 0, 1000);
+  cpu::gemv(many.data(), t.view, x.data(), 4);
   EXPECT_EQ(one, many);
 }
 
@@ -146,18 +146,18 @@ TEST(CpuOps, UnsupportedTypeIsAnError) {
   TensorView v{"blk.0.attn_q.weight", GgmlType::Q2_K, 2, 256, bytes.data(), bytes.size()};
   std::vector<float> out(256), x(256, 1.0f);
   try {
-    cpu::matvec(out.data(), v, x.data(), 1);
+    cpu::gemv(out.data(), v, x.data(), 1);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("q2_k"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(cpu::dequant_row(v, 0, out.data()), Error);
+  EXPECT_THROW(cpu::dequantize(v, 0, out.data()), Error);
   // A K-quant row must be whole super-blocks.
   std::vector<uint8_t> k(144 * 3);
   TensorView bad{"blk.0.ffn_up.weight", GgmlType::Q4_K, 1, 576, k.data(), k.size()};
   try {
-    cpu::matvec(out.data(), bad, x.data(), 1);
+    cpu::gemv(out.data(), bad, x.data(), 1);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("576 columns, not a multiple of the q4_k block size 256"),

@@ -1,5 +1,5 @@
 // `smolrt bench-gemm` (hidden): where the dense fp16 path (cuBLASLt on fp16 weight copies,
-// cuda/dense_gemm.h) beats the quantized GEMM (cuda/gemm_q4.h), on a real model file's shapes and
+// cuda/dense_gemm.h) beats the quantized GEMM (cuda/gemm.h), on a real model file's shapes and
 // formats.
 //
 // For each row count T: the whole layer stack of prefill_forward (logit_rows 0) on the quantized

@@ -6,7 +6,7 @@
 // Query i of the chunk sits at absolute position start + i and attends to keys
 // (start + i - window, start + i] (window 0: [0, start + i]); keys [0, start) are already in the
 // cache from earlier chunks or turns, keys [start, start + n_tokens) were written there by this
-// chunk's QKV GEMM (gemm_q4 QkvRope) or qkv_finish. Key tiles wholly outside every query's window
+// chunk's QKV GEMM (gemm QkvRope) or qkv_finish. Key tiles wholly outside every query's window
 // are skipped, not masked.
 #pragma once
 

@@ -1,7 +1,7 @@
 // Dense fp16 GEMMs on tensor cores through cuBLASLt, for the batches large enough to be bound by
 // arithmetic (prompt chunks and served steps of many rows):
 //   y[t][n] (=|+=) sum_k W[n][k] * x[t][k]
-// W is an fp16 copy of a quantized matrix (dequantize_f16, row-major [rows][cols]), x fp16
+// W is an fp16 copy of a quantized matrix (dequantize, row-major [rows][cols]), x fp16
 // activations [t][ldx], y fp32 or fp16 [t][ldy]; fp32 accumulation. With accumulate, y (fp32)
 // is read and added to (the residual stream), in place.
 //

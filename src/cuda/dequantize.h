@@ -13,6 +13,6 @@
 namespace smolrt::cuda {
 
 // out[r * ldo + c] = fp16(W[r][c]) for r < m.rows, c < m.cols (ldo >= m.cols).
-void dequantize_f16(const DevMat& m, uint16_t* out, int ldo, const Launch& stream);
+void dequantize(const DevMat& m, uint16_t* out, int ldo, const Launch& stream);
 
 }  // namespace smolrt::cuda

@@ -17,7 +17,7 @@ struct Launch {
   // Programmatic Dependent Launch (Hopper): the next kernel in the stream starts while this one
   // runs and waits in pdl_wait() for its predecessor's writes. Never on the legacy default stream.
   bool pdl = true;
-  // Residual GEMMs (gemm_q4) may split K across blocks and add atomically: faster, but the last
+  // Residual GEMMs (gemm) may split K across blocks and add atomically: faster, but the last
   // bits of the residual stream then vary from run to run; false gives bit-reproducible results.
   bool split_k = true;
   // Implicit: a stream alone takes the defaults (tests and benchmarks).

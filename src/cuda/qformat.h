@@ -23,7 +23,7 @@
 // equal the reference dequantizer's (formats.h) up to the order of fp32 operations (the kernels
 // factor the scale out of the sum).
 //
-// The prefill GEMM (gemm_q4.cu) reads 16 weights per thread and 64-column chunk: of unit u, the
+// The prefill GEMM (gemm.cu) reads 16 weights per thread and 64-column chunk: of unit u, the
 // columns 8h + k and 16 + 8h + k (k < 8, h = 0 or 1: which half of the unit's lane pair).
 // load16(q, d, blk, j, h) fetches them raw (Raw16; blk = the unit's block, j = the unit inside it),
 // pairs16(raw, h2) turns them into the mma's 8 fp16 pairs: pair 2s+q holds the weights of columns

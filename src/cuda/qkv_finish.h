@@ -4,7 +4,7 @@
 // frequency factors — then Q back in place and K, V into the KV cache. One launch for n tokens.
 //
 // The plain llama case (no bias, no norm, normal RoPE without factors) is fused into the QKV
-// matvec/GEMM epilogues instead (gemv.h, gemm_q4.h): this kernel is the path for the other
+// matvec/GEMM epilogues instead (gemv.h, gemm.h): this kernel is the path for the other
 // families and the decode step's debug path.
 #pragma once
 

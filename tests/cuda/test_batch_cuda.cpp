@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 #include "cuda_test_util.h"
 #include "quant/formats.h"
 #include "test_util.h"
@@ -372,7 +372,7 @@ TEST_P(CudaBatchGemms, NeighboursDoNotChangeASequence) {
   EXPECT_EQ(xt, toks);
   // The one-row path against the Backend over one sequence: the same decode kernels, only the
   // pages differ (16 vs 256 tokens); the prompt's K/V come from the prefill GEMMs,
-  // whose split-K atomics already vary ~3e-4 between runs (gemm_q4.h), so 2e-3.
+  // whose split-K atomics already vary ~3e-4 between runs (gemm.h), so 2e-3.
   toks.pop_back();
   const auto single = single_path(model, prompt, toks);
   double worst1 = 0;

@@ -20,7 +20,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/single_sequence.h"
 #include "core/error.h"
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
 #include "test_util.h"

@@ -1,6 +1,6 @@
-// The dense path's kernels against the CPU reference: dequantize_f16 (every format, exact up to
-// the fp16 rounding of each weight) and the cuBLASLt GEMM (dense_gemm.h) over those copies, at the
-// models' real shapes (576, 896, 2048 and 8192 columns) and 1 to 520 rows, with fp32 / fp16
+// The dense path's cuBLASLt GEMM (dense_gemm.h) against the CPU reference over fp16 copies made by
+// cuda::dequantize (itself checked for every format by the op table, tests/ops/dequantize.cpp), at
+// the models' real shapes (576, 896, 2048 and 8192 columns) and 1 to 520 rows, with fp32 / fp16
 // outputs and the accumulating (residual) form; outputs poisoned first.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "cuda/dense_gemm.h"
 #include "cuda/dequantize.h"
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 #include "cuda/prefill_ops.h"
 #include "cuda_test_util.h"
 #include "prefill_test_util.h"
@@ -25,32 +25,6 @@ using test::Dev;
 using test::RandMat;
 using test::rel_l2;
 
-// Every weight of the copy is the CPU dequantization rounded to fp16 (relative 2^-11, and
-// subnormal-exact below fp16's normal range).
-TEST(DenseGemm, DequantizeMatchesCpuForEveryFormat) {
-  REQUIRE_GPU();
-  const int rows = 40, cols = 512;
-  uint32_t seed = 900;
-  for (GgmlType t : test::all_formats()) {
-    SCOPED_TRACE(type_name(t));
-    RandMat m(t, rows, cols, seed++);
-    const int ldo = cols + 8;  // a pitch past the row: the pad stays untouched
-    Dev<uint16_t> out((size_t)rows * ldo);
-    cuda::dequantize_f16(m.mat, out.p(), ldo, nullptr);
-    const std::vector<uint16_t> got = out.get();
-    std::vector<float> ref(cols);
-    for (int r = 0; r < rows; ++r) {
-      cpu::dequant_row(m.view, r, ref.data());
-      for (int c = 0; c < cols; ++c) {
-        const float g = fp16_to_f32(got[(size_t)r * ldo + c]);
-        ASSERT_LE(std::fabs(g - ref[c]), std::fabs(ref[c]) * 4.9e-4f + 6e-8f)
-            << "row " << r << " col " << c;
-      }
-      for (int c = cols; c < ldo; ++c) ASSERT_EQ(got[(size_t)r * ldo + c], 0xffff);
-    }
-  }
-}
-
 // y[t][r] = sum_k W[r][k] x[t][k] in double over the CPU dequantization, for the listed rows.
 std::vector<double> ref_rows(const RandMat& m, const std::vector<float>& x, int t,
                              const std::vector<int>& rows) {
@@ -58,7 +32,7 @@ std::vector<double> ref_rows(const RandMat& m, const std::vector<float>& x, int 
   std::vector<float> w(k);
   std::vector<double> y((size_t)t * rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    cpu::dequant_row(m.view, rows[i], w.data());
+    cpu::dequantize(m.view, rows[i], w.data());
     for (int j = 0; j < t; ++j) {
       double s = 0;
       for (int c = 0; c < k; ++c) s += (double)w[c] * x[(size_t)j * k + c];
@@ -69,7 +43,7 @@ std::vector<double> ref_rows(const RandMat& m, const std::vector<float>& x, int 
 }
 
 // Weights and activations each rounded once to fp16, fp32 accumulation: ~6e-4 relative L2 for
-// independent errors (the quantized GEMM's bound, gemm_q4's test); 3e-3 with margin for every
+// independent errors (the quantized GEMM's bound, gemm's test); 3e-3 with margin for every
 // format, as there.
 constexpr double kTol = 3e-3;
 
@@ -91,7 +65,7 @@ TEST(DenseGemm, MatchesCpuAtModelShapes) {
       if (sh.cols % type_info(t)->block_size) continue;  // (models fall back to Q5_0 there)
       RandMat m(t, sh.rows, sh.cols, seed++);
       Dev<uint16_t> wd((size_t)sh.rows * sh.cols);
-      cuda::dequantize_f16(m.mat, wd.p(), sh.cols, nullptr);
+      cuda::dequantize(m.mat, wd.p(), sh.cols, nullptr);
       // Rows checked against the double reference: a spread sample (the GEMM is blind to which).
       std::vector<int> check;
       for (int r = 0; r < sh.rows; r += std::max(1, sh.rows / 24)) check.push_back(r);

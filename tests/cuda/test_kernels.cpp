@@ -19,6 +19,7 @@
 #include "cuda/qkv_finish.h"
 #include "cuda/rmsnorm.h"
 #include "cuda_test_util.h"
+#include "ops/op_table.h"
 #include "quant/formats.h"
 #include "test_util.h"
 
@@ -28,58 +29,10 @@ namespace {
 using test::Dev;
 using test::RandMat;
 
-bool is_float(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
-}
-int block_of(GgmlType t) {
-  return type_info(t)->block_size;
-}
-// Formats with a per-block minimum (w = d*q + m): the kernels factor it out of the sum
-// (d*sum(q*x) + m*sum(x)), and those two terms can each be several times sum|w*x| (with the
-// tests' scales the offset is ~8 quant steps against a spread of 15-31), so the reordering error
-// is bounded relative to that larger magnitude: a factor 8 on the bound.
-float affine_factor(GgmlType t) {
-  const bool affine =
-      t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
-  return affine ? 8.f : 1.f;
-}
-
-// The most x quantized to two int8 levels (qformat.h XQ: each element within max|x| / 64516 of
-// its 32-column unit) can move row r of W·x: sum over units of sum|w| * that, +1% for the float
-// rounding of the quantization itself.
-double int8_x_bound(const float* row, const std::vector<float>& x, int64_t cols) {
-  double qb = 0;
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    double am = 0, aw = 0;
-    for (int64_t c = 32 * b; c < 32 * b + 32; ++c) {
-      am = std::max(am, (double)std::fabs(x[c]));
-      aw += std::fabs((double)row[c]);
-    }
-    qb += 1.01 * aw * am / 64516.0;
-  }
-  return qb;
-}
-
-// Reference W·x plus a per-row error bound. The GPU sums in a different order than the CPU;
-// fp32 reordering error is bounded by ~n·eps·Σ|w_j·x_j| and is ~sqrt(n)·eps·Σ|w_j·x_j| in
-// practice, so 2e-5·Σ|w_j·x_j| (eps=6e-8, n<=8192: sqrt(n)·eps = 5.4e-6) is tight but never
-// flaky; times affine_factor for formats with a minimum; plus int8_x_bound for the formats whose
-// matvec quantizes x (cuda::gemv_int8_x).
-void ref_matvec(const TensorView& w, const std::vector<float>& x, std::vector<float>& out,
-                std::vector<float>& tol) {
-  out.assign(w.rows, 0.f);
-  tol.assign(w.rows, 0.f);
-  cpu::matvec_rows(out.data(), w, x.data(), 0, w.rows);
-  std::vector<float> row(w.cols);
-  const bool i8 = cuda::gemv_int8_x(w.type);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    cpu::dequant_row(w, r, row.data());
-    double a = 0;
-    for (int64_t c = 0; c < w.cols; ++c) a += std::fabs((double)row[c] * x[c]);
-    tol[r] = (float)(2e-5 * affine_factor(w.type) * a + 1e-7 +
-                     (i8 ? int8_x_bound(row.data(), x, w.cols) : 0.0));
-  }
-}
+using test::ops::block_of;
+using test::ops::int8_x_bound;
+using test::ops::is_float;
+using test::ops::ref_gemv;
 
 // --- RMSNorm ---------------------------------------------------------------------------------
 
@@ -103,69 +56,6 @@ struct Shape {
   int rows, cols;
 };
 
-TEST(KernelGemv, PlainAccumulateAndFusedNormMatchCpu) {
-  REQUIRE_GPU();
-  // {9001, 576}, {5001, 64}, {9001, 4096} and {9001, 2048}: more row pairs than the capped grid
-  // has warps (or slice groups), so warps loop. Real layer shapes (SmolLM2-135M / -360M / -1.7B),
-  // both ways round: one pass of x registers, and several passes (cols > 2048, or > 1024 for the
-  // K-quants) split over 2 to 8 warps of a block (2,560: 3 slices, two warps idle; 12,288 K-quant
-  // columns: 12 passes, the 8 warps walk them; {700, 9216}: 9 passes over several rounds of a
-  // block). K-quants take both of the matvec's paths: fp32 x where a block computes few rows, int8
-  // x from 10 rows per block ({8192, 2048}, {9001, 256}, {9001, 2048}; {2900, 9216}: 9 passes).
-  const std::vector<Shape> quant_shapes = {
-      {576, 576},  {193, 1536}, {64, 2048},  {4097, 576},  {3, 32},      {9001, 576}, {1536, 576},
-      {576, 1536}, {2560, 960}, {960, 2560}, {8192, 2048}, {2048, 8192}, {17, 12288}, {9001, 4096}};
-  const std::vector<Shape> k_shapes = {{576, 1536}, {960, 2560},  {2048, 8192}, {8192, 2048},
-                                       {3, 256},    {9001, 256},  {33, 1024},   {65, 1280},
-                                       {7, 12288},  {9001, 2048}, {700, 9216},  {2900, 9216}};
-  const std::vector<Shape> float_shapes = {{172, 64}, {64, 172},  {33, 70},   {577, 576},
-                                           {5, 1},    {9, 2048},  {5001, 64}, {31, 2080},
-                                           {6, 4099}, {960, 2560}};
-  for (GgmlType t : test::all_formats()) {
-    const std::vector<Shape>& shapes =
-        is_float(t) ? float_shapes : (block_of(t) == 256 ? k_shapes : quant_shapes);
-    for (size_t si = 0; si < shapes.size(); ++si) {
-      const Shape sh = shapes[si];
-      SCOPED_TRACE(testing::Message() << type_name(t) << " " << sh.rows << "x" << sh.cols);
-      RandMat m(t, sh.rows, sh.cols, 100 + si);
-      std::vector<float> x = test::randn(sh.cols, 7 + si), nw = test::randn(sh.cols, 8 + si);
-      std::vector<float> ref, tol;
-      Dev<float> dx(x), dnw(nw);
-      // plain
-      {
-        Dev<float> out((size_t)sh.rows);
-        cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), false, nullptr);
-        ref_matvec(m.view, x, ref, tol);
-        std::vector<float> got = out.get();
-        for (int r = 0; r < sh.rows; ++r) ASSERT_NEAR(got[r], ref[r], tol[r]) << "row " << r;
-      }
-      // out += W·x
-      {
-        std::vector<float> base = test::randn(sh.rows, 9 + si);
-        Dev<float> out(base);
-        cuda::gemv(m.mat, dx.p(), nullptr, 1e-5f, out.p(), true, nullptr);
-        std::vector<float> got = out.get();
-        for (int r = 0; r < sh.rows; ++r) {
-          ASSERT_NEAR(got[r], base[r] + ref[r], tol[r] + 1e-6f * std::fabs(base[r])) << r;
-        }
-      }
-      // fused RMSNorm of the input
-      {
-        std::vector<float> xn(sh.cols);
-        cpu::rmsnorm(xn.data(), x.data(), nw.data(), sh.cols, 1e-5f);
-        ref_matvec(m.view, xn, ref, tol);
-        Dev<float> out((size_t)sh.rows);
-        cuda::gemv(m.mat, dx.p(), dnw.p(), 1e-5f, out.p(), false, nullptr);
-        std::vector<float> got = out.get();
-        for (int r = 0; r < sh.rows; ++r) {
-          // + the norm's own rounding (rsqrtf, 2 ulp) carried through the sum
-          ASSERT_NEAR(got[r], ref[r], 2 * tol[r]) << "row " << r;
-        }
-      }
-    }
-  }
-}
-
 // The wide lm_head kernel (gemv_head.h) on the shapes it takes: odd row counts (a partial last
 // group), cols from one 32-block chunk pair to its maximum, with and without the fused norm.
 TEST(KernelGemv, WideHeadMatchesCpu) {
@@ -185,13 +75,13 @@ TEST(KernelGemv, WideHeadMatchesCpu) {
         SCOPED_TRACE(testing::Message() << sh.rows << "x" << sh.cols << " norm " << norm);
         std::vector<float> xin = x, ref, tol;
         if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), sh.cols, 1e-5f);
-        ref_matvec(m.view, xin, ref, tol);
+        ref_gemv(m.view, xin, ref, tol);
         // int8 x (this kernel quantizes x whatever its format)
         std::vector<double> qb(sh.rows, 0.0);
         {
           std::vector<float> row(sh.cols);
           for (int r = 0; r < sh.rows; ++r) {
-            cpu::dequant_row(m.view, r, row.data());
+            cpu::dequantize(m.view, r, row.data());
             qb[r] = int8_x_bound(row.data(), xin, sh.cols);
           }
         }
@@ -259,9 +149,9 @@ void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx,
   std::vector<float> xin = x;
   if (fused_norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), s.dim, 1e-5f);
   std::vector<float> rq, rk, rv, tq_, tk, tv;
-  ref_matvec(wq.view, xin, rq, tq_);
-  ref_matvec(wk.view, xin, rk, tk);
-  ref_matvec(wv.view, xin, rv, tv);
+  ref_gemv(wq.view, xin, rq, tq_);
+  ref_gemv(wk.view, xin, rk, tk);
+  ref_gemv(wv.view, xin, rv, tv);
   cpu::rope(rq.data(), s.n_heads, s.head_dim, s.rope_dim, pos, s.base);
   cpu::rope(rk.data(), s.n_kv, s.head_dim, s.rope_dim, pos, s.base);
 
@@ -344,10 +234,10 @@ TEST(KernelGemv, PendingResidualMadeInStaging) {
       RandMat wg(t, rows, cols, 35), wu(t, rows, cols, 36), wk(t, kv, cols, 37),
           wv(t, kv, cols, 38);
       std::vector<float> g, u, tg, tu, rk, rv, tk, tv, ref(rows);
-      ref_matvec(wg.view, xin, g, tg);
-      ref_matvec(wu.view, xin, u, tu);
-      ref_matvec(wk.view, xin, rk, tk);
-      ref_matvec(wv.view, xin, rv, tv);
+      ref_gemv(wg.view, xin, g, tg);
+      ref_gemv(wu.view, xin, u, tu);
+      ref_gemv(wk.view, xin, rk, tk);
+      ref_gemv(wv.view, xin, rv, tv);
       cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
       Dev<float> dx(x), dres(res), drw(rw), dnw(nw);
       auto check_x_out = [&](Dev<float>& x_out) {
@@ -452,8 +342,8 @@ TEST(KernelGateUp, SiluAndGeluMulMatchCpu) {
           std::vector<float> x = test::randn(cols, 23), nw = test::randn(cols, 24), xin = x;
           if (norm) cpu::rmsnorm(xin.data(), x.data(), nw.data(), cols, 1e-5f);
           std::vector<float> g, u, tg, tu, ref(rows);
-          ref_matvec(wg.view, xin, g, tg);
-          ref_matvec(wu.view, xin, u, tu);
+          ref_gemv(wg.view, xin, g, tg);
+          ref_gemv(wu.view, xin, u, tu);
           if (act == 0) {
             cpu::silu_mul(ref.data(), g.data(), u.data(), rows);
           } else {  // GELU, tanh approximation, in double

@@ -16,7 +16,7 @@ std::vector<float> norm_to_f32(const TensorView& t, int dim) {
     fail("norm tensor '", t.name, "' has ", t.rows * t.cols, " elements; expected ", dim);
   }
   std::vector<float> v(dim);
-  dequant_row(TensorView{t.name, t.type, 1, dim, t.data, t.nbytes}, 0, v.data());
+  dequantize(TensorView{t.name, t.type, 1, dim, t.data, t.nbytes}, 0, v.data());
   return v;
 }
 

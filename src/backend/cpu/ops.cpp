@@ -184,23 +184,23 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
   for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
-void dequant_row(const TensorView& w, int64_t r, float* out) {
+void dequantize(const TensorView& w, int64_t r, float* out) {
   check_computable(w);
   if (r < 0 || r >= w.rows)
     fail("row ", r, " of tensor '", w.name, "' is out of range (", w.rows, " rows)");
   dispatch(out, w, nullptr, 1, r, r + 1);
 }
 
-void matvec_rows(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1) {
+void gemv_rows(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1) {
   check_computable(w);
   dispatch(out, w, x, 1, r0, r1);
 }
 
-void matvec(float* out, const TensorView& w, const float* x, int n_threads) {
-  matmul(out, w, x, 1, n_threads);
+void gemv(float* out, const TensorView& w, const float* x, int n_threads) {
+  gemm(out, w, x, 1, n_threads);
 }
 
-void matmul(float* out, const TensorView& w, const float* x, int n, int n_threads) {
+void gemm(float* out, const TensorView& w, const float* x, int n, int n_threads) {
   check_computable(w);
   ThreadPool& pool = shared_thread_pool(n_threads);
   // Small matrices are not worth waking the workers for (a wake-up costs a few microseconds).
@@ -222,7 +222,7 @@ void embed(float* out, const TensorView& embd, int token) {
   if (token < 0 || token >= embd.rows) {
     fail("token id ", token, " is out of range for '", embd.name, "' (", embd.rows, " rows)");
   }
-  dequant_row(embd, token, out);
+  dequantize(embd, token, out);
 }
 
 void rope(float* v, int n_heads, int head_dim, int rope_dim, int pos, float base) {

@@ -17,16 +17,16 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 void check_computable(const TensorView& w);
 
 // Row r of a weight in any computable type, dequantized to f32 (cols elements).
-void dequant_row(const TensorView& w, int64_t r, float* out);
+void dequantize(const TensorView& w, int64_t r, float* out);
 
 // out[r] = dot(W[r,:], x) for r in [r0, r1): dequantizes each row in f32, accumulates in f32.
-void matvec_rows(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1);
+void gemv_rows(float* out, const TensorView& w, const float* x, int64_t r0, int64_t r1);
 // All rows, split over n_threads threads (0 = hardware concurrency).
-void matvec(float* out, const TensorView& w, const float* x, int n_threads = 1);
+void gemv(float* out, const TensorView& w, const float* x, int n_threads = 1);
 // n vectors at once: out[j * rows + r] = dot(W[r,:], x[j * cols ..]), j < n. Each weight row is
-// read once for all n (what makes a multi-token step cheaper than n matvecs); every output is
-// bit-identical to matvec's.
-void matmul(float* out, const TensorView& w, const float* x, int n, int n_threads = 1);
+// read once for all n (what makes a multi-token step cheaper than n gemv calls); every output is
+// bit-identical to gemv's.
+void gemm(float* out, const TensorView& w, const float* x, int n, int n_threads = 1);
 
 // Embedding row `token` of token_embd (any computable type) -> f32 [cols].
 void embed(float* out, const TensorView& embd, int token);

@@ -24,7 +24,7 @@ class RefKernels final : public Kernels {
   }
 
   void matmul(const float* x, int n, std::span<const MatTarget> targets) override {
-    for (const MatTarget& t : targets) cpu::matmul(t.out, w_[size_t(t.w)], x, n, n_threads_);
+    for (const MatTarget& t : targets) cpu::gemm(t.out, w_[size_t(t.w)], x, n, n_threads_);
   }
 
   void attention(float* out, const float* q, const float* k_pool, const float* v_pool,

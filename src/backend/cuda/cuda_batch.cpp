@@ -60,7 +60,7 @@
 #include "cuda/attention_paged.h"
 #include "cuda/device_buffer.h"
 #include "cuda/embed.h"
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 #include "cuda/gemv.h"
 #include "cuda/launch.h"
 #include "cuda/prefill_ops.h"
@@ -599,12 +599,12 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
                     {ws_.logits, c_.vocab_size, false, false}, k);
     return mask_and_argmax();
   }
-  cuda::GemmQ4Args h;
+  cuda::GemmArgs h;
   h.t = mb, h.w0 = dw_.output, h.x = d_xo_, h.ldx = c_.dim, h.norm_w = dw_.output_norm;
   h.eps = c_.norm_eps;
   cuda::GemmOut o;
   o.y = ws_.logits, o.ldy = c_.vocab_size;
-  cuda::gemm_q4(h, cuda::GemmEpilogue::Store, o, k);
+  cuda::gemm(h, cuda::GemmEpilogue::Store, o, k);
   mask_and_argmax();
 }
 

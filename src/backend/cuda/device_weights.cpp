@@ -197,7 +197,7 @@ DenseWeights make_dense(const DeviceWeights& dw, const ModelConfig& c) {
   uint16_t* p = static_cast<uint16_t*>(d.buffer.get());
   // Each matrix's rows are 16-byte aligned: every dimension is a multiple of 8.
   auto put = [&](const DevMat& m) {
-    dequantize_f16(m, p, m.cols, nullptr);
+    dequantize(m, p, m.cols, nullptr);
     const uint16_t* at = p;
     p += size_t(m.rows) * m.cols;
     return at;

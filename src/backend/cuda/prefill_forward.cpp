@@ -12,7 +12,7 @@
 #include "cuda/attention_paged.h"
 #include "cuda/attention_prefill.h"
 #include "cuda/embed.h"
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 #include "cuda/gemv.h"
 #include "cuda/prefill_ops.h"
 #include "cuda/qkv_finish.h"
@@ -215,7 +215,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
   const bool down_f16 = h || n >= kDownF16MinTokens;
   const bool fused = qkv_fused(c);
   const int ldh = ws.ldh();
-  auto input = [&](GemmQ4Args& a, float* x, int k, const float* norm_w) {
+  auto input = [&](GemmArgs& a, float* x, int k, const float* norm_w) {
     if (!h) {
       a.x = x, a.ldx = k, a.norm_w = norm_w;
     } else {
@@ -224,15 +224,15 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     }
   };
   // x += b's product, or x += rmsnorm(product, post_norm) (gemma3's post norms).
-  auto residual = [&](const GemmQ4Args& b, const float* post_norm) {
+  auto residual = [&](const GemmArgs& b, const float* post_norm) {
     GemmOut r;
     if (!post_norm) {
       r.y = ws.x, r.ldy = dim;
-      gemm_q4(b, GemmEpilogue::Accumulate, r, s);
+      gemm(b, GemmEpilogue::Accumulate, r, s);
       return;
     }
     r.y = ws.tmp, r.ldy = dim;
-    gemm_q4(b, GemmEpilogue::Store, r, s);
+    gemm(b, GemmEpilogue::Store, r, s);
     rmsnorm_add(ws.x, dim, ws.tmp, dim, post_norm, dim, n, c.norm_eps, s);
   };
   auto attention = [&](int l, const float* q, int ldq, const StepRows* lrows, const AttnOut& out) {
@@ -289,7 +289,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
     }
     // 1. norm + QKV + RoPE + KV write: fused in the GEMM epilogue (plain llama), or the GEMMs
     //    store raw Q, K, V and qkv_finish applies the architecture's biases, norms and RoPE
-    GemmQ4Args a;
+    GemmArgs a;
     a.t = n;
     a.eps = c.norm_eps;
     a.w0 = L.wq, a.w1 = L.wk, a.w2 = L.wv;
@@ -300,7 +300,7 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       o.rope_dim = c.rope_dim, o.rope_base = c.layer_rope_base(l), o.pos0 = pos0;
       o.k_cache = L.k_cache, o.v_cache = L.v_cache, o.kv_half = w.kv_half;
       if (lrows) o.row_pos = lrows->pos, o.row_slot = lrows->slot;
-      gemm_q4(a, GemmEpilogue::QkvRope, o, s);
+      gemm(a, GemmEpilogue::QkvRope, o, s);
     } else {
       // Raw Q, K, V in one launch (one grid over all their rows: K and V alone are a few
       // blocks each): the QkvRope epilogue rotating nothing (rope_dim 0), with ws.k / ws.v as
@@ -308,27 +308,27 @@ void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int p
       GemmOut o;
       o.y = ws.q, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = c.head_dim;
       o.rope_dim = 0, o.pos0 = 0, o.k_cache = ws.k, o.v_cache = ws.v, o.kv_half = false;
-      gemm_q4(a, GemmEpilogue::QkvRope, o, s);
+      gemm(a, GemmEpilogue::QkvRope, o, s);
       qkv_finish(finish_args(w, l, n, pos0, lrows, ws.q, q_dim, ws.k, ws.v, kv_dim), s);
     }
     // 2. attention
     attention(l, ws.q, q_dim, lrows, {ws.att, nullptr, q_dim});
     // 3. x += Wo att (post norm)
-    GemmQ4Args b;
+    GemmArgs b;
     b.t = n, b.w0 = L.wo;
     input(b, ws.att, q_dim, nullptr);
     residual(b, L.post_attn_norm);
     // 4. norm + gate/up + act; from kDownF16MinTokens on written as fp16 in fragment order,
     //    the down GEMM's input as is
-    GemmQ4Args g;
+    GemmArgs g;
     g.t = n, g.eps = c.norm_eps, g.w0 = L.w_gate, g.w1 = L.w_up;
     input(g, ws.x, dim, L.ffn_norm);
     GemmOut go;
     go.y = ws.ffh, go.ldy = hid, go.act = static_cast<int>(c.act);
     if (down_f16) go.yh = ws.hh, go.ldyh = ldh;
-    gemm_q4(g, GemmEpilogue::GatePair, go, s);
+    gemm(g, GemmEpilogue::GatePair, go, s);
     // 5. x += Wdown h (post norm)
-    GemmQ4Args d;
+    GemmArgs d;
     d.t = n, d.w0 = L.w_down;
     if (down_f16) {
       d.xh = ws.hh, d.ldh = ldh;

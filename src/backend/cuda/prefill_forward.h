@@ -1,11 +1,11 @@
 // Layer-major batched prefill on the GPU: all tokens of a chunk pass layer L before layer L+1.
 // Per layer, five launches over the whole chunk:
-//   1. gemm_q4 QkvRope    : RMSNorm(attn_norm) prologue, [Wq;Wk;Wv] GEMM, RoPE on q and k,
+//   1. gemm QkvRope    : RMSNorm(attn_norm) prologue, [Wq;Wk;Wv] GEMM, RoPE on q and k,
 //                           k and v written into the KV cache at positions pos0..pos0+n-1
 //   2. attention_prefill  : causal GQA over cache positions [0, pos0+i] for query i
-//   3. gemm_q4 Accumulate : x += Wo * att
-//   4. gemm_q4 GatePair   : RMSNorm(ffn_norm) prologue, gate and up GEMMs, silu(g)*u
-//   5. gemm_q4 Accumulate : x += Wdown * h
+//   3. gemm Accumulate : x += Wo * att
+//   4. gemm GatePair   : RMSNorm(ffn_norm) prologue, gate and up GEMMs, silu(g)*u
+//   5. gemm Accumulate : x += Wdown * h
 // then RMSNorm(output_norm) + lm_head (the decode gemv, one launch per logits row) and argmax.
 #pragma once
 
@@ -83,7 +83,7 @@ class PrefillWorkspace {
   float* v = nullptr;
   float* tmp = nullptr;
   float* attn_scratch = nullptr;  // attention_prefill's key-split partials (wide heads)
-  // fp16 GEMM inputs in fragment order (gemm_q4.h), pad columns zero: xh for chunks of at least
+  // fp16 GEMM inputs in fragment order (gemm.h), pad columns zero: xh for chunks of at least
   // kGemmF16MinTokens, hh (the down GEMM's input) from 33 tokens on:
   uint16_t* xh = nullptr;  // [cap][ldh()] normalized x or attention output
   uint16_t* hh = nullptr;  // [cap][ldh()] silu(gate)*up
@@ -109,10 +109,10 @@ class PrefillWorkspace {
 };
 
 // Rows from which a batch's layers run faster on the dense fp16 weights (cuBLASLt) than on the
-// quantized GEMM (gemm_q4), measured on this GPU for this model: the layer stack of both paths
+// quantized GEMM (gemm), measured on this GPU for this model: the layer stack of both paths
 // timed as CUDA graphs at the step sizes from 2 to 512 rows (those <= max_rows and <= w.n_ctx); the
 // smallest probe from which the dense path wins at every larger probe, or INT_MAX. The crossover
-// depends on the format (how fast gemm_q4 decodes it) and the widths (how well the tensor cores
+// depends on the format (how fast gemm decodes it) and the widths (how well the tensor cores
 // fill). w needs its dense copies; ws room for max_rows rows with the dense buffers. Writes KV
 // rows [0, probe) of the layers' caches (free at start-up) and clobbers ws. Synchronizes s.
 int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_rows,

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "cuda/attention_paged.h"
 #include "cuda/attention_prefill.h"
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 
 namespace smolrt::cuda {
 
@@ -38,7 +38,7 @@ PrefillWeights prefill_view(const ModelConfig& c, const DeviceWeights& dw, int n
 
 namespace {
 
-// A matrix the prefill GEMM takes (gemm_q4.h: any format but F32) of this shape.
+// A matrix the prefill GEMM takes (gemm.h: any format but F32) of this shape.
 bool shape_is(const TensorView& t, int64_t rows, int64_t cols) {
   return t.data != nullptr && gemm_takes(t.type) && t.rows == rows && t.cols == cols;
 }

@@ -17,7 +17,7 @@ namespace smolrt::cuda {
 PrefillWeights prefill_view(const ModelConfig& c, const DeviceWeights& dw, int n_ctx, bool kv_half,
                             const std::vector<void*>& k_caches, const std::vector<void*>& v_caches);
 
-// True when prefill_forward takes this model: layer matrices the GEMM takes (gemm_q4.h, any
+// True when prefill_forward takes this model: layer matrices the GEMM takes (gemm.h, any
 // format but F32; gate and up of one type) of the config's shapes, a
 // head_dim the prefill attention supports, dims multiples of 32, q/kv dims multiples of 16 (the
 // embedding and lm_head run on the decode kernels, so any type the decode path takes is fine).

@@ -1,15 +1,15 @@
-// Q4_0 multi-token GEMM on tensor cores (see gemm_q4.h).
+// Q4_0 multi-token GEMM on tensor cores (see gemm.h).
 //
 // Fragment-order trick: a dot product does not care in which order k is summed, so each thread
 // of a warp's lane quad (t4 = lane & 3) feeds the mma its own 8 contiguous weight bytes of a
 // 64-column chunk (block t4/2, bytes 8*(t4&1)..+7), and the activations are stored in shared
-// memory permuted to match (gemm_frag_pos, gemm_q4.h). Then per k16 step a thread needs one
+// memory permuted to match (gemm_frag_pos, gemm.h). Then per k16 step a thread needs one
 // register of nibbles per weight row and one 8-byte shared load per 8 tokens, and the weight loads
 // are plain coalesced 8-byte reads of the split layout with no shared-memory round trip.
 //
 // Dequantization is exact in fp16: (0x6400 | q) is 1024 + q, minus 1032 gives q - 8 exactly, and
 // one multiply by the fp16 scale rounds once: the same fp16 value as rounding (q-8)*d.
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 
 #include <cuda_fp16.h>
 
@@ -36,14 +36,14 @@ constexpr int kRing = sizeof(typename QFormat<T>::Raw16) <= 16 ? (H || NT > 1 ? 
                                                                : (H ? 2 : 1);
 
 struct Params {
-  GemmQ4Args a;
+  GemmArgs a;
   GemmOut o;
   int k;        // columns of the weights (= used activation columns)
   int nu;       // 32-column units per row
   int nchunks;  // 64-column chunks per row (the last may hold one unit)
   int mt0;      // first m-tile of this launch (QkvRope with mixed types: one launch per matrix)
   int mt_end;   // one past the last m-tile of this launch
-  // QkvRope with V in a second type (gemm_q4_kernel's TV): blocks from vb0 on take the m-tiles
+  // QkvRope with V in a second type (gemm_kernel's TV): blocks from vb0 on take the m-tiles
   // from mt_v0 on (V's), the others those before it (Q's and K's).
   int vb0, mt_v0;
   int cps;  // chunks per K split (gridDim.z splits)
@@ -454,7 +454,7 @@ __device__ __forceinline__ void gemm_body(const Params& p, int mt_first, int bx,
 // block-uniform, so each block runs one type's code (its barriers and registers) and the grid
 // stays one full launch.
 template <GgmlType T, GemmEpilogue E, int NT, bool H, GgmlType TV = T>
-__global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_q4_kernel(const Params p) {
+__global__ void __launch_bounds__(512, gemm_min_blocks<E, NT, H>()) gemm_kernel(const Params p) {
   if constexpr (TV != T) {
     if ((int)blockIdx.x >= p.vb0) {
       gemm_body<TV, E, NT, H>(p, p.mt_v0, (int)blockIdx.x - p.vb0, p.mt_end);
@@ -474,61 +474,59 @@ bool aligned16(const void* p) {
 
 void check_mat(const DevMat& m, const char* name, int k) {
   if (!gemm_takes(m.type) || !m.q || (dev_layout(m.type).block && !m.d))
-    fail("gemm_q4: ", name, " has type ", type_name(m.type),
+    fail("gemm: ", name, " has type ", type_name(m.type),
          ", which the prefill GEMM does not take (block formats, f16, bf16)");
   if (m.rows <= 0 || m.cols != k)
-    fail("gemm_q4: ", name, " is ", m.rows, " x ", m.cols, ", expected ", k, " columns");
-  if (!aligned16(m.q)) fail("gemm_q4: ", name, " quants must be 16-byte aligned");
+    fail("gemm: ", name, " is ", m.rows, " x ", m.cols, ", expected ", k, " columns");
+  if (!aligned16(m.q)) fail("gemm: ", name, " quants must be 16-byte aligned");
 }
 
-void check_args(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o) {
+void check_args(const GemmArgs& a, GemmEpilogue ep, const GemmOut& o) {
   const int k = a.w0.cols;
-  if (k <= 0 || k % 32 != 0) fail("gemm_q4: k=", k, " must be a positive multiple of 32");
+  if (k <= 0 || k % 32 != 0) fail("gemm: k=", k, " must be a positive multiple of 32");
   if (ep == GemmEpilogue::GatePair && a.w1.type != a.w0.type)
-    fail("gemm_q4: GatePair gate (", type_name(a.w0.type), ") and up (", type_name(a.w1.type),
+    fail("gemm: GatePair gate (", type_name(a.w0.type), ") and up (", type_name(a.w1.type),
          ") must share one type");
   check_mat(a.w0, "w0", k);
   if (ep == GemmEpilogue::GatePair || ep == GemmEpilogue::QkvRope) check_mat(a.w1, "w1", k);
   if (ep == GemmEpilogue::QkvRope) check_mat(a.w2, "w2", k);
-  if (a.t <= 0) fail("gemm_q4: empty batch t=", a.t);
+  if (a.t <= 0) fail("gemm: empty batch t=", a.t);
   if (a.xh) {
-    if (a.norm_w) fail("gemm_q4: fp16 input (xh) is normalized by act_to_f16, not by the GEMM");
+    if (a.norm_w) fail("gemm: fp16 input (xh) is normalized by act_to_f16, not by the GEMM");
     if (!aligned16(a.xh) || a.ldh % 64 != 0 || a.ldh < (k + 63) / 64 * 64)
-      fail("gemm_q4: xh must be 16-byte aligned with ldh=", a.ldh,
-           " a multiple of 64 covering k=", k);
+      fail("gemm: xh must be 16-byte aligned with ldh=", a.ldh, " a multiple of 64 covering k=", k);
   } else {
-    if (!a.x || !aligned16(a.x)) fail("gemm_q4: activations must be non-null and 16-byte aligned");
-    if (a.norm_w && !aligned16(a.norm_w)) fail("gemm_q4: norm weight must be 16-byte aligned");
+    if (!a.x || !aligned16(a.x)) fail("gemm: activations must be non-null and 16-byte aligned");
+    if (a.norm_w && !aligned16(a.norm_w)) fail("gemm: norm weight must be 16-byte aligned");
     if (a.ldx < k || a.ldx % 4 != 0)
-      fail("gemm_q4: ldx=", a.ldx, " must be >= k=", k, " and a multiple of 4");
+      fail("gemm: ldx=", a.ldx, " must be >= k=", k, " and a multiple of 4");
   }
-  if (!o.y && !(ep == GemmEpilogue::GatePair && o.yh)) fail("gemm_q4: null output pointer");
+  if (!o.y && !(ep == GemmEpilogue::GatePair && o.yh)) fail("gemm: null output pointer");
   switch (ep) {
     case GemmEpilogue::Store:
     case GemmEpilogue::Accumulate:
-      if (o.ldy < a.w0.rows) fail("gemm_q4: ldy=", o.ldy, " < rows=", a.w0.rows);
+      if (o.ldy < a.w0.rows) fail("gemm: ldy=", o.ldy, " < rows=", a.w0.rows);
       break;
     case GemmEpilogue::GatePair:
       if (a.w1.rows != a.w0.rows)
-        fail("gemm_q4: GatePair gate has ", a.w0.rows, " rows but up has ", a.w1.rows);
+        fail("gemm: GatePair gate has ", a.w0.rows, " rows but up has ", a.w1.rows);
       if (o.yh ? o.ldyh % 64 != 0 || o.ldyh < (a.w0.rows + 63) / 64 * 64 : o.ldy < a.w0.rows)
-        fail("gemm_q4: GatePair output pitch ", o.yh ? o.ldyh : o.ldy, " does not fit ", a.w0.rows,
+        fail("gemm: GatePair output pitch ", o.yh ? o.ldyh : o.ldy, " does not fit ", a.w0.rows,
              " columns", o.yh ? " (fp16: a multiple of 64)" : "");
       break;
     case GemmEpilogue::QkvRope:
       if (o.head_dim <= 0 || o.head_dim % 2 || o.q_dim % o.head_dim || o.kv_dim % o.head_dim)
-        fail("gemm_q4: QkvRope head_dim=", o.head_dim, " must be even and divide q_dim=", o.q_dim,
+        fail("gemm: QkvRope head_dim=", o.head_dim, " must be even and divide q_dim=", o.q_dim,
              " and kv_dim=", o.kv_dim);
       if (o.q_dim % 16 || o.kv_dim % 16)
-        fail("gemm_q4: QkvRope q_dim=", o.q_dim, " and kv_dim=", o.kv_dim,
-             " must be multiples of 16");
+        fail("gemm: QkvRope q_dim=", o.q_dim, " and kv_dim=", o.kv_dim, " must be multiples of 16");
       if (o.rope_dim < 0 || o.rope_dim > o.head_dim)
-        fail("gemm_q4: rope_dim=", o.rope_dim, " must be in [0, head_dim=", o.head_dim, "]");
+        fail("gemm: rope_dim=", o.rope_dim, " must be in [0, head_dim=", o.head_dim, "]");
       if (a.w0.rows != o.q_dim || a.w1.rows != o.kv_dim || a.w2.rows != o.kv_dim)
-        fail("gemm_q4: QkvRope matrices have ", a.w0.rows, "/", a.w1.rows, "/", a.w2.rows,
+        fail("gemm: QkvRope matrices have ", a.w0.rows, "/", a.w1.rows, "/", a.w2.rows,
              " rows, expected q_dim=", o.q_dim, " and kv_dim=", o.kv_dim);
-      if (!o.k_cache || !o.v_cache || o.pos0 < 0) fail("gemm_q4: QkvRope needs KV caches");
-      if (o.ldy < o.q_dim) fail("gemm_q4: ldy=", o.ldy, " < q_dim=", o.q_dim);
+      if (!o.k_cache || !o.v_cache || o.pos0 < 0) fail("gemm: QkvRope needs KV caches");
+      if (o.ldy < o.q_dim) fail("gemm: ldy=", o.ldy, " < q_dim=", o.q_dim);
       break;
   }
 }
@@ -550,9 +548,9 @@ void launch(Params p, int mtiles, int mw, int kw, int z, const Launch& s) {
   z = (p.nchunks + p.cps - 1) / p.cps;
   const int smem = Layout(BN, p.cps * kChunk, nw, NT, H, kw > 1).bytes;
   if (smem > kMaxBlockSmem)
-    fail("gemm_q4: k=", p.k, " needs ", smem, " bytes of shared memory for ", BN,
+    fail("gemm: k=", p.k, " needs ", smem, " bytes of shared memory for ", BN,
          " tokens per block (limit ", kMaxBlockSmem, ")");
-  auto kern = gemm_q4_kernel<T, E, NT, H, TV>;
+  auto kern = gemm_kernel<T, E, NT, H, TV>;
   static bool configured = false;  // per instantiation, once
   if (!configured) {
     configure_prefill_kernel(kern, kMaxBlockSmem);
@@ -725,7 +723,7 @@ __global__ void __launch_bounds__(kActThreads)
 
 }  // namespace
 
-void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, const Launch& stream) {
+void gemm(const GemmArgs& a, GemmEpilogue ep, const GemmOut& o, const Launch& stream) {
   check_args(a, ep, o);
   Params p;
   p.a = a;

@@ -1,10 +1,10 @@
-// gemm_q4 (every epilogue, every tile shape) against double-precision loops on random data.
+// gemm (every epilogue, every tile shape) against double-precision loops on random data.
 #include <cuda_fp16.h>
 
 #include <cmath>
 
 #include "backend/cuda/device_weights.h"
-#include "cuda/gemm_q4.h"
+#include "cuda/gemm.h"
 #include "prefill_test_util.h"
 #include "test_util.h"
 
@@ -51,7 +51,7 @@ struct F16Input {
   DevBuf<uint16_t> buf;
   int ldh;
   F16Input(int t, int k) : buf((size_t)t * ((k + 63) / 64 * 64)), ldh((k + 63) / 64 * 64) {}
-  void use(GemmQ4Args& a, const float* x, int k, cudaStream_t s) {
+  void use(GemmArgs& a, const float* x, int k, cudaStream_t s) {
     buf.poison();  // pad columns must come from act_to_f16, not from a lucky zero
     CUDA_CHECK(cudaDeviceSynchronize());  // s may not order itself after the legacy stream
     act_to_f16(x, a.ldx, a.t, k, a.norm_w, a.eps, buf.p, ldh, s);
@@ -115,13 +115,13 @@ TEST_P(GemmTokens, StoreAccumulateNorm) {
     for (cudaStream_t s : {(cudaStream_t) nullptr, st.s})
       for (bool f16 : {false, true}) {
         SCOPED_TRACE(cat("T=", T, " n=", cs.n, " k=", cs.k, " pdl=", s != nullptr, " f16=", f16));
-        auto run = [&](GemmQ4Args a, GemmEpilogue ep, const GemmOut& o, bool split = false) {
+        auto run = [&](GemmArgs a, GemmEpilogue ep, const GemmOut& o, bool split = false) {
           CUDA_CHECK(cudaDeviceSynchronize());
           if (f16) xh.use(a, dx.p, cs.k, s);
-          gemm_q4(a, ep, o, Launch(s, true, split));
+          gemm(a, ep, o, Launch(s, true, split));
           CUDA_CHECK(cudaDeviceSynchronize());
         };
-        GemmQ4Args a;
+        GemmArgs a;
         a.w0 = dw.m, a.x = dx.p, a.ldx = cs.k, a.t = T;
         GemmOut o;
         o.y = dy.p, o.ldy = cs.n;
@@ -174,14 +174,14 @@ TEST_P(GemmTokens, GatePair) {
     DevBuf<uint16_t> dyh((size_t)T * ldyh);
     for (bool f16 : {false, true}) {
       SCOPED_TRACE(cat("T=", T, " hid=", hid, " f16=", f16));
-      GemmQ4Args a;
+      GemmArgs a;
       a.w0 = dg.m, a.w1 = du.m, a.x = dx.p, a.ldx = dim, a.t = T, a.norm_w = dnw.p;
       if (f16) xh.use(a, dx.p, dim, nullptr);
       GemmOut o;
       o.y = dy.p, o.ldy = hid;
       if (f16) o.yh = dyh.p, o.ldyh = ldyh;  // fp16 output in the down GEMM's input order
       dy.poison(), dyh.poison();
-      gemm_q4(a, GemmEpilogue::GatePair, o, nullptr);
+      gemm(a, GemmEpilogue::GatePair, o, nullptr);
       // silu*up multiplies two GEMM errors; the fp16 output adds one 2^-11 rounding.
       const auto got = f16 ? unpermute(dyh.download(), T, hid, ldyh) : dy.download();
       EXPECT_LT(rel_l2(got, ref), kTol * 2 + (f16 ? 1e-3 : 0.0));
@@ -232,14 +232,14 @@ TEST_P(GemmTokens, QkvRopeKvWrite) {
           vc((size_t)n_ctx * kv_dim * (half ? 2 : 4));
       SCOPED_TRACE(cat("T=", T, " hd=", h.hd, " half=", half, " f16=", f16));
       kc.poison(), vc.poison(), dq.poison();
-      GemmQ4Args a;
+      GemmArgs a;
       a.w0 = wq.m, a.w1 = wk.m, a.w2 = wv.m, a.x = dx.p, a.ldx = h.dim, a.t = T, a.norm_w = dnw.p;
       if (f16) xh.use(a, dx.p, h.dim, nullptr);
       GemmOut o;
       o.y = dq.p, o.ldy = q_dim, o.q_dim = q_dim, o.kv_dim = kv_dim, o.head_dim = h.hd;
       o.rope_dim = h.hd, o.rope_base = h.base, o.pos0 = pos0, o.k_cache = kc.p, o.v_cache = vc.p;
       o.kv_half = half;
-      gemm_q4(a, GemmEpilogue::QkvRope, o, nullptr);
+      gemm(a, GemmEpilogue::QkvRope, o, nullptr);
       EXPECT_LT(rel_l2(dq.download(), rq), kTol);
       auto read_cache = [&](const DevBuf<uint8_t>& b) {
         const auto bytes = b.download();
@@ -324,39 +324,39 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ActToF16,
                                            ActCase{4, 3072, 4096, 3072},
                                            ActCase{2, 9000, 9024, 9000}));
 
-TEST(GemmQ4, BadArgumentsThrowError) {
+TEST(Gemm, BadArgumentsThrowError) {
   REQUIRE_GPU();
   const auto raw = random_q4_0(16, 64, 1);
   DevQ4 w(raw, 16, 64);
   DevBuf<float> x(64 * 4), y(64 * 4);
-  GemmQ4Args a;
+  GemmArgs a;
   a.w0 = w.m, a.x = x.p, a.ldx = 64, a.t = 1;
   GemmOut o;
   o.y = y.p, o.ldy = 16;
-  gemm_q4(a, GemmEpilogue::Store, o, nullptr);  // the valid baseline does not throw
-  GemmQ4Args bad = a;
+  gemm(a, GemmEpilogue::Store, o, nullptr);  // the valid baseline does not throw
+  GemmArgs bad = a;
   bad.w0.cols = 48;  // k not a multiple of 32
-  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::Store, o, nullptr), Error);
+  EXPECT_THROW(gemm(bad, GemmEpilogue::Store, o, nullptr), Error);
   bad = a;
   bad.w0.type = GgmlType::F32;  // the one device format the GEMM does not take
-  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::Store, o, nullptr), Error);
+  EXPECT_THROW(gemm(bad, GemmEpilogue::Store, o, nullptr), Error);
   bad.w0.type = GgmlType::Q2_K;  // no device description at all
-  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::Store, o, nullptr), Error);
+  EXPECT_THROW(gemm(bad, GemmEpilogue::Store, o, nullptr), Error);
   bad = a;
   bad.ldx = 62;
-  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::Store, o, nullptr), Error);
+  EXPECT_THROW(gemm(bad, GemmEpilogue::Store, o, nullptr), Error);
   bad = a;
   bad.t = 0;
-  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::Store, o, nullptr), Error);
+  EXPECT_THROW(gemm(bad, GemmEpilogue::Store, o, nullptr), Error);
   bad = a;
   bad.w1 = w.m;
   bad.w1.rows = 8;  // gate and up row counts differ
-  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::GatePair, o, nullptr), Error);
+  EXPECT_THROW(gemm(bad, GemmEpilogue::GatePair, o, nullptr), Error);
   GemmOut q = o;  // QkvRope with q_dim not a multiple of 16
   q.q_dim = 8, q.kv_dim = 4, q.head_dim = 4, q.rope_dim = 4, q.k_cache = y.p, q.v_cache = y.p;
   bad = a;
   bad.w0.rows = 8, bad.w1 = w.m, bad.w2 = w.m, bad.w1.rows = 4, bad.w2.rows = 4;
-  EXPECT_THROW(gemm_q4(bad, GemmEpilogue::QkvRope, q, nullptr), Error);
+  EXPECT_THROW(gemm(bad, GemmEpilogue::QkvRope, q, nullptr), Error);
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 // Weights are the decode backend's own device image (cuda/dev_mat.h, the split layout), so the
 // prefill needs no second copy of the model.
 //
-// How (gemm_q4.cu): each warp owns 16 weight rows and streams their 64-column chunks straight
+// How (gemm.cu): each warp owns 16 weight rows and streams their 64-column chunks straight
 // from global memory into registers (the first ones before the PDL wait), dequantizes them in
 // registers into mma.sync m16n8k16 A fragments (fp16: Q4_0 exact, (q-8)*d rounded once; the
 // others rounded once from the fp32 reference value, a relative 2^-11 per weight), and multiplies
@@ -41,7 +41,7 @@ inline bool gemm_takes(GgmlType t) {
   return t != GgmlType::F32 && dev_layout(t).qk != 0;
 }
 
-struct GemmQ4Args {
+struct GemmArgs {
   // Matrices of any type gemm_takes() in their device layout, all with the same column count k (a
   // multiple of 32). QkvRope's three may differ in type (one launch each); GatePair's two may not.
   // Store / Accumulate: w0. GatePair: w0 = gate, w1 = up (same rows). QkvRope: w0 = Wq, w1 = Wk,
@@ -83,14 +83,14 @@ struct GemmOut {
 };
 
 // Fragment order: position of column r (0..63) of a 64-column chunk in an xh row (the chunk's
-// columns permuted so each thread's mma operands are 8 contiguous bytes; see gemm_q4.cu).
+// columns permuted so each thread's mma operands are 8 contiguous bytes; see gemm.cu).
 __host__ __device__ constexpr int gemm_frag_pos(int r) {
   const int b = r >> 5, hi = (r >> 4) & 1, h = (r >> 3) & 1, wi = (r >> 2) & 1, e = r & 3;
   const int pe = e == 1 ? 2 : e == 2 ? 1 : e;
   return (2 * wi + hi) * 16 + (2 * b + h) * 4 + pe;
 }
 
-// Layouts of fp16 activation rows: the fragment order gemm_q4 reads (xh), or plain row-major
+// Layouts of fp16 activation rows: the fragment order gemm reads (xh), or plain row-major
 // (the dense GEMMs' input, dense_gemm.h).
 enum class F16Order { kFragment, kRowMajor };
 
@@ -110,6 +110,6 @@ constexpr int kDownF16MinTokens = 33;
 
 // Checks shapes and types (throws smolrt::Error naming the bad field), launches as the Launch
 // says (PDL, split K), checks the launch.
-void gemm_q4(const GemmQ4Args& a, GemmEpilogue ep, const GemmOut& o, const Launch& stream);
+void gemm(const GemmArgs& a, GemmEpilogue ep, const GemmOut& o, const Launch& stream);
 
 }  // namespace smolrt::cuda
