@@ -262,8 +262,8 @@ TEST(CpuOps, PagedAttentionEqualsContiguous) {
   }
   std::vector<float> want(n_heads * hd), got(n_heads * hd, NAN), scratch(40);
   for (int n_pos : {1, 4, 5, 6, 10, 23, 40}) {
-    cpu::attention(want.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv, hd,
-                   scratch.data());
+    cpu::attention_decode(want.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv, hd,
+                          scratch.data());
     cpu::attention_paged(got.data(), q.data(), kp.data(), vp.data(), pages.data(), page, n_pos,
                          n_heads, n_kv, hd, scratch.data());
     EXPECT_EQ(got, want) << "n_pos " << n_pos;

@@ -231,8 +231,8 @@ TEST(CpuOps, AttentionGqaMatchesDouble) {
       const auto k = randn(size_t(n_pos) * kv_dim, n_pos + 1, 1.5f);
       const auto v = randn(size_t(n_pos) * kv_dim, n_pos + 2);
       std::vector<float> out(s.n_heads * s.head_dim, kNaN), scratch(n_pos, kNaN);
-      cpu::attention(out.data(), q.data(), k.data(), v.data(), n_pos, s.n_heads, s.n_kv_heads,
-                     s.head_dim, scratch.data());
+      cpu::attention_decode(out.data(), q.data(), k.data(), v.data(), n_pos, s.n_heads,
+                            s.n_kv_heads, s.head_dim, scratch.data());
       const int group = s.n_heads / s.n_kv_heads;
       for (int h = 0; h < s.n_heads; ++h) {
         const int kvh = h / group;
@@ -418,7 +418,7 @@ TEST(CpuOps, WindowedAttentionWithScaleMatchesDoubleAndSkipsOldKeys) {
   // first = 0 and the default scale: bit-identical to the plain call.
   const auto q = randn(4 * 16, 1), k = randn(40 * 32, 2), v = randn(40 * 32, 3);
   std::vector<float> a(64), b(64), sc(40);
-  cpu::attention(a.data(), q.data(), k.data(), v.data(), 40, 4, 2, 16, sc.data());
+  cpu::attention_decode(a.data(), q.data(), k.data(), v.data(), 40, 4, 2, 16, sc.data());
   const int whole = 0;
   cpu::attention_paged(b.data(), q.data(), k.data(), v.data(), &whole, 40, 40, 4, 2, 16, sc.data(),
                        0, 0.f);

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -107,6 +108,16 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<double>& ref
     den += ref[i] * ref[i];
   }
   return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+// ||g - r|| / ||r|| over n floats (0 when r is all zeros and g matches).
+inline double rel_l2(const float* g, const float* r, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += ((double)g[i] - r[i]) * ((double)g[i] - r[i]);
+    den += (double)r[i] * r[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 inline void rmsnorm_ref(const float* x, const float* w, int n, double eps, double* out) {

@@ -23,10 +23,13 @@
 #include "cuda/gemm.h"
 #include "cuda_test_util.h"
 #include "model/model.h"
+#include "prefill_test_util.h"
 #include "test_util.h"
 
 namespace smolrt {
 namespace {
+
+using test::rel_l2;
 
 constexpr int kCtx = 1100;  // longest prompt (1000) + decode steps, well under the model's 8192
 
@@ -66,15 +69,6 @@ std::vector<float> sequential_all(Backend& b, const std::vector<int>& toks) {
     all.insert(all.end(), l.begin(), l.end());
   }
   return all;
-}
-
-double rel_l2(const float* g, const float* r, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += ((double)g[i] - r[i]) * ((double)g[i] - r[i]);
-    den += (double)r[i] * r[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 // Logits bound (relative L2 per row): the batched GEMMs run on tensor cores with fp16 operands

@@ -16,8 +16,8 @@ namespace smolrt::test::ops {
 namespace {
 
 // Weights and activations are rounded to fp16 (2^-11 relative each) before the fp32-accumulated
-// MMA; independent errors give a relative L2 error near 6e-4 (test_gemm.cpp); the formats with a
-// minimum add the rounding of d*q + m (same order), so 3e-3 holds for all with margin.
+// MMA; independent errors give a relative L2 error near 6e-4 (gemm_epilogues.cpp); the formats with
+// a minimum add the rounding of d*q + m (same order), so 3e-3 holds for all with margin.
 constexpr double kTol = 3e-3;
 
 // 192 x 1024: whole K-quant super-blocks, 12 row tiles; token counts: one 8-token tile, a partial

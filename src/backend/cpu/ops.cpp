@@ -331,8 +331,8 @@ void attention_paged(float* out, const float* q, const float* k_pool, const floa
   }
 }
 
-void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int n_pos,
-               int n_heads, int n_kv_heads, int head_dim, float* scratch) {
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      int n_pos, int n_heads, int n_kv_heads, int head_dim, float* scratch) {
   const int whole = 0;  // one page holding every position
   attention_paged(out, q, k_cache, v_cache, &whole, std::max(n_pos, 1), n_pos, n_heads, n_kv_heads,
                   head_dim, scratch);

@@ -55,8 +55,8 @@ void head_rmsnorm(float* v, int n_heads, int head_dim, const float* w, float eps
 // q: [n_heads*head_dim]; k_cache, v_cache: [n_pos][n_kv_heads*head_dim]; out: [n_heads*head_dim].
 // Query head h reads KV head h / (n_heads / n_kv_heads); scale 1/sqrt(head_dim).
 // scratch: at least n_pos floats.
-void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int n_pos,
-               int n_heads, int n_kv_heads, int head_dim, float* scratch);
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      int n_pos, int n_heads, int n_kv_heads, int head_dim, float* scratch);
 // The same over a paged KV pool (bit-identical results): position t's row is row t % page_size
 // of page pages[t / page_size], i.e. at pool + (pages[t / page_size] * page_size + t % page_size)
 // * n_kv_heads*head_dim. pages: at least ceil(n_pos / page_size) entries.

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "cuda/attention_prefill.h"
-#include "prefill_test_util.h"
+#include "cuda/prefill_test_util.h"
 #include "test_util.h"
 
 using namespace smolrt;

@@ -5,7 +5,7 @@
 
 #include "backend/cuda/device_weights.h"
 #include "cuda/gemm.h"
-#include "prefill_test_util.h"
+#include "cuda/prefill_test_util.h"
 #include "test_util.h"
 
 using namespace smolrt;

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "cuda/cuda_test_util.h"
 #include "cuda/gemm.h"
-#include "cuda_test_util.h"
+#include "cuda/prefill_test_util.h"
 #include "ops/op_table.h"
-#include "prefill_test_util.h"
 #include "test_util.h"
 
 namespace smolrt {
