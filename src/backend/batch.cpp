@@ -65,15 +65,6 @@ void BatchBackend::check_step(std::span<const SeqStep> batch) const {
          pages, " are needed; free a sequence or step fewer tokens");
 }
 
-std::span<const float> masked_logits(std::span<const float> logits,
-                                     std::span<const uint32_t> allowed, std::vector<float>& buf) {
-  if (allowed.empty()) return logits;
-  buf.assign(logits.begin(), logits.end());
-  for (size_t t = 0; t < buf.size(); ++t)
-    if (!(allowed[t / 32] >> (t % 32) & 1u)) buf[t] = -INFINITY;
-  return buf;
-}
-
 BatchGeometry batch_geometry(const ModelConfig& c, const BatchOptions& opt,
                              int64_t kv_bytes_per_token, int64_t kv_cap_bytes) {
   if (opt.max_seqs <= 0)

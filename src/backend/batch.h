@@ -158,11 +158,6 @@ class BatchBackend {
   std::unique_ptr<KvPages> kv_;
 };
 
-// logits with the tokens `allowed` leaves out set to -inf (a copy in `buf`), or logits itself when
-// allowed is empty (SeqStep::allowed).
-std::span<const float> masked_logits(std::span<const float> logits,
-                                     std::span<const uint32_t> allowed, std::vector<float>& buf);
-
 // Throws Error for an unknown kind, "cuda" without a GPU or CUDA support, or options out of range.
 std::unique_ptr<BatchBackend> make_batch_backend(const Model& m, const BatchOptions& opt);
 std::unique_ptr<BatchBackend> make_cpu_batch_backend(const Model& m, const BatchOptions& opt);

@@ -28,7 +28,7 @@ void gated_act(const uint16_t* gu, int ldgu, int n, int hid, int act, uint16_t* 
 
 // Structured output: for each of `rows` logits rows (pitch ld) whose mask_idx[r] >= 0, tokens
 // whose bit is clear in masks[mask_idx[r]] (a bitset over the vocabulary, `words` words) get -inf.
-// The CPU twin: backend/batch.h masked_logits.
+// The CPU twin: cpu::mask_logits.
 void mask_logits(float* logits, int ld, int vocab, int rows, const int* mask_idx,
                  const uint32_t* masks, int words, const Launch& stream);
 

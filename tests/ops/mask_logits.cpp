@@ -1,5 +1,5 @@
 // mask_logits: structured output's allowed-token mask on the logits (prefill_ops.h) against its CPU
-// twin (backend/batch.h masked_logits).
+// twin cpu::mask_logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,7 +21,7 @@ namespace {
 
 using test::Dev;
 
-// mask_logits against its CPU twin (backend/batch.h masked_logits): rows with a mask index get -inf
+// mask_logits against its CPU twin cpu::mask_logits: rows with a mask index get -inf
 // where their mask's bit is clear, rows without one are untouched; a vocabulary that is not a
 // multiple of 32 (the last word's high bits unused).
 TEST(PrefillOps, MaskLogitsMatchesCpuTwin) {
@@ -43,7 +43,7 @@ TEST(PrefillOps, MaskLogitsMatchesCpuTwin) {
     const std::span<const float> want =
         idx[r] < 0
             ? row
-            : masked_logits(row, std::span<const uint32_t>(masks).subspan(idx[r] * W, W), buf);
+            : cpu::mask_logits(row, std::span<const uint32_t>(masks).subspan(idx[r] * W, W), buf);
     for (int t = 0; t < V; ++t) ASSERT_EQ(got[(size_t)r * ld + t], want[t]) << r << "," << t;
     for (int t = V; t < ld; ++t) ASSERT_EQ(got[(size_t)r * ld + t], x[(size_t)r * ld + t]);
   }

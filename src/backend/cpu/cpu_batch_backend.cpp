@@ -7,6 +7,7 @@
 
 #include "backend/batch.h"
 #include "backend/cpu/cpu_forward.h"
+#include "backend/cpu/ops.h"
 #include "backend/cpu/sample.h"
 #include "backend/kv_pages.h"
 #include "core/error.h"
@@ -74,7 +75,7 @@ std::vector<SeqResult> CpuBatchBackend::step(std::span<const SeqStep> batch) {
       SeqResult& r = out[owner[i]];
       if (s.logits == 2) r.logits.insert(r.logits.end(), logits.begin(), logits.end());
       if (i + 1 < static_cast<int>(rows.size()) && owner[i + 1] == owner[i]) return;  // not last
-      const std::span<const float> last = masked_logits(logits, s.allowed, masked_);
+      const std::span<const float> last = cpu::mask_logits(logits, s.allowed, masked_);
       if (s.logits == 1) r.logits.assign(last.begin(), last.end());
       // The same call as Backend::forward_token_sample's default, so the token matches it.
       if (s.sample) r.token = cpu::sample(last, s.params, s.u, s.history, scratch_);

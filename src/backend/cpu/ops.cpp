@@ -338,6 +338,15 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
                   head_dim, scratch);
 }
 
+std::span<const float> mask_logits(std::span<const float> logits, std::span<const uint32_t> allowed,
+                                   std::vector<float>& buf) {
+  if (allowed.empty()) return logits;
+  buf.assign(logits.begin(), logits.end());
+  for (size_t t = 0; t < buf.size(); ++t)
+    if (!(allowed[t / 32] >> (t % 32) & 1u)) buf[t] = -INFINITY;
+  return buf;
+}
+
 void silu_mul(float* out, const float* gate, const float* up, int n) {
   for (int i = 0; i < n; ++i) {
     const float g = gate[i];

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "model/model.h"
 #include "quant/formats.h"
@@ -66,6 +68,11 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
 void attention_paged(float* out, const float* q, const float* k_pool, const float* v_pool,
                      const int* pages, int page_size, int n_pos, int n_heads, int n_kv_heads,
                      int head_dim, float* scratch, int first = 0, float scale = 0.f);
+
+// logits with the tokens `allowed` leaves out set to -inf (a copy in `buf`), or logits itself when
+// allowed is empty (bit t of word t / 32 allows token t: SeqStep::allowed).
+std::span<const float> mask_logits(std::span<const float> logits, std::span<const uint32_t> allowed,
+                                   std::vector<float>& buf);
 
 // out[i] = silu(gate[i]) * up[i]; silu(x) = x / (1 + exp(-x)).
 void silu_mul(float* out, const float* gate, const float* up, int n);
