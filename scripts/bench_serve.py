@@ -236,6 +236,9 @@ def run_level(a, conc, info, headers):
         p.join()
     ttfts = [r[0] for r in results]
     times = [r[1] for r in results]
+    # Time per output token after the first (vLLM's TPOT): a request's decode speed, the figure
+    # `smolrt bench`'s decode tok/s compares with (its prompt and the HTTP exchange left out).
+    tpots = [(r[1] - r[0]) / (r[2] - 1) for r in results if r[2] > 1]
     gen = sum(r[2] for r in results)
     prompt = sum(r[3] for r in results)
     cached = sum(r[4] for r in results)
@@ -254,6 +257,7 @@ def run_level(a, conc, info, headers):
         "cached_tokens_per_request": round(cached / max(len(results), 1), 1),
         "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
         "request_p50_s": percentile(times, 50), "request_p99_s": percentile(times, 99),
+        "tpot_p50_s": percentile(tpots, 50),
         "first_error": errors[0] if errors else None,
         # The server's counters over the level (None without smolrt's /metrics); the wall time
         # includes starting the client processes.

@@ -515,6 +515,8 @@ def case_bench(binary):
             made = d["gen_tok_s"] * d["wall_s"]
             check(abs(made - 8 * 8) < 1, f"C={c}: {made} tokens generated, 64 asked")
             check(0 < d["ttft_p50_s"] <= d["request_p50_s"], f"C={c}: latencies {d}")
+            # 8 tokens: 7 after the first, each at most the request's time
+            check(0 < 7 * d["tpot_p50_s"] < d["request_p99_s"], f"C={c}: time per token {d}")
             sv = d["server"]
             check(sv is not None, f"C={c}: no server view (is /metrics read?)")
             # 8 tokens per request, the first from the prompt's step: 7 one-token steps each.
