@@ -5,22 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <vector>
 
 #include "backend/cpu/ops.h"
-#include "core/error.h"
-#include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
 #include "cuda/cuda_test_util.h"
-#include "cuda/gemv.h"
-#include "cuda/gemv_head.h"
-#include "cuda/launch.h"
-#include "cuda/prefill_ops.h"
-#include "cuda/qkv_finish.h"
-#include "cuda/rmsnorm.h"
-#include "ops/op_table.h"
 #include "quant/formats.h"
 #include "test_util.h"
 

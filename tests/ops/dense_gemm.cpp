@@ -5,10 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <vector>
 
-#include "backend/batch.h"
 #include "backend/cpu/ops.h"
 #include "cuda/cuda_test_util.h"
 #include "cuda/dense_gemm.h"

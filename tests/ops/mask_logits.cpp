@@ -2,18 +2,12 @@
 // twin cpu::mask_logits.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <random>
 #include <vector>
 
-#include "backend/batch.h"
 #include "backend/cpu/ops.h"
 #include "cuda/cuda_test_util.h"
-#include "cuda/dense_gemm.h"
-#include "cuda/dequantize.h"
-#include "cuda/gemm.h"
 #include "cuda/prefill_ops.h"
-#include "cuda/prefill_test_util.h"
 #include "test_util.h"
 
 namespace smolrt {
