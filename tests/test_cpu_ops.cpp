@@ -366,6 +366,49 @@ TEST(CpuOps, HeadRmsNormMatchesDouble) {
   }
 }
 
+// qkv_finish is biases, then the per-head norms, then RoPE, the same arithmetic as those ops one
+// by one (rope_ext at the row's position, which rope_angles + rope_apply equal bit for bit):
+// qwen2's biases with neox pairs and a partial rope_dim, gemma3's norms, llama3's factors.
+TEST(CpuOps, QkvFinishIsBiasThenHeadNormThenRope) {
+  struct Case {
+    bool bias, norm, neox, factors;
+    int rope_dim;
+  };
+  const int nh = 6, nkv = 2, hd = 16, pos = 37;
+  const float base = 10000.f, eps = 1e-6f;
+  for (const Case c : {Case{true, false, true, false, 8}, Case{false, true, true, false, 16},
+                       Case{false, false, false, true, 16}, Case{true, true, false, false, 16}}) {
+    std::vector<float> q = randn(nh * hd, 1), k = randn(nkv * hd, 2), v = randn(nkv * hd, 3);
+    const std::vector<float> bq = randn(nh * hd, 4), bk = randn(nkv * hd, 5),
+                             bv = randn(nkv * hd, 6), qn = randn(hd, 7), kn = randn(hd, 8);
+    std::vector<float> ff = randn(c.rope_dim / 2, 9);
+    for (float& f : ff) f = 1.f + std::fabs(f);
+    const float* factors = c.factors ? ff.data() : nullptr;
+    std::vector<float> eq = q, ek = k, ev = v;
+    if (c.bias)
+      for (int i = 0; i < nh * hd; ++i) eq[i] += bq[i];
+    if (c.bias)
+      for (int i = 0; i < nkv * hd; ++i) ek[i] += bk[i], ev[i] += bv[i];
+    if (c.norm) {
+      cpu::head_rmsnorm(eq.data(), nh, hd, qn.data(), eps);
+      cpu::head_rmsnorm(ek.data(), nkv, hd, kn.data(), eps);
+    }
+    cpu::rope_ext(eq.data(), nh, hd, c.rope_dim, pos, base, c.neox, factors);
+    cpu::rope_ext(ek.data(), nkv, hd, c.rope_dim, pos, base, c.neox, factors);
+    std::vector<float> cs(c.rope_dim);
+    cpu::rope_angles(cs.data(), c.rope_dim, pos, base, factors);
+    cpu::QkvFinishShape s;
+    s.n_heads = nh, s.n_kv_heads = nkv, s.head_dim = hd, s.rope_dim = c.rope_dim, s.neox = c.neox;
+    s.eps = eps;
+    cpu::qkv_finish(q.data(), k.data(), v.data(), s, c.bias ? bq.data() : nullptr,
+                    c.bias ? bk.data() : nullptr, c.bias ? bv.data() : nullptr,
+                    c.norm ? qn.data() : nullptr, c.norm ? kn.data() : nullptr, cs.data());
+    EXPECT_EQ(q, eq);
+    EXPECT_EQ(k, ek);
+    EXPECT_EQ(v, ev);
+  }
+}
+
 TEST(CpuOps, WindowedAttentionWithScaleMatchesDoubleAndSkipsOldKeys) {
   struct Shape {
     int n_heads, n_kv_heads, head_dim;

@@ -5,7 +5,8 @@
 //
 // The plain llama case (no bias, no norm, normal RoPE without factors) is fused into the QKV
 // matvec/GEMM epilogues instead (gemv.h, gemm.h): this kernel is the path for the other
-// families and the decode step's debug path.
+// families and the decode step's debug path. CPU twin: cpu::qkv_finish (one token; the caller
+// writes K and V to its cache).
 #pragma once
 
 #include <cuda_runtime.h>

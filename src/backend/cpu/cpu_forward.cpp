@@ -153,12 +153,9 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
       rope_angles(&rope_cs_[size_t(2 * j + 1) * rd], rd, rows[j].pos, c_.rope_base_swa,
                   freq_factors);
   }
-  auto add_bias = [n](float* y, const std::vector<float>& b) {
-    const size_t m = b.size();
-    for (int j = 0; j < n; ++j) {
-      for (size_t i = 0; i < m; ++i) y[size_t(j) * m + i] += b[i];
-    }
-  };
+  QkvFinishShape fin;
+  fin.n_heads = c_.n_heads, fin.n_kv_heads = c_.n_kv_heads, fin.head_dim = hd, fin.rope_dim = rd;
+  fin.neox = c_.rope_neox, fin.eps = c_.norm_eps;
   for (int l = 0; l < c_.n_layers; ++l) {
     const LayerIds& id = ids_[size_t(l)];
     float* k_layer = k_cache_.get() + layer_offset(l);
@@ -170,26 +167,19 @@ void Forward::forward(std::span<const Row> rows, int page_size, const LogitsFn& 
     record(l, "attn_norm", &xb_[size_t(last) * dim], dim);
     const MatTarget qkv[] = {{id.wq, q_.data()}, {id.wk, k_.data()}, {id.wv, v_.data()}};
     kern_->matmul(xb_.data(), n, qkv);
-    if (c_.attn_bias) {
-      add_bias(q_.data(), bq_[l]);
-      add_bias(k_.data(), bk_[l]);
-      add_bias(v_.data(), bv_[l]);
-    }
     // Every row's K/V goes to the pool before any row attends, so a sequence's later rows in
     // this step see its earlier ones.
     for (int j = 0; j < n; ++j) {
       float* q = &q_[size_t(j) * q_dim];
       float* k = &k_[size_t(j) * kv_dim_];
-      if (c_.qk_norm) {
-        head_rmsnorm(q, c_.n_heads, hd, q_norm_[l].data(), c_.norm_eps);
-        head_rmsnorm(k, c_.n_kv_heads, hd, k_norm_[l].data(), c_.norm_eps);
-      }
-      const float* cs = &rope_cs_[(size_t(2 * j) + local) * rd];
-      rope_apply(q, c_.n_heads, hd, rd, c_.rope_neox, cs);
-      rope_apply(k, c_.n_kv_heads, hd, rd, c_.rope_neox, cs);
+      float* v = &v_[size_t(j) * kv_dim_];
+      qkv_finish(q, k, v, fin, c_.attn_bias ? bq_[l].data() : nullptr,
+                 c_.attn_bias ? bk_[l].data() : nullptr, c_.attn_bias ? bv_[l].data() : nullptr,
+                 c_.qk_norm ? q_norm_[l].data() : nullptr, c_.qk_norm ? k_norm_[l].data() : nullptr,
+                 &rope_cs_[(size_t(2 * j) + local) * rd]);
       const size_t s = slot(rows[j]) * kv_dim_;
       std::copy_n(k, kv_dim_, k_layer + s);
-      std::copy_n(&v_[size_t(j) * kv_dim_], kv_dim_, v_layer + s);
+      std::copy_n(v, kv_dim_, v_layer + s);
     }
     for (int j = 0; j < n; ++j) {
       att_rows_[size_t(j)] =

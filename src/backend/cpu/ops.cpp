@@ -338,6 +338,23 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
                   head_dim, scratch);
 }
 
+void qkv_finish(float* q, float* k, float* v, const QkvFinishShape& s, const float* bq,
+                const float* bk, const float* bv, const float* q_norm, const float* k_norm,
+                const float* cs) {
+  const int q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv_heads * s.head_dim;
+  auto add = [](float* y, const float* b, int n) {
+    if (b)
+      for (int i = 0; i < n; ++i) y[i] += b[i];
+  };
+  add(q, bq, q_dim);
+  add(k, bk, kv_dim);
+  add(v, bv, kv_dim);
+  if (q_norm) head_rmsnorm(q, s.n_heads, s.head_dim, q_norm, s.eps);
+  if (k_norm) head_rmsnorm(k, s.n_kv_heads, s.head_dim, k_norm, s.eps);
+  rope_apply(q, s.n_heads, s.head_dim, s.rope_dim, s.neox, cs);
+  rope_apply(k, s.n_kv_heads, s.head_dim, s.rope_dim, s.neox, cs);
+}
+
 std::span<const float> mask_logits(std::span<const float> logits, std::span<const uint32_t> allowed,
                                    std::vector<float>& buf) {
   if (allowed.empty()) return logits;

@@ -53,6 +53,18 @@ void rope_apply(float* v, int n_heads, int head_dim, int rope_dim, bool neox, co
 // becomes rmsnorm(v_h, w, eps) with the one weight w [head_dim]. In place.
 void head_rmsnorm(float* v, int n_heads, int head_dim, const float* w, float eps);
 
+// The CPU twin of cuda::qkv_finish for one token, in place: + biases (qwen2), per-head RMSNorm of
+// q and k (gemma3), then RoPE by angles cs from rope_angles (normal or neox pairs). Any of bq, bk,
+// bv, q_norm, k_norm may be null (absent).
+struct QkvFinishShape {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0, rope_dim = 0;
+  bool neox = false;
+  float eps = 1e-6f;  // of the q/k norms
+};
+void qkv_finish(float* q, float* k, float* v, const QkvFinishShape& s, const float* bq,
+                const float* bk, const float* bv, const float* q_norm, const float* k_norm,
+                const float* cs);
+
 // Causal grouped-query attention for one query token at position n_pos-1.
 // q: [n_heads*head_dim]; k_cache, v_cache: [n_pos][n_kv_heads*head_dim]; out: [n_heads*head_dim].
 // Query head h reads KV head h / (n_heads / n_kv_heads); scale 1/sqrt(head_dim).
