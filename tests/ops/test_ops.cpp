@@ -2,6 +2,7 @@
 // <op>_<format>_<rows>x<cols>[_t<t>], e.g. Table/Ops.MatchesCpuTwin/gemv_q4_k_576x1536.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,15 @@
 namespace smolrt::test::ops {
 namespace {
 
+// The ops, in the order their cases run.
+const std::vector<Op>& table() {
+  static const std::vector<Op> ops = {gemv_op(), gemm_op(), embed_op(), dequantize_op()};
+  return ops;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const Op& op : {gemv_op(), gemm_op(), embed_op(), dequantize_op()}) {
+  for (const Op& op : table()) {
     uint32_t seed = 100;
     for (GgmlType t : test::all_formats()) {
       if (!op.takes(t)) continue;
@@ -24,13 +31,6 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-const Op& op_named(const std::string& name) {
-  static const std::vector<Op> table = {gemv_op(), gemm_op(), embed_op(), dequantize_op()};
-  for (const Op& op : table)
-    if (name == op.name) return op;
-  throw std::runtime_error("no op " + name);
-}
-
 class Ops : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Ops, MatchesCpuTwin) {
@@ -38,7 +38,10 @@ TEST_P(Ops, MatchesCpuTwin) {
   const Case& c = GetParam();
   SCOPED_TRACE(testing::Message() << c.op << " " << type_name(c.type) << " " << c.shape.rows << "x"
                                   << c.shape.cols << " t=" << c.shape.t);
-  op_named(c.op).check(c);
+  const auto op = std::find_if(table().begin(), table().end(),
+                               [&](const Op& o) { return std::string(c.op) == o.name; });
+  ASSERT_NE(op, table().end()) << "no op " << c.op;
+  op->check(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, Ops, ::testing::ValuesIn(all_cases()), [](const auto& i) {
