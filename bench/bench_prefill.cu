@@ -111,7 +111,7 @@ int main(int argc, char** argv) try {
   }
   const int max_t = *std::max_element(tokens_list.begin(), tokens_list.end());
   PrefillModel pm(c, w, std::max(2048, max_t), /*kv_half=*/true);
-  PrefillWorkspace ws;
+  StepWorkspace ws;
   ws.reserve(c, max_t, max_t);
   {
     std::vector<int> toks(max_t);
@@ -124,8 +124,8 @@ int main(int argc, char** argv) try {
 
   // --- per-kernel breakdown of one layer inside the prefill (layer 0) ----------------
   {
-    const PrefillWeights& pw = pm.weights();
-    const PrefillLayerWeights& L = pw.layers[0];
+    const StepWeights& pw = pm.weights();
+    const StepLayerWeights& L = pw.layers[0];
     std::printf("\n%5s %9s %9s %9s %9s %9s %9s  (us per launch, 20 back-to-back)\n", "T",
                 "qkv_rope", "attn", "wo_acc", "gu_silu", "down_acc", "act_f16");
     for (int T : tokens_list) {
@@ -147,7 +147,7 @@ int main(int argc, char** argv) try {
                1e3 / kBack;
       };
       CUDA_CHECK(cudaMemset(ws.x, 0x3c, sizeof(float) * (size_t)T * 576));
-      // Large chunks run the GEMMs on fp16 inputs as prefill_forward does (act_to_f16 timed apart).
+      // Large chunks run the GEMMs on fp16 inputs as step_forward does (act_to_f16 timed apart).
       const bool h = T >= kGemmF16MinTokens;
       double t_cvt = 0;
       if (h) {
@@ -168,7 +168,7 @@ int main(int argc, char** argv) try {
       const double t_wo = rep([&] { gemm(b, GemmEpilogue::Accumulate, orr, s); });
       GemmArgs g = a;
       g.w0 = L.w_gate, g.w1 = L.w_up, g.norm_w = h ? nullptr : L.ffn_norm;
-      // fp16 output from kDownF16MinTokens on: the down GEMM's input, as in prefill_forward
+      // fp16 output from kDownF16MinTokens on: the down GEMM's input, as in step_forward
       const bool down_f16 = h || T >= kDownF16MinTokens;
       GemmOut og;
       og.y = ws.ffh, og.ldy = 1536;
@@ -197,14 +197,14 @@ int main(int argc, char** argv) try {
                            3.0 * c.dim * c.hidden_dim);
   for (int T : tokens_list) {
     // Plain launches.
-    const Stat plain = time_ms([&] { prefill_forward(pm.weights(), ws, T, 0, 1, s); }, reps, s);
+    const Stat plain = time_ms([&] { step_forward(pm.weights(), ws, T, 0, 1, s); }, reps, s);
     // Graph of the same launches.
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    prefill_forward(pm.weights(), ws, T, 0, 1, s);  // warm statics before capture
+    step_forward(pm.weights(), ws, T, 0, 1, s);  // warm statics before capture
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    prefill_forward(pm.weights(), ws, T, 0, 1, s);
+    step_forward(pm.weights(), ws, T, 0, 1, s);
     CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     const Stat g = time_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }, reps, s, 5);

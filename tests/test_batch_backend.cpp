@@ -131,10 +131,10 @@ TEST(KvPages, SlotFollowsTheBlockTable) {
   EXPECT_EQ(kv.slot(b, 2), 6);
   EXPECT_EQ(kv.slot(a, 5), 9);
   expect_error([&] { kv.slot(a, 8); }, "has no position");
-  // A freed page is reused by the next grow.
+  // The page after a's last is free again: its next grow takes it.
   kv.remove(b);
   grow(kv, a, 1);
-  EXPECT_EQ(kv.slot(a, 8), 4);
+  EXPECT_EQ(kv.slot(a, 8), 12);
   for (int p = 0; p < kv.position(a); ++p) {
     const auto t = kv.block_table(a);
     EXPECT_EQ(kv.slot(a, p), t[p / 4] * 4 + p % 4);
@@ -242,6 +242,89 @@ TEST(KvPages, PrefixCacheOffMatchesNothing) {
   const int b = kv.add();
   EXPECT_EQ(kv.match_prefix(b, p), 0);
   EXPECT_EQ(kv.stats().cached_pages, 0);
+}
+
+std::vector<int> table(const KvPages& kv, int seq) {
+  return {kv.block_table(seq).begin(), kv.block_table(seq).end()};
+}
+
+TEST(KvPages, ASequenceGrowsIntoThePageAfterItsLast) {
+  KvPages kv(16, 4, 3, 64);
+  const int a = kv.add(), b = kv.add();
+  grow(kv, a, 4);  // page 0
+  grow(kv, b, 4);  // page 1
+  grow(kv, a, 4);  // page 1 is b's: the free list's next, 2
+  EXPECT_EQ(table(kv, a), (std::vector<int>{0, 2}));
+  EXPECT_FALSE(kv.consecutive(a));
+  grow(kv, a, 4);  // page 3 follows 2 and is free
+  EXPECT_EQ(table(kv, a), (std::vector<int>{0, 2, 3}));
+  kv.truncate(a, 4);  // back to page 0 alone; 2 and 3 free
+  EXPECT_TRUE(kv.consecutive(a));
+  kv.remove(b);  // 1 free, the free list's next
+  const int c = kv.add();
+  grow(kv, c, 12);  // 1, then the free pages after it
+  EXPECT_EQ(table(kv, c), (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(kv.consecutive(c));
+}
+
+TEST(KvPages, GatherMovesAPrefixHitsPagesIntoOneRun) {
+  KvPages kv(16, 4, 3, 64);
+  const std::vector<int> p = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  std::vector<PageCopy> copies;
+  const int a = kv.add();
+  kv.grow(a, p, copies);  // pages 0, 1, 2 (the last partial)
+  kv.publish(a);          // 0 and 1 cached
+  kv.remove(a);
+  const int b = kv.add();
+  grow(kv, b, 4);  // takes page 2, freed by a
+  const int c = kv.add();
+  EXPECT_EQ(kv.match_prefix(c, p), 8);
+  grow(kv, c, 2);  // page 2 is b's: out of order
+  const std::vector<int> before = table(kv, c);
+  ASSERT_EQ(before.size(), 3u);
+  EXPECT_EQ(before[0], 0);
+  EXPECT_EQ(before[1], 1);
+  EXPECT_FALSE(kv.consecutive(c));
+  const int free_before = kv.pages_free();
+  const std::vector<int> tb = table(kv, b);
+  copies.clear();
+  ASSERT_TRUE(kv.gather(c, 5, copies));
+  EXPECT_TRUE(kv.consecutive(c));
+  const std::vector<int> after = table(kv, c);
+  ASSERT_EQ(after.size(), before.size());
+  ASSERT_EQ(copies.size(), before.size());  // every page moved, contents copied in order
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(copies[i].src, before[i]);
+    EXPECT_EQ(copies[i].dst, after[i]);
+    EXPECT_EQ(after[i], after[0] + int(i));
+    EXPECT_NE(after[i], tb[0]);
+  }
+  EXPECT_EQ(kv.pages_free(), free_before);  // as many taken as released
+  EXPECT_EQ(table(kv, b), tb);
+  EXPECT_EQ(kv.position(c), 10);
+  // The cached pages stayed cached: a new sequence still finds them.
+  const int d = kv.add();
+  EXPECT_EQ(kv.match_prefix(d, p), 8);
+  EXPECT_EQ(kv.block_table(d)[0], 0);
+  // Its growth continues the run (the extra 5 tokens' pages were left free after it).
+  copies.clear();
+  EXPECT_TRUE(kv.gather(c, 5, copies));  // already consecutive: nothing to do
+  EXPECT_TRUE(copies.empty());
+  grow(kv, c, 5);
+  EXPECT_TRUE(kv.consecutive(c));
+}
+
+TEST(KvPages, GatherWithoutAFreeRunChangesNothing) {
+  KvPages kv(6, 4, 3, 64);
+  const int a = kv.add(), b = kv.add();
+  for (int i = 0; i < 3; ++i) grow(kv, a, 4), grow(kv, b, 4);  // a: 0 2 4, b: 1 3 5
+  kv.remove(b);                                                // free runs of one page
+  const std::vector<int> ta = table(kv, a);
+  std::vector<PageCopy> copies;
+  EXPECT_FALSE(kv.gather(a, 0, copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(table(kv, a), ta);
+  EXPECT_EQ(kv.pages_free(), 3);
 }
 
 // --- paged attention

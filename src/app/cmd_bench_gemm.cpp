@@ -2,7 +2,7 @@
 // cuda/dense_gemm.h) beats the quantized GEMM (cuda/gemm.h), on a real model file's shapes and
 // formats.
 //
-// For each row count T: the whole layer stack of prefill_forward (logit_rows 0) on the quantized
+// For each row count T: the whole layer stack of step_forward (logit_rows 0) on the quantized
 // GEMM and on the dense path, as CUDA-graph replays (median of --reps), and each dense GEMM of
 // layer 0 plus the lm_head alone with its achieved TFLOPS. Output: a table on stdout, one JSON
 // object per line in --json FILE.
@@ -90,7 +90,7 @@ int run(const Opts& o) {
   const ModelConfig& c = m.config;
   const int max_t = *std::max_element(rows_list.begin(), rows_list.end());
   PrefillModel pm(c, m.weights, max_t + 8, /*kv_half=*/true, /*dense=*/true);
-  PrefillWorkspace ws;
+  StepWorkspace ws;
   ws.reserve_dense(c, max_t, max_t);
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -104,15 +104,15 @@ int run(const Opts& o) {
   std::printf("%6s %10s %10s %8s | dense GEMM TFLOPS: %7s %7s %7s %7s %7s\n", "rows", "quant_ms",
               "dense_ms", "speedup", "qkv", "o", "gate_up", "down", "lm_head");
   for (int T : rows_list) {
-    PrefillWeights wq = pm.weights(), wd = pm.weights();
+    StepWeights wq = pm.weights(), wd = pm.weights();
     wq.dense_rows = INT_MAX;  // always the quantized GEMM
     wd.dense_rows = 1;        // always the dense path
-    // Embedding skipped (token_embd set: prefill_forward would embed; the rows of ws.x are reused).
+    // Embedding skipped (token_embd set: step_forward would embed; the rows of ws.x are reused).
     wq.token_embd = wd.token_embd = DevMat{};
     // Activations of realistic magnitude, not zeros (they would time faster than real data).
     CUDA_CHECK(cudaMemset(ws.x, 0x3c, sizeof(float) * (size_t)T * c.dim));
-    const double tq = graph_ms([&] { prefill_forward(wq, ws, T, 0, 0, s); }, reps, s);
-    const double td = graph_ms([&] { prefill_forward(wd, ws, T, 0, 0, s); }, reps, s);
+    const double tq = graph_ms([&] { step_forward(wq, ws, T, 0, 0, s); }, reps, s);
+    const double td = graph_ms([&] { step_forward(wd, ws, T, 0, 0, s); }, reps, s);
     const DenseLayer& D = pm.weights().layers[0].dense;
     auto tflops = [&](const uint16_t* w, int rows, int cols) {
       const double ms = graph_ms(

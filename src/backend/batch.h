@@ -82,6 +82,9 @@ struct SeqStep {
   // logits of the last token are -inf, for sampling and in the returned logits (logprobs then
   // describe the constrained distribution). An all-zero mask samples token 0.
   std::span<const uint32_t> allowed;
+  // The caller ends the sequence after this step's token (its token budget is spent): an engine
+  // that launches a sequence's next step ahead (the CUDA engine's speculation) launches none.
+  bool last = false;
 };
 
 struct SeqResult {
@@ -128,6 +131,7 @@ class BatchBackend {
   // Returns its pages to the pool; the id may be reused. Unknown ids: Error.
   virtual void free_sequence(int seq) { kv_->remove(seq); }
   int position(int seq) const { return kv_->position(seq); }
+  std::span<const int> block_table(int seq) const { return kv_->block_table(seq); }
   // Keep positions [0, pos) of seq (pages past them go back to the pool).
   virtual void rollback(int seq, int pos) { kv_->truncate(seq, pos); }
   // Pages seq must take from the pool to grow by n_tokens (0 when its last page has room; one

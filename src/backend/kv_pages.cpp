@@ -34,7 +34,11 @@ KvPages::KvPages(int n_pages, int page_size, int max_seqs, int seq_ctx, bool pre
     fail("KV pool: ", n_pages, " pages of ", page_size, " tokens exceed 2^31 slots");
   pages_.resize(n_pages);
   free_.reserve(n_pages);
-  for (int p = n_pages - 1; p >= 0; --p) free_.push_back(p);  // page 0 is taken first
+  free_at_.assign(n_pages, -1);
+  for (int p = n_pages - 1; p >= 0; --p) {  // page 0 is taken first
+    free_at_[p] = static_cast<int>(free_.size());
+    free_.push_back(p);
+  }
   seqs_.resize(max_seqs);
 }
 
@@ -58,11 +62,20 @@ uint64_t KvPages::chain(uint64_t parent, std::span<const int> toks) const {
   return h == 0 ? 1 : h;  // 0 stands for "no parent"
 }
 
-int KvPages::take_page() {
+int KvPages::take_page(int want) {
   int p;
-  if (!free_.empty()) {
+  if (want >= 0 && want < n_pages_ && free_at_[want] >= 0) {
+    // Out of free_ in O(1): the last entry takes its place.
+    const int i = free_at_[want];
+    free_[i] = free_.back();
+    free_at_[free_[i]] = i;
+    free_.pop_back();
+    free_at_[want] = -1;
+    p = want;
+  } else if (!free_.empty()) {
     p = free_.back();
     free_.pop_back();
+    free_at_[p] = -1;
   } else {
     if (lru_.empty()) fail("KV pool: no page left");  // callers check pages_free() first
     p = lru_.front();
@@ -96,8 +109,15 @@ void KvPages::release(int page) {
     lru_.push_back(page);
     pg.lru = std::prev(lru_.end());
   } else {
+    free_at_[page] = static_cast<int>(free_.size());
     free_.push_back(page);
   }
+}
+
+void KvPages::push_page(Seq& s, int page) {
+  if (s.run == static_cast<int>(s.pages.size()) && (s.pages.empty() || page == s.pages.back() + 1))
+    ++s.run;
+  s.pages.push_back(page);
 }
 
 int KvPages::add() {
@@ -145,17 +165,20 @@ void KvPages::grow(int seq, std::span<const int> tokens, std::vector<PageCopy>& 
     fail("the KV pool has ", pages_free(), " free pages; ", need, " are needed");
   if (n > 0 && s.pos % page_size_ != 0 && !writable(s.pages.back())) {
     // The first new row lands in a page others hold or the cache keeps: write a private copy.
-    const int q = take_page();
+    const int last = s.pages.back();
+    s.pages.pop_back();
+    s.run = std::min(s.run, static_cast<int>(s.pages.size()));
+    const int q = take_page(s.pages.empty() ? -1 : s.pages.back() + 1);
     hold(q);
-    copies.push_back({s.pages.back(), q});
-    release(s.pages.back());
-    s.pages.back() = q;
+    copies.push_back({last, q});
+    release(last);
+    push_page(s, q);
   }
   const int64_t want = (s.pos + n + page_size_ - 1) / page_size_;
   while (static_cast<int64_t>(s.pages.size()) < want) {
-    const int p = take_page();
+    const int p = take_page(s.pages.empty() ? -1 : s.pages.back() + 1);
     hold(p);
-    s.pages.push_back(p);
+    push_page(s, p);
   }
   s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
   s.pos += static_cast<int>(n);
@@ -198,7 +221,7 @@ int KvPages::match_prefix(int seq, std::span<const int> tokens) {
     const Page& pg = pages_[it->second];
     if (pg.parent != parent || !std::equal(toks.begin(), toks.end(), pg.toks.begin())) break;
     hold(it->second);
-    s.pages.push_back(it->second);
+    push_page(s, it->second);
     s.keys.push_back(key);
     parent = key;
   }
@@ -228,6 +251,8 @@ void KvPages::truncate(int seq, int pos) {
     release(s.pages.back());
     s.pages.pop_back();
   }
+  s.run = std::min(s.run, static_cast<int>(s.pages.size()));
+  s.gather_tried = -1;
   s.tokens.resize(pos);
   s.keys.resize(std::min(s.keys.size(), static_cast<size_t>(pos / page_size_)));
   s.pos = pos;
@@ -243,6 +268,45 @@ int KvPages::slot(int seq, int pos) const {
 std::span<const int> KvPages::block_table(int seq) const {
   check(seq);
   return seqs_[seq].pages;
+}
+
+bool KvPages::consecutive(int seq) const {
+  check(seq);
+  return seqs_[seq].run == static_cast<int>(seqs_[seq].pages.size());
+}
+
+bool KvPages::gather(int seq, int extra, std::vector<PageCopy>& copies) {
+  if (consecutive(seq)) return true;
+  Seq& s = seqs_[seq];
+  const int have = static_cast<int>(s.pages.size());
+  if (s.gather_tried == have) return false;
+  const int64_t need = (s.pos + std::max<int64_t>(extra, 0) + page_size_ - 1) / page_size_;
+  // The longest run of never-used free pages (their successors stay free for growth), first one
+  // of that length.
+  int best = -1, best_len = 0;
+  for (int p = 0; p < n_pages_;) {
+    if (free_at_[p] < 0) {
+      ++p;
+      continue;
+    }
+    int e = p + 1;
+    while (e < n_pages_ && free_at_[e] >= 0) ++e;
+    if (e - p > best_len) best = p, best_len = e - p;
+    p = e;
+  }
+  if (best_len < need) {
+    s.gather_tried = have;
+    return false;
+  }
+  for (int i = 0; i < have; ++i) {
+    const int q = take_page(best + i);
+    hold(q);
+    copies.push_back({s.pages[i], q});
+    release(s.pages[i]);
+    s.pages[i] = q;
+  }
+  s.run = have;
+  return true;
 }
 
 }  // namespace smolrt

@@ -90,6 +90,17 @@ class KvPages {
   int slot(int seq, int pos) const;
   // The sequence's pages in order (ceil(position / page_size) of them).
   std::span<const int> block_table(int seq) const;
+  // Whether the sequence's pages are consecutive (page i = page 0 + i), so a row's slot follows
+  // from the first page alone. A sequence grows into the page after its last where that one is
+  // free, so a lone sequence's pages stay consecutive while the pool has room after them.
+  bool consecutive(int seq) const;
+  // Makes the sequence's pages consecutive when they are not (a prefix hit's cached pages, then
+  // its own) and the pool has a run of never-used free pages for them and `extra` more tokens: each
+  // page moves to the run (appended to `copies`, which the backend performs before the step's
+  // forward pass; the old pages are released, cached ones stay cached). For a sequence that runs
+  // alone, whose attention is faster over consecutive pages. Returns whether they are consecutive
+  // now; a run is looked for once per page count of the sequence (the scan is O(pages_total)).
+  bool gather(int seq, int extra, std::vector<PageCopy>& copies);
 
  private:
   struct Page {
@@ -104,13 +115,17 @@ class KvPages {
     bool used = false;
     int pos = 0;
     std::vector<int> pages;
+    int run = 0;            // pages[0, run) are consecutive
+    int gather_tried = -1;  // pages.size() when gather last found no run
     std::vector<int> tokens;
     std::vector<uint64_t> keys;  // hash chain of its published full pages
   };
   void check(int seq) const;
-  int take_page();         // a free page, else the least recently used cached one
-  void release(int page);  // one holder fewer
-  void hold(int page);     // one holder more (leaves the LRU list if it was there)
+  // A free page (`want` if it is one), else the least recently used cached one.
+  int take_page(int want = -1);
+  void push_page(Seq& s, int page);  // appends a held page, keeping `run`
+  void release(int page);            // one holder fewer
+  void hold(int page);               // one holder more (leaves the LRU list if it was there)
   bool writable(int page) const { return pages_[page].ref == 1 && !pages_[page].cached; }
   void uncache(int page);
   uint64_t chain(uint64_t parent, std::span<const int> toks) const;
@@ -119,8 +134,9 @@ class KvPages {
   bool cache_on_;
   int live_ = 0;
   std::vector<Page> pages_;
-  std::vector<int> free_;  // pages never cached and unheld; taken from the back
-  std::list<int> lru_;     // cached pages nobody holds, least recently released first
+  std::vector<int> free_;     // pages never cached and unheld; taken from the back
+  std::vector<int> free_at_;  // each page's index in free_, or -1
+  std::list<int> lru_;        // cached pages nobody holds, least recently released first
   std::unordered_map<uint64_t, int> map_;
   std::vector<Seq> seqs_;
   PrefixStats stats_;

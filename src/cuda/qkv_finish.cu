@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) qkv_finish_kernel(const QkvFinishArg
     size_t cache_at = 0;
     float x = 0.f;
     if (live) {
-      pos = a.pos_dev ? *a.pos_dev : a.row_pos ? a.row_pos[row] : a.pos0 + row;
+      pos = a.row_pos ? a.row_pos[row] : a.pos0 + row;
       const int crow = a.row_slot ? a.row_slot[row] : cache_row(pos, a.ring);
       cache_at = (size_t)crow * kv_dim + hh * hd + d;
       const float* src =
@@ -110,7 +110,6 @@ void qkv_finish(const QkvFinishArgs& a, const Launch& s) {
          kMaxHeadDim);
   if (a.ldq < a.n_heads * a.head_dim || a.ldkv < a.n_kv_heads * a.head_dim)
     fail("qkv_finish: ldq/ldkv smaller than the heads' width");
-  if (a.pos_dev && a.n != 1) fail("qkv_finish: a device position slot serves one row only");
   if (a.ring < 0 || (a.ring > 0 && a.row_slot))
     fail("qkv_finish: ring ", a.ring, " with row slots");
   const int ht = (a.head_dim + 31) / 32 * 32, rows = kThreads / ht;

@@ -26,10 +26,8 @@ struct QkvFinishArgs {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   bool kv_half = false;
-  // Row i's position: *pos_dev (n must be 1; the decode step's device slot), else row_pos[i],
-  // else pos0 + i. Its K/V go to cache row row_slot[i] when set (a paged pool's slot), else to
-  // its position.
-  const int* pos_dev = nullptr;
+  // Row i's position: row_pos[i] (device), else pos0 + i. Its K/V go to cache row row_slot[i]
+  // when set (a paged pool's slot), else to its position.
   const int* row_pos = nullptr;
   const int* row_slot = nullptr;
   int pos0 = 0;

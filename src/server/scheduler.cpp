@@ -619,6 +619,7 @@ void Scheduler::run_step() {
     s.seq = e->seq;
     s.tokens = std::span<const int>(e->ctx).subspan(e->n_done, n);
     s.sample = e->n_done + n == static_cast<int>(e->ctx.size()) && e->n_gen < e->max_gen;
+    s.last = s.sample && e->n_gen + 1 == e->max_gen;
     s.params = e->sampler.params();
     s.u = s.sample ? e->sampler.step_draw() : 0.0f;
     if (s.sample && e->matcher) s.allowed = mask_words(*e->matcher, n_vocab, e->mask_buf);

@@ -383,32 +383,61 @@ TEST(CudaBatch, FreedPagesAreReused) {
   EXPECT_LT(rel_l2(r3[0].logits.data(), r1[0].logits.data(), V), 2e-3);
 }
 
+// `first`, then n greedy tokens of seq by one-row steps.
+std::vector<int> continue_greedy(BatchBackend& b, int seq, int first, int n) {
+  std::vector<int> t = {first};
+  for (int i = 0; i < n; ++i)
+    t.push_back(
+        b.step(std::vector<SeqStep>{greedy(seq, std::span<const int>(&t.back(), 1))})[0].token);
+  return t;
+}
+
 // A prompt whose first pages a finished sequence left in the prefix cache: the rest of it and the
 // greedy continuation as without the cache (the bound: a chunk of other length runs other GEMM
-// tiles over the same rows).
+// tiles over the same rows). Alone, the remainder lands in the page after the hit's; with a
+// neighbour holding that page it lands out of order, and the sequence's first one-row step (alone
+// in its step) moves its pages into one run of the pool (KvPages::gather) before it runs. The
+// cached pages stay where they were for the next hit.
 TEST(CudaBatch, PrefixCachedPromptMatchesUncached) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
-  auto b = make_batch(model);
-  const std::vector<int> prompt = prompt_of(41, V, 61);
-  const int a = b->add_sequence();
-  auto ra = b->step(std::vector<SeqStep>{greedy(a, prompt)});
-  std::vector<int> want = {ra[0].token};
-  for (int i = 0; i < 4; ++i)
-    want.push_back(
-        b->step(std::vector<SeqStep>{greedy(a, std::span<const int>(&want.back(), 1))})[0].token);
-  b->free_sequence(a);
-  const int c = b->add_sequence();
-  ASSERT_EQ(b->match_prefix(c, prompt), 32);
-  EXPECT_EQ(b->prefix_stats().cached_tokens, 32);
-  const auto rc =
-      b->step(std::vector<SeqStep>{greedy(c, std::span<const int>(prompt).subspan(32))});
-  EXPECT_LT(rel_l2(rc[0].logits.data(), ra[0].logits.data(), V), 5e-3);
-  std::vector<int> got = {rc[0].token};
-  for (int i = 0; i < 4; ++i)
-    got.push_back(
-        b->step(std::vector<SeqStep>{greedy(c, std::span<const int>(&got.back(), 1))})[0].token);
-  EXPECT_EQ(got, want);
+  for (const bool neighbour : {false, true}) {
+    SCOPED_TRACE(neighbour ? "a neighbour holds the page after the hit's" : "alone");
+    auto b = make_batch(model);
+    const std::vector<int> prompt = prompt_of(41, V, 61);
+    const int a = b->add_sequence();
+    auto ra = b->step(std::vector<SeqStep>{greedy(a, prompt)});
+    const std::vector<int> want = continue_greedy(*b, a, ra[0].token, 6);
+    b->free_sequence(a);
+    if (neighbour) {  // takes the page a's last was
+      const int z = b->add_sequence();
+      b->step(std::vector<SeqStep>{greedy(z, prompt_of(5, V, 62))});
+    }
+    const int c = b->add_sequence();
+    ASSERT_EQ(b->match_prefix(c, prompt), 32);
+    EXPECT_EQ(b->prefix_stats().cached_tokens, 32);
+    const auto rc =
+        b->step(std::vector<SeqStep>{greedy(c, std::span<const int>(prompt).subspan(32))});
+    auto run = [&](int seq) {
+      const std::span<const int> t = b->block_table(seq);
+      for (size_t i = 1; i < t.size(); ++i)
+        if (t[i] != t[0] + int(i)) return false;
+      return true;
+    };
+    const int hit_page = b->block_table(c)[0];
+    EXPECT_EQ(run(c), !neighbour);
+    EXPECT_LT(rel_l2(rc[0].logits.data(), ra[0].logits.data(), V), 5e-3);
+    EXPECT_EQ(continue_greedy(*b, c, rc[0].token, 6), want);
+    EXPECT_TRUE(run(c));
+    EXPECT_EQ(b->block_table(c)[0] != hit_page, neighbour);
+    b->free_sequence(c);
+    const int d = b->add_sequence();
+    ASSERT_EQ(b->match_prefix(d, prompt), 32);
+    EXPECT_EQ(b->block_table(d)[0], hit_page);
+    const auto rd =
+        b->step(std::vector<SeqStep>{greedy(d, std::span<const int>(prompt).subspan(32))});
+    EXPECT_EQ(rd[0].token, want[0]);
+  }
 }
 
 // n > 1: a forked sequence shares the prompt's pages; both write into the shared last page
@@ -436,6 +465,30 @@ TEST(CudaBatch, ForkedSequencesMatchFreshOnes) {
     EXPECT_LT(rel_l2(res.logits.data(), fresh[0].logits.data(), V), 5e-3) << "token " << tok;
     EXPECT_EQ(res.token, fresh[0].token);
   }
+}
+
+// A step marked last (the caller's token budget ends with it) launches no next step ahead: the
+// step after it, asked anyway, runs as a plain one.
+TEST(CudaBatch, ALastStepLaunchesNothingAhead) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  const std::vector<int> prompt = prompt_of(5, V, 81);
+  const int a = b->add_sequence();
+  int tok = b->step(std::vector<SeqStep>{greedy(a, prompt, 0)})[0].token;
+  auto next = [&](bool last) {
+    SeqStep s = greedy(a, std::span<const int>(&tok, 1), 0);
+    s.last = last;
+    tok = b->step(std::vector<SeqStep>{s})[0].token;
+  };
+  next(false);  // launches the next ahead
+  const int64_t ahead = b->steps_ahead();
+  next(false);  // adopted, launches the next
+  EXPECT_EQ(b->steps_ahead(), ahead + 1);
+  next(true);  // adopted, launches nothing
+  EXPECT_EQ(b->steps_ahead(), ahead + 2);
+  next(false);  // a plain step
+  EXPECT_EQ(b->steps_ahead(), ahead + 2);
 }
 
 // Speculation (one-row greedy steps launched before the host has read the id they continue):

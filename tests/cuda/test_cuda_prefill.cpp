@@ -73,7 +73,7 @@ std::vector<float> sequential_all(Backend& b, const std::vector<int>& toks) {
 
 // Logits bound (relative L2 per row): the batched GEMMs run on tensor cores with fp16 operands
 // (~6e-4 relative per GEMM, in the prefill notes kept in git history: `git log -- bench/results`;
-// test_prefill_forward.cpp measures well under 1e-2 on 2 layers with an fp16 cache); here the
+// test_step_forward.cpp measures well under 1e-2 on 2 layers with an fp16 cache); here the
 // cache is fp32 (the decode one) but 30 layers compound, so the prefill kernels' own stated
 // bound, 2e-2, is kept.
 constexpr double kBound = 2e-2;

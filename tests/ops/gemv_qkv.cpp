@@ -66,7 +66,7 @@ void check_qkv(GgmlType tq, GgmlType tkv, const QkvShape& s, int pos, int n_ctx,
   if (!rope_in_epilogue) {
     cuda::QkvFinishArgs f;
     f.q = q.p(), f.ldq = q_dim, f.k = k.p(), f.v = v.p(), f.ldkv = kv_dim;
-    f.k_cache = kcache, f.v_cache = vcache, f.pos_dev = dpos.p(), f.kv_half = half;
+    f.k_cache = kcache, f.v_cache = vcache, f.row_pos = dpos.p(), f.kv_half = half;
     f.n_heads = s.n_heads, f.n_kv_heads = s.n_kv, f.head_dim = s.head_dim;
     f.rope_dim = s.rope_dim, f.rope_base = s.base;
     cuda::qkv_finish(f, nullptr);

@@ -1,13 +1,15 @@
 // qkv_finish: the Q/K/V finishing kernel of every architecture switch (qkv_finish.h: biases,
 // per-head RMSNorm of Q and K, normal or NeoX RoPE with per-layer bases and llama3 frequency
-// factors, K/V into the cache) against float64 loops of the same arithmetic (the CPU path's
-// head_rmsnorm and rope_ext, composed), and its argument checks.
+// factors, K/V into the cache) against its CPU twin cpu::qkv_finish row by row, and its argument
+// checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
+#include "backend/cpu/ops.h"
 #include "core/error.h"
 #include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
@@ -30,27 +32,6 @@ struct FinishCase {
   bool bias, norm, neox, factors, half;
   int ring = 0;  // > 0: no slots, K/V of position p at row p % ring (a sliding-window ring cache)
 };
-
-// The reference of one head vector in double: + bias, RMSNorm with weight, RoPE.
-void ref_head(double* v, const float* bias, const float* nw, int hd, int rope_dim, bool neox,
-              const float* factors, double base, int pos, double eps) {
-  for (int d = 0; d < hd; ++d) v[d] += bias ? bias[d] : 0.0;
-  if (nw) {
-    double ss = 0;
-    for (int d = 0; d < hd; ++d) ss += v[d] * v[d];
-    const double r = 1.0 / std::sqrt(ss / hd + eps);
-    for (int d = 0; d < hd; ++d) v[d] = v[d] * r * nw[d];
-  }
-  for (int i = 0; i < rope_dim / 2; ++i) {
-    double f = std::pow(base, -2.0 * i / rope_dim);
-    if (factors) f /= factors[i];
-    const double th = pos * f, c = std::cos(th), s = std::sin(th);
-    const int a = neox ? i : 2 * i, b = neox ? i + rope_dim / 2 : 2 * i + 1;
-    const double x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x0 * s + x1 * c;
-  }
-}
 
 // n rows: 13 fill whole groups of rows and a partial one at every head_dim; 1,100 make a grid past
 // a few resident waves, so each block takes several groups in turn.
@@ -107,42 +88,33 @@ void check_finish(const FinishCase& fc, int n = 13) {
     CUDA_CHECK(cudaMemcpy(gk.data(), kc.get(), kc.size(), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(gv.data(), vc.get(), vc.size(), cudaMemcpyDeviceToHost));
   }
-  // fp32 kernel vs double: a few ulps of the norm and sincosf, and the fp32 angle pos * freq,
-  // whose two roundings (2^-24 relative each) grow with the position: 2^-22 per unit of the last
-  // position bounds them with room (~1.2e-5 at position 50, ~2.7e-4 at 1,136). fp16 caches round
-  // to 2^-11 relative.
+  // The fp32 kernel vs its twin (fp32, angles from double, so within ~1e-6 of exact): a few ulps
+  // of the norm and sincosf, and the kernel's fp32 angle pos * freq, whose two roundings (2^-24
+  // relative each) grow with the position: 2^-22 per unit of the last position bounds them with
+  // room (~1.2e-5 at position 50, ~2.7e-4 at 1,136). fp16 caches round to 2^-11 relative.
   const double tol = (fc.half ? 2e-3 : 1e-5) + (pos0 + n) * std::ldexp(1.0, -22);
   std::vector<bool> written(slots, false);
+  const cpu::QkvFinishShape shape{fc.n_heads, fc.n_kv, fc.hd, fc.rope_dim, fc.neox, eps};
+  std::vector<float> cs(fc.rope_dim), rq(q_dim), rk(kv_dim), rv(kv_dim);
   for (int i = 0; i < n; ++i) {
     const int pos = pos0 + i;
     written[slot[i]] = true;
-    for (int h = 0; h < fc.n_heads + 2 * fc.n_kv; ++h) {
-      const int seg = h < fc.n_heads ? 0 : h < fc.n_heads + fc.n_kv ? 1 : 2;
-      const int hh = seg == 0 ? h : seg == 1 ? h - fc.n_heads : h - fc.n_heads - fc.n_kv;
-      const float* src = (seg == 0 ? q.data() + (size_t)i * q_dim
-                                   : (seg == 1 ? k.data() : v.data()) + (size_t)i * kv_dim) +
-                         hh * fc.hd;
-      std::vector<double> ref(src, src + fc.hd);
-      const float* b = !fc.bias ? nullptr
-                                : (seg == 0   ? bq
-                                   : seg == 1 ? bk
-                                              : bv)
-                                          .data() +
-                                      hh * fc.hd;
-      if (seg == 2) {
-        for (int d = 0; d < fc.hd; ++d) ref[d] += b ? b[d] : 0.0;
-      } else {
-        ref_head(ref.data(), b, fc.norm ? (seg == 0 ? qn : kn).data() : nullptr, fc.hd, fc.rope_dim,
-                 fc.neox, fc.factors ? fac.data() : nullptr, base, pos, eps);
-      }
-      for (int d = 0; d < fc.hd; ++d) {
-        const float got = seg == 0   ? gq[(size_t)i * q_dim + hh * fc.hd + d]
-                          : seg == 1 ? gk[(size_t)slot[i] * kv_dim + hh * fc.hd + d]
-                                     : gv[(size_t)slot[i] * kv_dim + hh * fc.hd + d];
-        ASSERT_NEAR(got, ref[d], tol * (1.0 + std::fabs(ref[d])))
-            << "row " << i << " segment " << seg << " head " << hh << " dim " << d;
-      }
-    }
+    // The CPU twin on this row.
+    std::copy_n(q.data() + (size_t)i * q_dim, q_dim, rq.data());
+    std::copy_n(k.data() + (size_t)i * kv_dim, kv_dim, rk.data());
+    std::copy_n(v.data() + (size_t)i * kv_dim, kv_dim, rv.data());
+    cpu::rope_angles(cs.data(), fc.rope_dim, pos, base, fc.factors ? fac.data() : nullptr);
+    cpu::qkv_finish(rq.data(), rk.data(), rv.data(), shape, fc.bias ? bq.data() : nullptr,
+                    fc.bias ? bk.data() : nullptr, fc.bias ? bv.data() : nullptr,
+                    fc.norm ? qn.data() : nullptr, fc.norm ? kn.data() : nullptr, cs.data());
+    auto expect = [&](const float* got, const float* ref, int len, int seg) {
+      for (int e = 0; e < len; ++e)
+        ASSERT_NEAR(got[e], ref[e], tol * (1.0 + std::fabs(ref[e])))
+            << "row " << i << " segment " << seg << " element " << e;
+    };
+    expect(gq.data() + (size_t)i * q_dim, rq.data(), q_dim, 0);
+    expect(gk.data() + (size_t)slot[i] * kv_dim, rk.data(), kv_dim, 1);
+    expect(gv.data() + (size_t)slot[i] * kv_dim, rv.data(), kv_dim, 2);
   }
   // Pool rows no token maps to were not written (still the 0xff poison: NaN in both widths).
   for (int r = 0; r < slots; ++r) {

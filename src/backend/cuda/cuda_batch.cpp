@@ -1,11 +1,13 @@
 // CudaBatchBackend: the multi-sequence backend (backend/batch.h) on one GPU.
 //
 // One step() = one pass over the weights for every row of the step (decode tokens and prompt
-// chunks of many sequences together): the batched prefill's layer kernels (prefill_forward with
-// StepRows: per-row positions, K/V written to paged pool slots, attention_paged over each row's
-// own sequence), then the rows that need an output are gathered and go through the final norm +
-// lm_head as one tensor-core GEMM, and greedy rows are argmaxed on the GPU. Sampled rows run the
-// GPU sampler (cuda/sample.h) per row; only token ids (and logits where asked) come back.
+// chunks of many sequences together): the layer loop (step_forward with StepRows: per-row
+// positions, K/V written to paged pool slots, attention over each row's own sequence), then the
+// rows that need an output are gathered and go through the final norm + lm_head as one
+// tensor-core GEMM, and greedy rows are argmaxed on the GPU. A one-row step (a lone sequence's
+// decode) runs the same loop on the GEMVs and the split decode attention, then the lm_head GEMV
+// with the argmax fused. Sampled rows run the GPU sampler (cuda/sample.h) per row; only token ids
+// (and logits where asked) come back.
 //
 // A step that is one sequence's prompt chunk alone (a prompt with nothing else to run, as `run`
 // and `bench` send) takes its attention as attention_prefill over that sequence's block table: the
@@ -49,7 +51,6 @@
 #include "backend/batch.h"
 #include "backend/cpu/sample.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/decode_layer.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/prefill_model.h"
 #include "backend/kv_pages.h"
@@ -124,16 +125,20 @@ class CudaBatchBackend final : public BatchBackend {
   // forward() as the bucket's graph (captured on first use), or plain launches without graphs.
   // par: which of the two id slots a one-row step writes (0 for the others).
   void launch(int nb, int mb, int splits, bool masked, int par, bool chunk);
-  // Whether the step after `batch` (just staged) is worth launching now (see the file comment).
-  bool speculable(std::span<const SeqStep> batch) const;
+  // Whether the step after `batch` (just staged) is worth launching now (see the file comment);
+  // with adopting, whether `batch` is such a step (its `last` aside: it may end the sequence).
+  bool speculable(std::span<const SeqStep> batch, bool adopting = false) const;
   // Launches the next step of seq, its token the id the one-row step of parity `par` chooses.
   void speculate(int seq, int par);
   std::vector<SeqResult> adopt(const SeqStep& s);
   // Brings seq's row of the host table mirror up to its block table; true if it changed (the
   // step then copies the changed rows to the device in one copy).
   bool stage_tables(int seq);
-  // Copies rows [src, src + n) of layer l's K and V to [dst, dst + n) (a page copy or a ring).
+  // Copies rows [src, src + n) of layer l's K and V to [dst, dst + n) (a ring).
   void copy_rows(int l, int src, int dst, int n);
+  // The same in every layer that keeps the paged pool (not the rings): one 2D copy per run of
+  // such layers, whose K and V lie equally spaced.
+  void copy_pool_rows(int src, int dst, int n);
   // Ring slot of position pos of sequence (slot) seq in a sliding-window layer (0 without rings).
   int ring_slot(int seq, int pos) const {
     const int ps = kv_->page_size();
@@ -151,8 +156,8 @@ class CudaBatchBackend final : public BatchBackend {
   // Sliding-window layers keep a ring of ring_pages_ pages per sequence (0: they use the paged
   // pool like the others); ring page i of sequence s is page s * ring_pages_ + i.
   int ring_pages_ = 0;
-  cuda::PrefillWeights pw_;
-  cuda::PrefillWorkspace ws_;
+  cuda::StepWeights pw_;
+  cuda::StepWorkspace ws_;
   cuda::DeviceBuffer dev_;   // staging mirror + tables + gathered rows + sampled ids + history
   cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids (carve_host)
   // Staging layout (ints, both sides): one array [nb] per field for a step of bucket nb (<= cap):
@@ -465,8 +470,7 @@ void CudaBatchBackend::stage_padding(int from, int nb) {
 // the latter), eagerly: their graphs are keyed by the splits a step's contexts need, captured when
 // a shape first comes. The one-row graphs are captured here.
 void CudaBatchBackend::warm_up() {
-  if (spec_.on) CUDA_CHECK(cudaStreamSynchronize(stream_));
-  spec_.on = false;
+  spec_.on = false;  // a pending one runs first (stream order); stage() waits for it
   auto stage = [&](int nb, int mb, bool chunk) {
     // The staging block is pinned host memory: the last step's copy must have read it.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -521,6 +525,20 @@ void CudaBatchBackend::copy_rows(int l, int src, int dst, int n) {
   }
 }
 
+void CudaBatchBackend::copy_pool_rows(int src, int dst, int n) {
+  const size_t row = size_t(c_.kv_dim()) * (pw_.kv_half ? 2 : 4);
+  auto pooled = [&](int l) { return !(ring_pages_ && c_.is_swa(l)); };
+  for (int l = 0, e; l < c_.n_layers; l = e) {
+    e = l + 1;
+    if (!pooled(l)) continue;
+    while (e < c_.n_layers && pooled(e)) ++e;
+    char* k = static_cast<char*>(pw_.layers[l].k_cache);
+    const size_t pitch = static_cast<char*>(pw_.layers[l].v_cache) - k;
+    CUDA_CHECK(cudaMemcpy2DAsync(k + dst * row, pitch, k + src * row, pitch, n * row,
+                                 2 * size_t(e - l), cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
 void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out, bool chunk) {
   const cuda::Launch k = kernels();
   cuda::StepRows rows;
@@ -540,44 +558,18 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
   };
   cuda::embed(dw_.token_embd, d_st(kTok, nb), nb, ws_.x, c_.dim, k, c_.embed_scale);
   if (nb == 1) {
-    // One row: the decode step's kernels, GEMVs and the split decode attention over the row's
-    // block table, built for latency and faster for a lone sequence than the GEMM path.
+    // One row: the GEMVs and the split decode attention over the table staged with the step,
+    // built for latency and faster for a lone sequence than the GEMM path.
+    rows.row_table = d_st_ + kStaged, rows.decode_scratch = attn1_, rows.seq_ctx = kv_->seq_ctx();
+    const float* x = cuda::step_forward(pw_, ws_, 1, 0, /*logit_rows=*/0, k, &rows);
     const float eps = c_.norm_eps;
-    // The residual stream: row 0 of ws_.x, row 1 its second buffer (decode_layer.h).
-    cuda::DecodeResidual res(c_, ws_.x, ws_.x + c_.dim, ws_.tmp, /*fuse=*/true);
-    for (int l = 0; l < c_.n_layers; ++l) {
-      const cuda::DevLayer& L = dw_.layers[l];
-      const cuda::PrefillLayerWeights& P = pw_.layers[l];
-      const cuda::StepRows lr = rows.for_layer(c_, l);
-      const float* x = nullptr;
-      cuda::ResidualIn ri = res.take(&x);
-      cuda::step_qkv(c_, dw_, l, x, L.attn_norm, lr.pos, lr.slot, ws_.q, ws_.k, ws_.v, P.k_cache,
-                     P.v_cache, k, pw_.kv_half, ri);
-      // A ring layer's table is its fixed ring table; the others read the staged one.
-      const bool ring = ring_pages_ && c_.is_swa(l);
-      const cuda::AttnPages pages{ring ? lr.tables : d_st_ + kStaged,
-                                  ring ? lr.seq : nullptr,
-                                  lr.table_stride,
-                                  lr.page_size,
-                                  pw_.kv_half,
-                                  lr.consecutive};
-      cuda::attention_decode(ws_.att, ws_.q, P.k_cache, P.v_cache, lr.pos, kv_->seq_ctx(),
-                             c_.n_heads, c_.n_kv_heads, c_.head_dim, attn1_, k, pages,
-                             c_.is_swa(l) ? c_.sliding_window : 0, c_.attn_scale);
-      res.add(L.wo, ws_.att, L.post_attn_norm, k);
-      ri = res.take(&x);
-      cuda::gemv_gate_up(L.w_gate, L.w_up, x, L.ffn_norm, eps, ws_.ffh, k, static_cast<int>(c_.act),
-                         ri);
-      res.add(L.w_down, ws_.ffh, L.post_ffn_norm, k);
-    }
-    res.flush(k);
     if (masked) {  // the logits first, masked, then their argmax
-      cuda::gemv(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits, /*accumulate=*/false, k);
+      cuda::gemv(dw_.output, x, dw_.output_norm, eps, ws_.logits, /*accumulate=*/false, k);
       return mask_and_argmax();
     }
     // lm_head with argmax stage 1 fused, then stage 2 (the decode step's pair).
-    const int parts = cuda::gemv_argmax(dw_.output, res.x(), dw_.output_norm, eps, ws_.logits,
-                                        d_part_v_, d_part_i_, k);
+    const int parts =
+        cuda::gemv_argmax(dw_.output, x, dw_.output_norm, eps, ws_.logits, d_part_v_, d_part_i_, k);
     // Hand-off: the staging becomes that of this sequence's next one-row step (speculate).
     // (The ring slot too: unused without rings.)
     const cuda::StepHandoff next{d_st_ + kTok, d_st_,
@@ -585,7 +577,7 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
     cuda::argmax_final(d_part_v_, d_part_i_, parts, out, k, next);
     return;
   }
-  cuda::prefill_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, k, &rows);
+  cuda::step_forward(pw_, ws_, nb, 0, /*logit_rows=*/0, k, &rows);
   cuda::gather_rows(ws_.x, c_.dim, d_st(kOutRow, nb), mb, c_.dim, d_xo_, k);
   if (mb == 1) {  // one output row (a lone prompt's last token): the decode step's lm_head GEMV
     cuda::gemv(dw_.output, d_xo_, dw_.output_norm, c_.norm_eps, ws_.logits, /*accumulate=*/false,
@@ -608,13 +600,14 @@ void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out
   mask_and_argmax();
 }
 
-bool CudaBatchBackend::speculable(std::span<const SeqStep> batch) const {
+bool CudaBatchBackend::speculable(std::span<const SeqStep> batch, bool adopting) const {
   if (!speculating() || batch.size() != 1) return false;
   const SeqStep& s = batch[0];
   // The next position in the same page: its pool slot and ring slot are this step's + 1.
-  return s.tokens.size() == 1 && s.sample && s.params.greedy() && !s.params.has_penalties() &&
-         s.logits == 0 && s.allowed.empty() && kv_->position(s.seq) < kv_->seq_ctx() &&
-         kv_->pages_needed(s.seq, 1) == 0 && kv_->position(s.seq) % kv_->page_size() != 0;
+  return s.tokens.size() == 1 && s.sample && (adopting || !s.last) && s.params.greedy() &&
+         !s.params.has_penalties() && s.logits == 0 && s.allowed.empty() &&
+         kv_->position(s.seq) < kv_->seq_ctx() && kv_->pages_needed(s.seq, 1) == 0 &&
+         kv_->position(s.seq) % kv_->page_size() != 0;
 }
 
 void CudaBatchBackend::speculate(int seq, int par) {
@@ -669,7 +662,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   if (spec_.on) {
     if (batch.size() == 1 && batch[0].seq == spec_.seq &&
         kv_->position(batch[0].seq) == spec_.pos && batch[0].tokens.size() == 1 &&
-        batch[0].tokens[0] == spec_.token && speculable(batch))
+        batch[0].tokens[0] == spec_.token && speculable(batch, /*adopting=*/true))
       return adopt(batch[0]);
     // Dropped: it runs before anything launched now, and wrote nothing this step reads.
     spec_.on = false;
@@ -686,6 +679,11 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int *out_row = st(kOutRow, nb), *ring = st(kRingSlot, nb), *first_pos = st(kFirstPos, nb);
   int* mask_idx = st(kMaskIdx, nb);
   const bool chunk = batch.size() == 1 && rows >= kChunkAttnRows;
+  // A lone sequence's attention finds a row from its first page alone when its pages are
+  // consecutive (StepRows::consecutive): where they are not (a prefix hit's cached pages, then its
+  // own), they move to a free run of the pool first.
+  const bool lone = batch.size() == 1 && (nb == 1 || chunk);
+  if (lone) kv_->gather(batch[0].seq, rows, copies);
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
@@ -719,23 +717,23 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
       chunk || nb == 1 ? 0 : cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
   stage_padding(n, nb);
   for (int r = m; r < mb; ++r) out_row[r] = 0, mask_idx[r] = -1;
-  // Copy-on-write pages before the step writes into them (kv_pages.h).
+  // Pages moved (gather) or copied on write before the step writes into them (kv_pages.h), runs
+  // of consecutive pages in one copy.
   const int ps = kv_->page_size();
-  for (const PageCopy& c : copies)
-    for (int l = 0; l < c_.n_layers; ++l)
-      if (!(ring_pages_ && c_.is_swa(l))) copy_rows(l, c.src * ps, c.dst * ps, ps);
+  for (size_t i = 0, e; i < copies.size(); i = e) {
+    for (e = i + 1; e < copies.size() && copies[e].src == copies[e - 1].src + 1 &&
+                    copies[e].dst == copies[e - 1].dst + 1;)
+      ++e;
+    copy_pool_rows(copies[i].src * ps, copies[i].dst * ps, int(e - i) * ps);
+  }
   // The changed table rows in one copy (a step crossing pages in many sequences would otherwise
   // pay one copy each); the rows between them are copied unchanged.
   if (lo < hi)
     CUDA_CHECK(cudaMemcpyAsync(
         d_tables_ + size_t(lo) * table_stride_, tables_host_ + size_t(lo) * table_stride_,
         sizeof(int) * size_t(hi - lo) * table_stride_, cudaMemcpyHostToDevice, stream_));
-  // A lone sequence's pages are consecutive when the pool handed them out in order (a fresh pool
-  // does): its attention then finds a row from the first page alone (StepRows::consecutive).
-  if (batch.size() == 1 && (nb == 1 || chunk)) {
-    const std::span<const int> bt = kv_->block_table(batch[0].seq);
-    bool run = true;
-    for (size_t i = 1; i < bt.size() && run; ++i) run = bt[i] == bt[0] + int(i);
+  if (lone) {
+    const bool run = kv_->consecutive(batch[0].seq);
     if (chunk) {
       int* span = st_ + kStaged * nb;
       span[0] = st(kFirstPos, nb)[0], span[1] = rows, span[2] = batch[0].seq, span[3] = run;

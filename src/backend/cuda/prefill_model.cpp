@@ -10,14 +10,13 @@
 
 namespace smolrt::cuda {
 
-PrefillWeights prefill_view(const ModelConfig& c, const DeviceWeights& dw, int n_ctx, bool kv_half,
-                            const std::vector<void*>& k_caches,
-                            const std::vector<void*>& v_caches) {
+StepWeights prefill_view(const ModelConfig& c, const DeviceWeights& dw, int n_ctx, bool kv_half,
+                         const std::vector<void*>& k_caches, const std::vector<void*>& v_caches) {
   if (dw.layers.size() != (size_t)c.n_layers || k_caches.size() != dw.layers.size() ||
       v_caches.size() != dw.layers.size())
     fail("prefill: ", dw.layers.size(), " device layers and ", k_caches.size(),
          " caches for a model of ", c.n_layers, " layers");
-  PrefillWeights pw;
+  StepWeights pw;
   pw.cfg = c;
   pw.n_ctx = n_ctx;
   pw.kv_half = kv_half;
@@ -27,7 +26,7 @@ PrefillWeights prefill_view(const ModelConfig& c, const DeviceWeights& dw, int n
   pw.rope_factors = dw.rope_factors;
   for (size_t l = 0; l < dw.layers.size(); ++l) {
     const DevLayer& L = dw.layers[l];
-    PrefillLayerWeights P;
+    StepLayerWeights P;
     static_cast<DevLayer&>(P) = L;
     P.k_cache = k_caches[l];
     P.v_cache = v_caches[l];

@@ -1,12 +1,15 @@
-// Layer-major batched prefill on the GPU: all tokens of a chunk pass layer L before layer L+1.
-// Per layer, five launches over the whole chunk:
-//   1. gemm QkvRope    : RMSNorm(attn_norm) prologue, [Wq;Wk;Wv] GEMM, RoPE on q and k,
-//                           k and v written into the KV cache at positions pos0..pos0+n-1
-//   2. attention_prefill  : causal GQA over cache positions [0, pos0+i] for query i
-//   3. gemm Accumulate : x += Wo * att
-//   4. gemm GatePair   : RMSNorm(ffn_norm) prologue, gate and up GEMMs, silu(g)*u
-//   5. gemm Accumulate : x += Wdown * h
-// then RMSNorm(output_norm) + lm_head (the decode gemv, one launch per logits row) and argmax.
+// The CUDA engine's forward pass over the rows of one step, layer-major: every row passes layer L
+// before layer L+1. Per layer:
+//   1. norm + QKV + finish (biases, QK norms, RoPE) + K/V written into the cache
+//   2. attention: the split decode attention (a one-row step), attention_prefill (a prompt chunk
+//      of one sequence) or attention_paged (rows of many sequences)
+//   3. x += Wo att (post norm)
+//   4. norm + gate/up + act(gate)*up
+//   5. x += Wdown h (post norm)
+// The matmuls run as GEMVs (a one-row step, built for latency), the quantized GEMM, or cuBLASLt on
+// the fp16 weight copies (steps from dense_rows up); the norms, RoPE and KV write fuse into their
+// epilogues where the architecture allows (qkv_fused). Then optionally RMSNorm(output_norm) +
+// lm_head (the decode gemv, one launch per logits row) and argmax.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/device_weights.h"
+#include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
 #include "cuda/dense_gemm.h"
 #include "cuda/dev_mat.h"
@@ -24,27 +28,26 @@
 
 namespace smolrt::cuda {
 
-// Device pointers the prefill reads: the decode backend's own weight image (cuda/dev_mat.h split
-// layout), so nothing is copied for the prefill.
-// The layer's weights are the decode weights' (DevLayer: matrices in any format the GEMM takes,
-// f32 norms, the architecture's optional vectors) plus where its KV cache lives.
-struct PrefillLayerWeights : DevLayer {
+// Device pointers a step reads: the engine's one weight image (cuda/dev_mat.h split layout). A
+// layer's weights are a DevLayer (matrices in any format the GEMV and GEMM take, f32 norms, the
+// architecture's optional vectors) plus where its KV cache lives and its fp16 dense copies.
+struct StepLayerWeights : DevLayer {
   void* k_cache = nullptr;  // [n_ctx][kv_dim], fp16 if kv_half else fp32
   void* v_cache = nullptr;
   DenseLayer dense;
 };
 
-struct PrefillWeights {
+struct StepWeights {
   ModelConfig cfg;
   int n_ctx = 0;
   bool kv_half = true;
-  // Embedding table (any type cuda::embed takes); q == nullptr: prefill_forward skips the
+  // Embedding table (any type cuda::embed takes); q == nullptr: step_forward skips the
   // embedding and the caller has filled ws.x rows [0, n) itself.
   DevMat token_embd;
   const float* output_norm = nullptr;   // [dim]
   DevMat output;                        // lm_head (any type the decode gemv takes)
   const float* rope_factors = nullptr;  // [rope_dim / 2] llama3 frequency factors, or nullptr
-  std::vector<PrefillLayerWeights> layers;
+  std::vector<StepLayerWeights> layers;
   // The dense path (layers[].dense set): fp16 [vocab][dim] lm_head, and the row count from which
   // a chunk's or step's GEMMs run on it (0: never; the engines set measure_dense_rows()).
   const uint16_t* dense_output = nullptr;
@@ -53,12 +56,12 @@ struct PrefillWeights {
 };
 
 // Activation buffers for one chunk; allocated once, grown by reserve(), reused across calls.
-class PrefillWorkspace {
+class StepWorkspace {
  public:
-  PrefillWorkspace() = default;
-  ~PrefillWorkspace();
-  PrefillWorkspace(const PrefillWorkspace&) = delete;
-  PrefillWorkspace& operator=(const PrefillWorkspace&) = delete;
+  StepWorkspace() = default;
+  ~StepWorkspace();
+  StepWorkspace(const StepWorkspace&) = delete;
+  StepWorkspace& operator=(const StepWorkspace&) = delete;
 
   // Ensures room for max_tokens tokens per chunk and logits for max_logit_rows of them.
   void reserve(const ModelConfig& c, int max_tokens, int max_logit_rows);
@@ -77,7 +80,7 @@ class PrefillWorkspace {
   float* q = nullptr;    // [cap][q_dim] roped queries
   float* att = nullptr;  // [cap][q_dim] attention output
   float* ffh = nullptr;  // [cap][hidden_dim] act(gate)*up
-  // The unfused architecture path (cuda/decode_layer.h qkv_fused false, post norms): raw K and
+  // The unfused architecture path (qkv_fused false, post norms): raw K and
   // V [cap][kv_dim] and a projection before its post norm [cap][dim].
   float* k = nullptr;
   float* v = nullptr;
@@ -115,8 +118,7 @@ class PrefillWorkspace {
 // depends on the format (how fast gemm decodes it) and the widths (how well the tensor cores
 // fill). w needs its dense copies; ws room for max_rows rows with the dense buffers. Writes KV
 // rows [0, probe) of the layers' caches (free at start-up) and clobbers ws. Synchronizes s.
-int measure_dense_rows(const PrefillWeights& w, PrefillWorkspace& ws, int max_rows,
-                       const Launch& stream);
+int measure_dense_rows(const StepWeights& w, StepWorkspace& ws, int max_rows, const Launch& stream);
 
 // Where the rows of a multi-sequence step go (device arrays [n]; the layers' k_cache/v_cache are
 // then a paged pool's [slots][kv_dim] per layer): row i is token ws.tokens[i] of the sequence
@@ -142,6 +144,12 @@ struct StepRows {
   // attention_paged (every row reads its context alone); it reads the span on the device, so a
   // step's graph serves any chunk.
   const int* chunk = nullptr;
+  // row_table != nullptr: a one-row step (n 1) whose sequence's block table was staged with the
+  // step (row_table, stride table_stride), which the split decode attention (attention_decode.h)
+  // reads directly; decode_scratch is its split scratch, seq_ctx its context bound.
+  const int* row_table = nullptr;
+  AttnScratch decode_scratch;
+  int seq_ctx = 0;
   // A step of one sequence (a chunk, or one row): device flag, nonzero when its pages are
   // consecutive, so its attention finds a row from the first page alone (AttnPages::consecutive;
   // a chunk's is its span's fourth int, AttentionPrefillArgs::contiguous allows it).
@@ -156,12 +164,19 @@ struct StepRows {
   }
 };
 
-// One chunk: ws.tokens[0..n) already on the device, positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
+// Whether the QKV matvec's or GEMM's epilogue can do the whole of qkv_finish (plain llama: no
+// biases, no QK norm, normal RoPE without frequency factors, no sliding window).
+bool qkv_fused(const ModelConfig& c);
+
+// One step of n rows: ws.tokens[0..n) already on the device (embedded here when w.token_embd is
+// set; else the caller has filled ws.x rows [0, n)), positions pos0..pos0+n-1 (pos0 + n <= n_ctx).
 // logits: 0 = none, 1 = last token only (ws.logits row 0, ws.argmax[0]), n = every token.
+// Returns the final residual stream's rows (ws.x, or for a one-row step the buffer its fused post
+// norms left it in), before the output norm.
 // Throws smolrt::Error for shapes the kernels do not support (e.g. head_dim 96).
 // rows != nullptr: a multi-sequence step placed by *rows (pos0 ignored; the context check is
 // the caller's, per sequence).
-void prefill_forward(const PrefillWeights& w, PrefillWorkspace& ws, int n, int pos0, int logit_rows,
-                     const Launch& stream, const StepRows* rows = nullptr);
+const float* step_forward(const StepWeights& w, StepWorkspace& ws, int n, int pos0, int logit_rows,
+                          const Launch& stream, const StepRows* rows = nullptr);
 
 }  // namespace smolrt::cuda

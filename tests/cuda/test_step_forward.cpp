@@ -1,4 +1,4 @@
-// The whole layer-major prefill (prefill_forward, in chunks) on random Q4_0 models against
+// The whole layer-major prefill (step_forward, in chunks) on random Q4_0 models against
 // a double-precision token-by-token llama forward, plus chunking, continuation and decode checks.
 #include <algorithm>
 #include <cmath>
@@ -19,9 +19,9 @@ using namespace smolrt::test;
 namespace {
 
 // Whole prompt in chunks of at most `chunk` tokens starting at pos0 (the cache must already hold
-// [0, pos0)), each a prefill_forward with logits of its last token or of every token. Returns the
+// [0, pos0)), each a step_forward with logits of its last token or of every token. Returns the
 // logits: of the last token ([vocab]) or, when all_logits, of every token ([n][vocab]).
-std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
+std::vector<float> prefill_tokens(const StepWeights& w, StepWorkspace& ws,
                                   std::span<const int> tokens, int pos0, int chunk, bool all_logits,
                                   const Launch& s) {
   const int n = (int)tokens.size();
@@ -44,7 +44,7 @@ std::vector<float> prefill_tokens(const PrefillWeights& w, PrefillWorkspace& ws,
                                cudaMemcpyHostToDevice, s.stream));
     const bool last = i0 + m == n;
     const int rows = all_logits ? m : (last ? 1 : 0);
-    prefill_forward(w, ws, m, pos0 + i0, rows, s);
+    step_forward(w, ws, m, pos0 + i0, rows, s);
     if (rows > 0) {
       float* dst = all_logits ? out.data() + (size_t)i0 * V : out.data();
       CUDA_CHECK(cudaMemcpyAsync(dst, ws.logits, sizeof(float) * rows * V, cudaMemcpyDeviceToHost,
@@ -236,7 +236,7 @@ TEST_P(PrefillForward, AllLogitsMatchReferenceAcrossChunkings) {
   for (bool dense : {false, true}) {
     PrefillModel pm(hm.c, hm.w, n + 8, /*kv_half=*/true, dense);
     Stream st;
-    PrefillWorkspace ws;
+    StepWorkspace ws;
     for (int chunk : {n, 1, 7, 32, 100, 512}) {
       if (chunk > n && chunk != n) continue;
       if (chunk == 1 && n > 100) continue;  // token-by-token for long prompts: covered at <= 100
@@ -263,7 +263,7 @@ TEST(PrefillForwardCache, ContinuationAndDecode) {
   ab.insert(ab.end(), b.begin(), b.end());
   PrefillModel pm(hm.c, hm.w, 256, true);
   Stream st;
-  PrefillWorkspace ws;
+  StepWorkspace ws;
   const auto whole = prefill_tokens(pm.weights(), ws, ab, 0, 512, false, st.s);
   prefill_tokens(pm.weights(), ws, a, 0, 512, false, st.s);
   const auto cont = prefill_tokens(pm.weights(), ws, b, (int)a.size(), 512, false, st.s);
@@ -297,7 +297,7 @@ TEST(PrefillForwardCache, BadInputIsAnError) {
   HostModel hm(128, 1, 4, 2, 256, 512);
   PrefillModel pm(hm.c, hm.w, 16, true);
   Stream st;
-  PrefillWorkspace ws;
+  StepWorkspace ws;
   const std::vector<int> bad = {1, 2, 512};
   EXPECT_THROW(prefill_tokens(pm.weights(), ws, bad, 0, 8, false, st.s), Error);
   const std::vector<int> longp(20, 3);
