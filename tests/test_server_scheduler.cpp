@@ -30,7 +30,7 @@ int next_token(std::span<const int> h) {
 class FakeBatch : public BatchBackend {
  public:
   FakeBatch(int n_vocab, int max_seqs, int kv_tokens, int max_step, int seq_ctx = 256)
-      : max_step_(max_step), hist_(max_seqs) {
+      : max_step_(max_step), hist_(max_seqs), ended_(max_seqs, false) {
     kv_ = std::make_unique<KvPages>(kv_tokens / 16, 16, max_seqs, seq_ctx);
     cfg_.vocab_size = n_vocab;
   }
@@ -43,6 +43,7 @@ class FakeBatch : public BatchBackend {
     ++adds;
     const int s = kv_->add();
     hist_[s].clear();
+    ended_[s] = false;
     return s;
   }
   int match_prefix(int seq, std::span<const int> tokens) override {
@@ -53,6 +54,7 @@ class FakeBatch : public BatchBackend {
   int fork_sequence(int seq) override {
     const int f = kv_->fork(seq);
     hist_[f] = hist_[seq];
+    ended_[f] = false;
     return f;
   }
   void rollback(int seq, int pos) override {
@@ -102,6 +104,10 @@ class FakeBatch : public BatchBackend {
     for (const SeqStep& s : batch) kv_->publish(s.seq);
     std::lock_guard lk(mu);
     steps.push_back(std::move(shape));
+    for (const SeqStep& s : batch) {
+      stepped_after_last = stepped_after_last || ended_[s.seq];
+      if (s.last) ++last_steps, ended_[s.seq] = true, last_sampled = last_sampled && s.sample;
+    }
     return out;
   }
 
@@ -128,11 +134,16 @@ class FakeBatch : public BatchBackend {
   int adds = 0;
   std::atomic<bool> fail_step{false}, fail_add{false};  // the next call throws
   std::vector<std::vector<std::pair<int, int>>> steps;  // (seq, tokens) per step
+  // SeqStep::last: steps marked, whether a marked one always sampled, whether a sequence was
+  // stepped after its marked step
+  int last_steps = 0;
+  bool last_sampled = true, stepped_after_last = false;
 
  private:
   int max_step_;
   ModelConfig cfg_;
   std::vector<std::vector<int>> hist_;
+  std::vector<bool> ended_;
 };
 
 struct Env {
@@ -186,6 +197,10 @@ TEST(ServerScheduler, BatchedRequestsMatchTheModelAndFreeEverything) {
   size_t widest = 0;
   for (const auto& st : be.steps) widest = std::max(widest, st.size());
   EXPECT_EQ(widest, 4u) << "4 sequences never shared a step";
+  // Each request's step that sampled its last token (max_tokens) said so, and was its last.
+  EXPECT_EQ(be.last_steps, 8);
+  EXPECT_TRUE(be.last_sampled);
+  EXPECT_FALSE(be.stepped_after_last);
 }
 
 TEST(ServerScheduler, FullPoolPreemptsTheYoungestAndRecomputesTheSameText) {
