@@ -176,9 +176,9 @@ fi
 if want arch; then
   if command -v compute-sanitizer > /dev/null; then
     sanitize memcheck memcheck_arch 300 \
-      'ArchKernels.*:ArchRingCache.*:Families/ArchBackend.*/tiny_gemma3_q8_0:Families/ArchBackend.*/tiny_qwen2_q8_0'
+      'ArchKernels.*:QkvFinish.*:ArchRingCache.*:Families/ArchBackend.*/tiny_gemma3_q8_0:Families/ArchBackend.*/tiny_qwen2_q8_0'
     sanitize racecheck racecheck_arch 300 \
-      'ArchKernels.*:ArchRingCache.*:Families/ArchBackend.DecodeStep*/tiny_gemma3_q8_0'
+      'ArchKernels.*:QkvFinish.*:ArchRingCache.*:Families/ArchBackend.DecodeStep*/tiny_gemma3_q8_0'
   fi
   for preset in gemma3-270m qwen2.5-0.5b llama-3.2-1b; do
     AM=/tmp/synth-$preset-q4_k_m.gguf

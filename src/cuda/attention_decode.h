@@ -46,7 +46,7 @@ struct AttnScratch {
 // entries staged with the step, the faster form): the multi-sequence backend's one-row steps.
 // pages.half: the pool holds fp16 K/V (the multi-sequence backend's fp16 pool), else fp32.
 // consecutive (optional): a device flag read like *pos; nonzero says the sequence's pages are
-// consecutive (tb[i] = tb[0] + i, as a lone sequence's pages come from a fresh pool), so position
+// consecutive (tb[i] = tb[0] + i, as the engine keeps a lone sequence's), so position
 // t lives in row tb[0] * page + t: one load instead of staging the table.
 struct AttnPages {
   const int* tables = nullptr;

@@ -47,8 +47,8 @@ struct AttentionPrefillArgs {
   // page_size a power of two; ring 0: a ring is a table that repeats its pages).
   const int* table = nullptr;
   int page_size = 0;
-  // With a table: its pages are consecutive (table[i] = table[0] + i, as a lone sequence's pages
-  // come from a fresh pool), so key t is at row table[0] * page_size + t: no table read per key.
+  // With a table: its pages are consecutive (table[i] = table[0] + i, as the engine keeps a lone
+  // sequence's), so key t is at row table[0] * page_size + t: no table read per key.
   // With a span: they may be, and the span's fourth int says whether they are.
   bool contiguous = false;
   // span != nullptr: device int[4] {start, n_tokens, table row, consecutive pages (0/1)}, read

@@ -125,7 +125,7 @@ void check_finish(const FinishCase& fc, int n = 13) {
   }
 }
 
-TEST(ArchKernels, QkvFinishMatchesFloat64) {
+TEST(QkvFinish, MatchesCpuTwin) {
   REQUIRE_GPU();
   const FinishCase cases[] = {
       // gemma3-270m: 4 heads / 1 KV head of 256, QK norm, NeoX.
@@ -144,7 +144,7 @@ TEST(ArchKernels, QkvFinishMatchesFloat64) {
   check_finish({"gemma3 long chunk", 4, 1, 256, 256, false, true, true, false, false}, 1100);
 }
 
-TEST(ArchKernels, QkvFinishRefusesBadShapes) {
+TEST(QkvFinish, RefusesBadShapes) {
   REQUIRE_GPU();
   Dev<float> b(4096);
   cuda::QkvFinishArgs a;

@@ -12,10 +12,10 @@
 // A step that is one sequence's prompt chunk alone (a prompt with nothing else to run, as `run`
 // and `bench` send) takes its attention as attention_prefill over that sequence's block table: the
 // tensor-core prefill kernel shares each key tile among 64 queries, where attention_paged reads a
-// row's context once per row; with the sequence's pages consecutive (a lone sequence's in a fresh
-// pool) it finds a key's row from the first page alone. The attention reads the chunk's position,
-// length, sequence and that flag from the step's staging (AttentionPrefillArgs::span), so such
-// steps replay their bucket's graph too.
+// row's context once per row; with the sequence's pages consecutive (a lone sequence's are:
+// KvPages::gather) it finds a key's row from the first page alone. The attention reads the chunk's
+// position, length, sequence and that flag from the step's staging (AttentionPrefillArgs::span), so
+// such steps replay their bucket's graph too.
 //
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
 // bucket (and attention split count, from the step's longest context) is captured once as a CUDA
