@@ -1,8 +1,8 @@
 // `smolrt bench-batch` (hidden): the multi-sequence engine alone, without HTTP. For each batch
 // size C: C sequences with distinct ~100-token prompts are prefilled in shared steps (at most
-// max-step tokens each), then decode together for --gen tokens (greedy). Reports the decode
-// steps' generated tok/s in total and per step, and the prefill tok/s; the serving benchmark
-// (scripts/bench_serve.py) measures the same engine behind the server.
+// max-step tokens each, a prompt cut where a step is full), then decode together for --gen tokens
+// (greedy). Reports the decode steps' generated tok/s in total and per step, and the prefill tok/s;
+// the serving benchmark (scripts/bench_serve.py) measures the same engine behind the server.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +39,7 @@ struct Opts {
   int kv_size = 0;
   bool prefix_cache = true;
   bool match = false;
+  int shared_prefix = 0;
 };
 
 double secs(std::chrono::steady_clock::time_point t0) {
@@ -61,6 +62,8 @@ int run(const Opts& o) {
     }
   }
   if (o.prompt <= 0 || o.gen <= 0) fail("--prompt and --gen must be positive");
+  if (o.shared_prefix >= o.prompt)
+    fail("--shared-prefix ", o.shared_prefix, " must be below --prompt ", o.prompt);
   Model m = load_model(resolve_model_path(o.model));
   BatchOptions bo;
   bo.kind = o.backend;
@@ -89,26 +92,41 @@ int run(const Opts& o) {
       for (int s = 0; s < C; ++s) {
         ids[s] = b->add_sequence();
         prompts[s].resize(o.prompt);
-        for (int i = 0; i < o.prompt; ++i) prompts[s][i] = 1 + (s * 7919 + i * 104729) % (V - 1);
+        // With a shared prefix the rest differs between the rounds too: the measured round finds
+        // the prefix in the cache, not its own tokens.
+        const int k = o.shared_prefix > 0 ? s + rep * C : s;
+        for (int i = 0; i < o.prompt; ++i)
+          prompts[s][i] = i < o.shared_prefix ? 1 + (i * 104729 + 4049) % (V - 1)
+                                              : 1 + (k * 7919 + i * 104729) % (V - 1);
       }
       // What the prefix cache holds of each prompt (the warm-up's pages), as the server looks up.
       std::vector<int> done(C, 0);
-      if (o.match)
+      if (o.match || o.shared_prefix > 0)
         for (int s = 0; s < C; ++s) done[s] = b->match_prefix(ids[s], prompts[s]);
       std::vector<int> last(C);
       const auto t0 = std::chrono::steady_clock::now();
-      for (int s0 = 0; s0 < C;) {  // whole prompts, as many as fit one step
+      // The prompts in steps of at most max_step_tokens, a prompt cut where a step is full (as
+      // the server's scheduler chunks them); a sequence samples when its last chunk runs.
+      std::vector<int> at(done);
+      for (int s0 = 0; s0 < C;) {
         std::vector<SeqStep> st;
-        int used = 0;
-        for (; s0 < C && used + o.prompt <= b->max_step_tokens(); ++s0, used += o.prompt) {
+        std::vector<int> who;
+        for (int s = s0, used = 0; s < C && used < b->max_step_tokens(); ++s) {
+          const int n = std::min(o.prompt - at[s], b->max_step_tokens() - used);
           SeqStep x;
-          x.seq = ids[s0], x.params.temp = 0.f;
-          x.tokens = std::span<const int>(prompts[s0]).subspan(size_t(done[s0]));
+          x.seq = ids[s], x.params.temp = 0.f;
+          x.tokens = std::span<const int>(prompts[s]).subspan(size_t(at[s]), size_t(n));
+          x.sample = at[s] + n == o.prompt;
           st.push_back(x);
+          who.push_back(s);
+          used += n;
         }
-        if (st.empty()) fail("--prompt ", o.prompt, " exceeds the step size");
         const auto r = b->step(st);
-        for (size_t i = 0; i < st.size(); ++i) last[s0 - st.size() + i] = r[i].token;
+        for (size_t i = 0; i < st.size(); ++i) {
+          at[who[i]] += (int)st[i].tokens.size();
+          if (st[i].sample) last[who[i]] = r[i].token;
+        }
+        while (s0 < C && at[s0] == o.prompt) ++s0;
       }
       const double pre_s = secs(t0);
       const auto t1 = std::chrono::steady_clock::now();
@@ -146,6 +164,7 @@ int run(const Opts& o) {
                              {"kv_tokens", b->kv_tokens()},
                              {"prefix_cache", b->prefix_cache()},
                              {"match", o.match},
+                             {"shared_prefix", o.shared_prefix},
                              {"dense_rows", b->dense_rows()},
                              {"kv_half", o.kv_half},
                              {"f16_weights", o.f16_weights},
@@ -189,6 +208,10 @@ REGISTER_COMMAND(Command{
       sub.add_flag("--match", o->match,
                    "look each prompt up in the prefix cache first (the measured round then finds "
                    "the warm-up's pages)");
+      sub.add_option("--shared-prefix", o->shared_prefix,
+                     "every prompt starts with the same N tokens, looked up in the prefix cache "
+                     "(the rest differs per sequence and round): a shared system prompt")
+          ->check(CLI::NonNegativeNumber);
       sub.add_option("--json", o->json, "append JSON lines here");
       return [o] { return run(*o); };
     }});
