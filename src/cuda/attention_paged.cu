@@ -50,10 +50,15 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   __shared__ __align__(16) __half sq[G][HD];  // the group's queries, scaled by scale * log2(e)
   __shared__ float sm[W][G], sl[W][G];
   __shared__ int last;
-  const int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int row = a.rows ? a.rows[blockIdx.x] : (int)blockIdx.x, kvh = blockIdx.y,
+            split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
   __half* kt = reinterpret_cast<__half*>(smem4) + (size_t)warp * 2 * kTile * P;
   __half* vt = kt + kTile * P;
+  if (row < 0) {
+    detail::pdl_wait();  // every block waits, so completion stays transitive along the chain
+    return;
+  }
 
   // Before the PDL wait: what the host staged for the step (positions, block tables) and the K/V
   // rows of earlier steps, positions below row_first_new[row]; q and this step's rows (written by

@@ -49,7 +49,11 @@ struct PagedAttnArgs {
   float* out = nullptr;
   uint16_t* out_h = nullptr;
   int ldo = 0;
-  int n = 0;                     // rows (>= 1)
+  int n = 0;  // rows (>= 1): the grid's, and with `rows` that list's length
+  // device [n] or null (block row x runs row x): block row x runs row rows[x], none where < 0 (a
+  // step whose prompt chunks take attention_prefill lists the other rows here); the rows index
+  // q, out, the row arrays and the scratch, which the caller sizes for the largest.
+  const int* rows = nullptr;
   const int* row_pos = nullptr;  // device [n]: the row's position (attends to [0, pos])
   const int* row_seq = nullptr;  // device [n]: the row's block-table row
   // device [n] or null (0 for every row): the first position of the row's sequence that this

@@ -29,6 +29,7 @@ using detail::pdl_trigger;
 using detail::pdl_wait;
 
 constexpr int kQT = 16;  // queries per block
+static_assert(attention_prefill_query_tile(8) == kQT, "the tile lists' unit");
 constexpr int kKT = 64;  // keys per tile
 
 // One 8-element slice of a K row and the matching V row, held in registers between the global
@@ -81,10 +82,12 @@ __global__ void __launch_bounds__(128)
   const KV* vc = static_cast<const KV*>(a.v_cache);
   const int kv_dim = a.n_kv_heads * HD;
   const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kQT;  // longest (latest) query tiles first
   const int tid = threadIdx.x, qi = tid >> 3, sub = tid & 7;
-  const PrefillSpan sp = prefill_span(a);
-  if (q0 >= sp.n_tokens) return;  // past a span's queries
+  // Without spans the longest (latest) query tiles first; spans list theirs in that order.
+  PrefillSpan sp;
+  int q0;
+  if (!prefill_tile(a, a.spans ? (int)blockIdx.x : (int)(gridDim.x - 1 - blockIdx.x), kQT, sp, q0))
+    return;
   const bool valid = q0 + qi < sp.n_tokens;
   const int qpos = sp.start + q0 + qi;
   const int n_keys = sp.start + min(q0 + kQT, sp.n_tokens);  // keys the block's last query sees
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(128)
   pdl_trigger();
   float qr[HD];  // this thread's query, pre-scaled by log2(e)/sqrt(head_dim); registers
   {
-    const float* qp = a.q + (size_t)(valid ? q0 + qi : 0) * a.ldq + h * HD;
+    const float* qp = a.q + (size_t)(sp.row0 + (valid ? q0 + qi : 0)) * a.ldq + h * HD;
 #pragma unroll
     for (int d = 0; d < HD; d += 4) {
       const float4 v = *reinterpret_cast<const float4*>(qp + d);
@@ -193,14 +196,15 @@ __global__ void __launch_bounds__(128)
   }
   if (valid) {
     const float inv = 1.f / l;
-    const size_t o = (size_t)(q0 + qi) * a.ldo + h * HD + sub * DU;
+    const size_t o = (size_t)(sp.row0 + q0 + qi) * a.ldo + h * HD + sub * DU;
 #pragma unroll
     for (int u = 0; u < DU; ++u) store_out(a.out, a.out_h, o + u, acc[u] * inv);
   }
 }
 
 void launch_simt8(const AttentionPrefillArgs& a, const Launch& s) {
-  const dim3 grid((unsigned)((a.n_tokens + kQT - 1) / kQT), (unsigned)a.n_heads);
+  const dim3 grid((unsigned)(a.spans ? a.max_tiles : (a.n_tokens + kQT - 1) / kQT),
+                  (unsigned)a.n_heads);
   const float qscale = 1.4426950408889634f * (a.scale > 0.f ? a.scale : 1.f / sqrtf(8.f));
   if (a.kv_half) {
     detail::launch_pdl(attention_prefill_kernel<8, __half>, grid, dim3(128), s, a, qscale);
@@ -236,9 +240,9 @@ void attention_prefill(const AttentionPrefillArgs& a, const Launch& s) {
          ") and no ring (", a.ring, ")");
   if (a.contiguous && !a.table)
     fail("attention_prefill: consecutive pages (contiguous) need a page table");
-  if (a.span && (a.ring != 0 || a.table_stride < 0))
-    fail("attention_prefill: a span reads its keys through a page table (ring ", a.ring,
-         ", table_stride ", a.table_stride, ")");
+  if (a.spans && (!a.table || !a.tiles || a.ring != 0 || a.table_stride < 0 || a.max_tiles <= 0))
+    fail("attention_prefill: spans read their keys through a page table and need a tile list (",
+         "ring ", a.ring, ", table_stride ", a.table_stride, ", max_tiles ", a.max_tiles, ")");
   if (a.ring < 0 || (a.ring > 0 && (a.window <= 0 || a.ring < a.window + a.n_tokens - 1)))
     fail("attention_prefill: a ring of ", a.ring, " cache rows cannot hold a window of ", a.window,
          " and a chunk of ", a.n_tokens, " tokens");

@@ -49,14 +49,20 @@ struct AttentionPrefillArgs {
   int page_size = 0;
   // With a table: its pages are consecutive (table[i] = table[0] + i, as the engine keeps a lone
   // sequence's), so key t is at row table[0] * page_size + t: no table read per key.
-  // With a span: they may be, and the span's fourth int says whether they are.
+  // With spans: they may be, and each span's fourth int says whether they are.
   bool contiguous = false;
-  // span != nullptr: device int[4] {start, n_tokens, table row, consecutive pages (0/1)}, read
-  // when the kernel runs, so one captured launch serves any chunk (a graph replayed for chunks of
-  // other lengths and positions). They replace start and n_tokens, which then sizes the grid (the
-  // most queries a chunk has; the rows past a chunk's own stay untouched); the page table is table
-  // + table row * table_stride.
-  const int* span = nullptr;
+  // spans != nullptr: the queries are prompt chunks of sequences in a paged pool (the rows of a
+  // multi-sequence step), read when the kernel runs, so one captured launch serves any chunks (a
+  // graph replayed for other chunks, lengths and positions). spans: device int[kPrefillSpanInts]
+  // per chunk {start, n_tokens, table row, consecutive pages (0/1), its first row of q and out};
+  // tiles: device {count, then per query tile (attention_prefill_query_tile(head_dim) queries):
+  // span index << 16 | the tile's index in its span}. max_tiles sizes the grid (tiles past the
+  // count do nothing); n_tokens is then the rows of q and out (the partials' rows) and start is
+  // ignored; the page table of a chunk is table + table row * table_stride; rows of no chunk stay
+  // untouched.
+  const int* spans = nullptr;
+  const int* tiles = nullptr;
+  int max_tiles = 0;
   int table_stride = 0;
   float scale = 0.f;  // softmax scale of q.k; 0 = 1/sqrt(head_dim)
   // Scratch for key splits (head_dim 128/256): attention_prefill_scratch floats, or nullptr (one
@@ -64,23 +70,39 @@ struct AttentionPrefillArgs {
   float* partials = nullptr;
 };
 
+constexpr int kPrefillSpanInts = 5;  // AttentionPrefillArgs::spans, per chunk
+
+// Queries per tile of AttentionPrefillArgs::tiles (the kernels' query block for this head_dim).
+constexpr int attention_prefill_query_tile(int head_dim) {
+  return head_dim == 8 ? 16 : 64;
+}
+
 #ifdef __CUDACC__
-// The chunk a kernel runs: its start, its queries, its page table (AttentionPrefillArgs::span)
-// and, for consecutive pages, the row of key 0.
+// The chunk a block runs: its start, its queries, its page table, its first row of q and out and,
+// for consecutive pages, the row of key 0.
 struct PrefillSpan {
   int start, n_tokens;
   const int* table;
   bool run;  // consecutive pages: key t at row base + t
   int base;
+  int row0;
 };
-__device__ __forceinline__ PrefillSpan prefill_span(const AttentionPrefillArgs& a) {
-  PrefillSpan sp{a.start, a.n_tokens, a.table, a.contiguous, 0};
-  if (a.span) {
-    sp.start = a.span[0], sp.n_tokens = a.span[1], sp.run = a.contiguous && a.span[3] != 0;
-    if (a.table) sp.table = a.table + (size_t)a.span[2] * a.table_stride;
+// Query tile t (of bq queries) of the launch: its chunk and first query (q0, relative to the
+// chunk); false when the tile has nothing to do. Without spans tile t holds queries [t*bq, ..).
+__device__ __forceinline__ bool prefill_tile(const AttentionPrefillArgs& a, int t, int bq,
+                                             PrefillSpan& sp, int& q0) {
+  sp = PrefillSpan{a.start, a.n_tokens, a.table, a.contiguous, 0, 0};
+  q0 = t * bq;
+  if (a.spans) {
+    if (t >= a.tiles[0]) return false;
+    const int e = a.tiles[1 + t];
+    const int* s = a.spans + (e >> 16) * kPrefillSpanInts;
+    sp.start = s[0], sp.n_tokens = s[1], sp.run = a.contiguous && s[3] != 0, sp.row0 = s[4];
+    sp.table = a.table + (size_t)s[2] * a.table_stride;
+    q0 = (e & 0xffff) * bq;
   }
   if (sp.table) sp.base = sp.table[0] * a.page_size;
-  return sp;
+  return q0 < sp.n_tokens;
 }
 // The cache row of key t (the kernels' addressing: consecutive pages, a page table, a ring, or
 // the position).

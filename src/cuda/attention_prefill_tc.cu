@@ -31,6 +31,8 @@ namespace smolrt::cuda::detail {
 namespace {
 
 constexpr int kWarps = 4, kBQ = 16 * kWarps, kKT = 64;
+static_assert(attention_prefill_query_tile(16) == kBQ && attention_prefill_query_tile(256) == kBQ,
+              "the tile lists' unit");
 
 // Shared memory of one block: [fp16 query tile (wide heads)] [KS key groups x stages x (K, V)
 // fp16 tiles of KT x P] [fp32 staging K, V tiles (wide heads, fp32 cache)].
@@ -81,11 +83,13 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   const KV* vc = static_cast<const KV*>(a.v_cache);
   const int kv_dim = a.n_kv_heads * HD;
   const int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv_heads);
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBQ;  // longest (latest) query tiles first
   const int tid = tid_all % (kWarps * 32), warp = tid >> 5, lane = tid & 31, g = lane >> 2,
             t4 = lane & 3;
-  const PrefillSpan sp = prefill_span(a);
-  if (q0 >= sp.n_tokens) return;  // past a span's queries
+  // Without spans the longest (latest) query tiles first; spans list theirs in that order.
+  PrefillSpan sp;
+  int q0;
+  if (!prefill_tile(a, a.spans ? (int)blockIdx.x : (int)(gridDim.x - 1 - blockIdx.x), kBQ, sp, q0))
+    return;
   const int n_keys = sp.start + min(q0 + kBQ, sp.n_tokens);
   const int wq0 = q0 + 16 * warp;                              // this warp's first query row
   const int r0 = wq0 + g, r1 = r0 + 8;                         // this lane's two rows
@@ -191,13 +195,14 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
       const int row = i / (HD / 4), d = (i % (HD / 4)) * 4;
       float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
       if (q0 + row < sp.n_tokens)
-        x = *reinterpret_cast<const float4*>(a.q + (size_t)(q0 + row) * a.ldq + h * HD + d);
+        x = *reinterpret_cast<const float4*>(a.q + (size_t)(sp.row0 + q0 + row) * a.ldq + h * HD +
+                                             d);
       *reinterpret_cast<uint2*>(&Qs[row * P + d]) = make_uint2(
           pack_half2(x.x * qscale, x.y * qscale), pack_half2(x.z * qscale, x.w * qscale));
     }
   } else {
-    const float* qa = a.q + (size_t)r0 * a.ldq + h * HD;
-    const float* qb = a.q + (size_t)r1 * a.ldq + h * HD;
+    const float* qa = a.q + (size_t)(sp.row0 + r0) * a.ldq + h * HD;
+    const float* qb = a.q + (size_t)(sp.row0 + r1) * a.ldq + h * HD;
     const bool va = r0 < sp.n_tokens, vb = r1 < sp.n_tokens;
 #pragma unroll
     for (int c = 0; c < KC; ++c) {
@@ -359,8 +364,9 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   }
   if (gridDim.z > 1) {  // partial: O unnormalized, then the row's max and sum (log2 domain)
     const size_t pitch = (size_t)(HD + 2);
-    float* p0 = a.partials + (((size_t)blockIdx.z * a.n_tokens + r0) * a.n_heads + h) * pitch;
-    float* p1 = a.partials + (((size_t)blockIdx.z * a.n_tokens + r1) * a.n_heads + h) * pitch;
+    const size_t z0 = (size_t)blockIdx.z * a.n_tokens + sp.row0;
+    float* p0 = a.partials + ((z0 + r0) * a.n_heads + h) * pitch;
+    float* p1 = a.partials + ((z0 + r1) * a.n_heads + h) * pitch;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
       const int col = dt * 8 + 2 * t4;
@@ -376,18 +382,28 @@ __global__ void __launch_bounds__(kWarps * 32 * KS)
   for (int dt = 0; dt < DT; ++dt) {
     const int col = h * HD + dt * 8 + 2 * t4;
     if (r0 < sp.n_tokens)
-      store_out2(a.out, a.out_h, (size_t)r0 * a.ldo + col, o[dt][0] * inv0, o[dt][1] * inv0);
+      store_out2(a.out, a.out_h, (size_t)(sp.row0 + r0) * a.ldo + col, o[dt][0] * inv0,
+                 o[dt][1] * inv0);
     if (r1 < sp.n_tokens)
-      store_out2(a.out, a.out_h, (size_t)r1 * a.ldo + col, o[dt][2] * inv1, o[dt][3] * inv1);
+      store_out2(a.out, a.out_h, (size_t)(sp.row0 + r1) * a.ldo + col, o[dt][2] * inv1,
+                 o[dt][3] * inv1);
   }
 }
 
 // Combines the key splits of each (row, head): out = sum_z 2^(m_z - M) O_z / sum_z 2^(m_z - M) l_z.
+// One block per (query, head): query x of the rows, or with spans query x % kBQ of tile x / kBQ.
 __global__ void attention_merge_kernel(AttentionPrefillArgs a, int n_split) {
-  const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x, hd = a.head_dim;
+  const int h = blockIdx.y, d = threadIdx.x, hd = a.head_dim;
   pdl_wait();
   pdl_trigger();
-  if (a.span && row >= a.span[1]) return;  // past a span's queries
+  int row = blockIdx.x;
+  if (a.spans) {
+    PrefillSpan sp;
+    int q0;
+    const int i = (int)blockIdx.x % kBQ;
+    if (!prefill_tile(a, (int)blockIdx.x / kBQ, kBQ, sp, q0) || q0 + i >= sp.n_tokens) return;
+    row = sp.row0 + q0 + i;
+  }
   const size_t pitch = (size_t)(hd + 2), zstride = (size_t)a.n_tokens * a.n_heads * pitch;
   const float* p = a.partials + ((size_t)row * a.n_heads + h) * pitch;
   float mx = -INFINITY;
@@ -412,13 +428,14 @@ void launch_ks(const AttentionPrefillArgs& a, const Launch& s, int n_split = 1) 
   }
   // log2(e) * scale (exp2 softmax); the default scale is 1/sqrt(head_dim)
   const float qscale = 1.4426950408889634f * (a.scale > 0.f ? a.scale : 1.f / sqrtf((float)HD));
-  launch_kernel(
-      attention_prefill_tc_kernel<HD, KV, KS, KT>,
-      dim3((unsigned)((a.n_tokens + kBQ - 1) / kBQ), (unsigned)a.n_heads, (unsigned)n_split),
-      dim3(kWarps * 32 * KS), bytes, s, a, qscale);
+  const int tiles = a.spans ? a.max_tiles : (a.n_tokens + kBQ - 1) / kBQ;
+  launch_kernel(attention_prefill_tc_kernel<HD, KV, KS, KT>,
+                dim3((unsigned)tiles, (unsigned)a.n_heads, (unsigned)n_split),
+                dim3(kWarps * 32 * KS), bytes, s, a, qscale);
   if (n_split > 1)
-    launch_kernel(attention_merge_kernel, dim3((unsigned)a.n_tokens, (unsigned)a.n_heads), dim3(HD),
-                  0, s, a, n_split);
+    launch_kernel(attention_merge_kernel,
+                  dim3((unsigned)(a.spans ? tiles * kBQ : a.n_tokens), (unsigned)a.n_heads),
+                  dim3(HD), 0, s, a, n_split);
 }
 
 template <int HD>
@@ -429,9 +446,9 @@ void launch_tc(const AttentionPrefillArgs& a, const Launch& s) {
     // the keys split over up to kAttnPrefillSplits blocks when the query tiles alone would leave
     // SMs idle (a 512-token gemma3 prompt makes 32 blocks without: latency-bound, 1 warp per
     // scheduler).
-    // (A span's keys are known only on the device: as many splits as the grid leaves room for.)
-    const int blocks = (a.n_tokens + kBQ - 1) / kBQ * a.n_heads;
-    const int all = a.span ? INT_MAX / 2 : a.start + a.n_tokens;
+    // (Spans' keys are known only on the device: as many splits as the grid leaves room for.)
+    const int blocks = (a.spans ? a.max_tiles : (a.n_tokens + kBQ - 1) / kBQ) * a.n_heads;
+    const int all = a.spans ? INT_MAX / 2 : a.start + a.n_tokens;
     const int keys = a.window > 0 ? std::min(all, a.window + kBQ + 32) : all;
     int n_split =
         a.partials ? std::min({kAttnPrefillSplits, sm_count() / blocks, (keys + 31) / 32}) : 1;
@@ -443,13 +460,13 @@ void launch_tc(const AttentionPrefillArgs& a, const Launch& s) {
     if constexpr ((32 * HD / 8) % (kWarps * 32) == 0) {
       // Every key in one 32-key tile (short prompts from the start): half the tile loads and
       // math of a 64-key tile, most of it zero-filled and masked.
-      if (!a.span && a.start + a.n_tokens <= 32) {
+      if (!a.spans && a.start + a.n_tokens <= 32) {
         a.kv_half ? launch_ks<HD, __half, 1, 32>(a, s) : launch_ks<HD, float, 1, 32>(a, s);
         done = true;
       }
     }
-    // Two key groups once there are 2+ key tiles (a span: the chunks it serves mostly have).
-    if (!done && (a.span || a.start + a.n_tokens > kKT)) {
+    // Two key groups once there are 2+ key tiles (spans: the chunks they serve mostly have).
+    if (!done && (a.spans || a.start + a.n_tokens > kKT)) {
       a.kv_half ? launch_ks<HD, __half, 2>(a, s) : launch_ks<HD, float, 2>(a, s);
     } else if (!done) {
       a.kv_half ? launch_ks<HD, __half, 1>(a, s) : launch_ks<HD, float, 1>(a, s);

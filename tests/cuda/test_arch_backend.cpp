@@ -285,15 +285,20 @@ BatchOptions ring_options(int max_seqs, bool half) {
 // outside the pool. Two prompts fed in chunks that share steps, then decoded together (multi-row
 // steps) and one alone (the one-row step) to position 70: the rings wrap twice, every returned
 // logits row within the prefill bound of the CPU's, both pool types. A rollback past what the
-// ring keeps is a clear error.
+// ring keeps is a clear error. The chunks' attention both ways: attention_paged (the default at
+// these sizes) and attention_prefill through the rings' tables (CudaOptions::span_row_keys 1).
 TEST(ArchRingCache, MultiSequenceLocalLayersUseRings) {
   REQUIRE_GPU();
   const Model m = synth({"tiny-gemma3", "q8_0"});
   ASSERT_EQ(m.config.sliding_window, 8);
   const int V = m.config.vocab_size;
-  for (bool half : {false, true}) {
-    SCOPED_TRACE(half ? "fp16 pool" : "fp32 pool");
-    auto b = make_batch_backend(m, ring_options(3, half));
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool half = variant != 0, spans = variant == 2;
+    SCOPED_TRACE(
+        cat(half ? "fp16 pool" : "fp32 pool", spans ? ", chunks by attention_prefill" : ""));
+    CudaOptions co;
+    if (spans) co.span_row_keys = 1;
+    auto b = make_cuda_batch_backend_ex(m, ring_options(3, half), co);
     ASSERT_EQ(b->kv_ring_rows(), 32);
     EXPECT_EQ(b->kv_tokens(), 3 * 128);  // the pool as without rings: the global layer's
     std::vector<std::vector<int>> seqs = {prompt_of(30, V, 6), prompt_of(20, V, 7)};
@@ -363,7 +368,8 @@ TEST(ArchRingCache, MultiSequenceLocalLayersUseRings) {
     seqs[1].resize(70 - 24);
     decode({1});
     std::cout << "[ measure ] tiny-gemma3 q8_0" << (half ? " fp16" : " fp32")
-              << " pool, rings of 32 rows, multi-sequence vs CPU: worst rel L2 " << worst << "\n";
+              << " pool, rings of 32 rows" << (spans ? ", chunks by attention_prefill" : "")
+              << ", multi-sequence vs CPU: worst rel L2 " << worst << "\n";
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -226,8 +227,10 @@ TEST_P(CudaBatchGemms, NeighboursDoNotChangeASequence) {
 }
 
 // A prompt alone in its steps (each step one chunk of that sequence: attention_prefill over its
-// block table) vs the same chunks sharing their steps with a neighbour's rows (attention_paged):
-// the logits of every position, the second chunk starting past the first's pages.
+// consecutive pages) vs the same chunks sharing their steps with a neighbour (its 9-token prompt a
+// second chunk, then its decode row through attention_paged; the prompt's pages then interleave
+// with the neighbour's): the logits of every position, the second chunk starting past the first's
+// pages.
 TEST_P(CudaBatchGemms, LonePromptChunksMatchSharedSteps) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
@@ -259,43 +262,74 @@ TEST_P(CudaBatchGemms, LonePromptChunksMatchSharedSteps) {
   for (int i = 0; i < 200; ++i)
     worst = std::max(worst, rel_l2(&ref[size_t(i) * V], &got[size_t(i) * V], V));
   std::cout << "[ measure ] lone prompt chunks vs shared steps: worst rel L2 " << worst << "\n";
-  // Both attentions round q, K, V and P to fp16 with fp32 sums, in different orders; the steps'
-  // GEMMs run at different row counts (128 vs 137 rows): the multi-row bound (kVsSingle). A wrong
-  // page or position would give rows of unrelated logits (~1).
+  // The attention rounds q, K, V and P to fp16 with fp32 sums; the steps' GEMMs run at different
+  // row counts (128 vs 137 rows): the multi-row bound (kVsSingle). A wrong page, position or row
+  // would give rows of unrelated logits (~1).
   EXPECT_LT(worst, kVsSingle);
   EXPECT_EQ(alone->position(a), 200);
 }
 
-// Lone prompt chunks of other lengths, positions and sequences in one bucket replay that bucket's
-// graph (the attention reads its chunk from the step's staging): the same bits as plain launches
-// (the quantized GEMMs with split-K off are bit-reproducible).
-TEST(CudaBatch, LoneChunksReplayTheirBucketsGraph) {
+// Steps with prompt chunks of other lengths, positions and sequences in one bucket replay that
+// bucket's graph (the attention reads its chunks and rows from the step's staging): lone chunks,
+// and mixed steps of chunks (attention_prefill, forced by span_row_keys 1) beside decodes
+// (attention_paged). The same bits as plain launches (the quantized GEMMs with split-K off are
+// bit-reproducible); the mixed steps' chunks through attention_paged instead (span_row_keys
+// INT64_MAX) give the same logits within the attention's fp16 rounding.
+TEST(CudaBatch, ChunkStepsReplayTheirBucketsGraph) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
   CudaOptions graphs = CudaOptions{};
-  graphs.use_graph = true, graphs.split_k = false;
+  graphs.use_graph = true, graphs.split_k = false, graphs.span_row_keys = 1;
   CudaOptions plain = graphs;
   plain.use_graph = false;
+  CudaOptions rows = plain;
+  rows.span_row_keys = INT64_MAX;
   const std::vector<int> pa = prompt_of(170, V, 31), pb = prompt_of(90, V, 32);
+  const std::vector<int> px = prompt_of(40, V, 33), py = prompt_of(75, V, 34),
+                         pz = prompt_of(32, V, 35);
   auto run = [&](const CudaOptions& co) {
     auto b = make_batch(model, false, Gemms::kQuantized, co);
     const int a = b->add_sequence(), c = b->add_sequence();
     std::vector<float> all;
+    auto keep = [&](const std::vector<SeqResult>& r) {
+      for (const SeqResult& x : r) all.insert(all.end(), x.logits.begin(), x.logits.end());
+    };
     const std::span<const int> chunks[] = {std::span<const int>(pa).first(100), pb,
                                            std::span<const int>(pa).subspan(100)};
     const int seqs[] = {a, c, a};
     for (int i = 0; i < 3; ++i) {  // 100, 90 and 70 rows: bucket 128 each
       const auto r = b->step(std::vector<SeqStep>{greedy(seqs[i], chunks[i], 2)});
       EXPECT_EQ(r[0].logits.size(), chunks[i].size() * size_t(V));
-      all.insert(all.end(), r[0].logits.begin(), r[0].logits.end());
+      keep(r);
     }
     EXPECT_EQ(b->position(a), 170);
+    // 40 + 30 + 2 rows, then 1 + 45 + 30: bucket 96 with chunks, and attention_paged in one split
+    // for the rest (none the first time), each time.
+    const int x = b->add_sequence(), y = b->add_sequence(), z = b->add_sequence();
+    const std::span<const int> sy = py, sz = pz;
+    auto r = b->step(std::vector<SeqStep>{greedy(x, px, 2), greedy(y, sy.first(30), 2),
+                                          greedy(z, sz.first(2), 2)});
+    keep(r);
+    const int xt = r[0].token;
+    keep(b->step(std::vector<SeqStep>{greedy(x, std::span<const int>(&xt, 1), 2),
+                                      greedy(y, sy.subspan(30), 2), greedy(z, sz.subspan(2), 2)}));
+    EXPECT_EQ(b->position(y), 75);
     return all;
   };
-  const std::vector<float> g = run(graphs), e = run(plain);
-  ASSERT_EQ(g.size(), size_t(260) * V);
+  const std::vector<float> g = run(graphs), e = run(plain), r = run(rows);
+  ASSERT_EQ(g.size(), size_t(260 + 72 + 76) * V);
   ASSERT_EQ(g.size(), e.size());
   EXPECT_EQ(0, std::memcmp(g.data(), e.data(), g.size() * sizeof(float)));
+  ASSERT_EQ(r.size(), e.size());
+  double worst = 0;
+  for (size_t i = 0; i < r.size() / V; ++i)
+    worst = std::max(worst, rel_l2(&r[i * V], &e[i * V], V));
+  std::cout << "[ measure ] mixed steps' chunks through attention_prefill vs attention_paged: "
+               "worst rel L2 "
+            << worst << "\n";
+  // Both round q, K, V and P to fp16 with fp32 sums, in different orders; the GEMMs are the same:
+  // the multi-row bound (kVsSingle) with room. A wrong span, row or tile gives unrelated logits.
+  EXPECT_LT(worst, kVsSingle);
 }
 
 TEST(CudaBatch, HalfPoolAccuracy) {

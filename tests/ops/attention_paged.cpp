@@ -1,10 +1,11 @@
 // attention_paged: the many-row steps' attention over a paged KV pool (attention_paged.h) against
 // cpu::attention_decode over each row's gathered K/V on random data, fp32 and fp16 pools, several
-// head sizes, scattered pages, poisoned outputs; and its split count.
+// head sizes, scattered pages, poisoned outputs, a list of rows; and its split count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -125,6 +126,34 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
         ASSERT_EQ(got_h[i], f32_to_fp16(got[i]))
             << "element " << i << " hd " << head_dim << " splits " << splits;
     }
+  // A list of rows (PagedAttnArgs::rows: the rows of a step whose prompt chunks take
+  // attention_prefill): the listed rows, in any order, get the bits of the launch over every row;
+  // the others stay untouched.
+  std::vector<int> list;
+  for (int r = n - 1; r >= 0; --r)
+    if (r % 3 != 1) list.push_back(r);
+  list.resize(n, -1);
+  Dev<int> dlist(list);
+  a.splits = 3, a.row_first_new = nullptr;
+  out.poison();
+  cuda::attention_paged(a, nullptr);
+  const std::vector<float> all = out.get();
+  a.rows = dlist.p();
+  out.poison();
+  cuda::attention_paged(a, nullptr);
+  const std::vector<float> some = out.get();
+  for (int r = 0; r < n; ++r) {
+    const size_t at = size_t(r) * q_dim;
+    if (r % 3 != 1) {
+      ASSERT_EQ(0, std::memcmp(&all[at], &some[at], sizeof(float) * q_dim)) << "listed row " << r;
+    } else {
+      for (int i = 0; i < q_dim; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &some[at + i], 4);
+        ASSERT_EQ(bits, 0xffffffffu) << "unlisted row " << r << " was written";
+      }
+    }
+  }
 }
 
 TEST(AttentionPaged, SplitsFollowTheLongestContext) {

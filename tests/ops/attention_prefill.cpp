@@ -1,7 +1,8 @@
 // attention_prefill against a double-precision causal GQA reference, with and without earlier
 // cache positions (a prompt continuing a conversation), fp16 and fp32 caches, head_dim 8..256,
 // sliding windows and explicit scales (gemma3's local and global layers); the same keys in a
-// paged pool through a page table give the same bits, also with the chunk read from device memory.
+// paged pool through a page table give the same bits, also with the chunk read from device memory
+// (spans: twice in one launch, at other rows, with spare tile slots).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,18 @@ using namespace smolrt::cuda;
 using namespace smolrt::test;
 
 namespace {
+
+// The tile list of AttentionPrefillArgs::tiles for chunks of these lengths (spans 0, 1, ..), their
+// tiles interleaved.
+std::vector<int> tile_list(const std::vector<int>& lens, int head_dim) {
+  const int q = attention_prefill_query_tile(head_dim);
+  std::vector<int> t = {0};
+  for (int i = 0; i * q < *std::max_element(lens.begin(), lens.end()); ++i)
+    for (size_t s = 0; s < lens.size(); ++s)
+      if (i * q < lens[s]) t.push_back(int(s) << 16 | i);
+  t[0] = int(t.size()) - 1;
+  return t;
+}
 
 struct Shape {
   int n_heads, n_kv, hd;
@@ -170,14 +183,15 @@ TEST_P(AttnTokens, MatchesReference) {
             std::memcpy(&cv[size_t(2) * page * row_bytes], vb.data(), size_t(n_ctx) * row_bytes);
             std::vector<int> run(2 * size_t(np), 1 << 20);  // row 0: far out of range
             for (int i = 0; i < np; ++i) run[size_t(np) + i] = 2 + i;
-            const int span1[4] = {start, T, 1, 1};
+            const std::vector<int> tiles1 = tile_list({T}, s.hd);
             DevBuf<uint8_t> dck(ck), dcv(cv);
-            DevBuf<int> drun(run), dspan1(std::vector<int>(span1, span1 + 4));
+            DevBuf<int> drun(run), dspan1(std::vector<int>{start, T, 1, 1, 0}), dtiles1(tiles1);
             AttentionPrefillArgs r = b;
             r.k_cache = dck.p, r.v_cache = dcv.p, r.contiguous = true;
             for (bool via_span : {false, true}) {
               r.table = via_span ? drun.p : drun.p + np;
-              r.span = via_span ? dspan1.p : nullptr, r.table_stride = via_span ? np : 0;
+              r.spans = via_span ? dspan1.p : nullptr, r.table_stride = via_span ? np : 0;
+              r.tiles = via_span ? dtiles1.p : nullptr, r.max_tiles = tiles1[0];
               dpaged.poison();
               attention_prefill(r, nullptr);
               const std::vector<float> got_run = dpaged.download();
@@ -190,38 +204,46 @@ TEST_P(AttnTokens, MatchesReference) {
               }
             }
           }
-          // The chunk read from device memory (span {start, T, table row 1}) by a launch sized
-          // for more queries (T + 70, as a graph of a larger bucket): the same result, and the
-          // rows past the chunk untouched. The same kernel configuration (SIMT; two key groups;
-          // one block per query tile) gives the same bits; the others decide by the known keys and
-          // differ in summation order only.
-          const int cap = T + 70;
+          // The chunk read from device memory (spans {start, T, table row 1} at rows 3 and T + 8
+          // of a launch over T + T + 75 rows, with 3 tile slots to spare, as a graph of a larger
+          // bucket): the same result twice, and the rows of no span untouched. The same kernel
+          // configuration (SIMT; two key groups; one block per query tile) gives the same bits;
+          // the others decide by the known keys and differ in summation order only.
+          const int cap = T + T + 75, rows0[2] = {3, T + 8};
           std::vector<float> qcap((size_t)cap * q_dim, 7.f);
-          std::copy(q.begin(), q.end(), qcap.begin());
+          for (int r0 : rows0) std::copy(q.begin(), q.end(), qcap.begin() + (size_t)r0 * q_dim);
           std::vector<int> tables(2 * size_t(np) + 1, 1 << 20);  // row 0: pages far out of range
           std::copy(table.begin(), table.end(), tables.begin() + np);
-          const int span[4] = {start, T, 1, 0};
+          const std::vector<int> tiles = tile_list({T, T}, s.hd);
           DevBuf<float> dqcap(qcap), dspanout((size_t)cap * q_dim);
-          DevBuf<int> dtables(tables), dspan(std::vector<int>(span, span + 4));
+          DevBuf<int> dtables(tables), dtiles(tiles),
+              dspans(std::vector<int>{start, T, 1, 0, rows0[0], start, T, 1, 0, rows0[1]});
           DevBuf<float> dpartcap(
               std::max<size_t>(attention_prefill_scratch(cap, s.n_heads, s.hd), 1));
           dspanout.poison();
           AttentionPrefillArgs c = b;
           c.q = dqcap.p, c.out = dspanout.p, c.n_tokens = cap, c.start = 0;
-          c.span = dspan.p, c.table = dtables.p, c.table_stride = np;
+          c.spans = dspans.p, c.tiles = dtiles.p, c.max_tiles = tiles[0] + 3;
+          c.table = dtables.p, c.table_stride = np;
           c.partials = split ? dpartcap.p : nullptr;
           attention_prefill(c, nullptr);
           const std::vector<float> got_span = dspanout.download();
-          const std::vector<float> head(got_span.begin(), got_span.begin() + got.size());
-          EXPECT_LT(rel_l2(head, ref), tc ? 3e-3 : 1e-4) << "span";
-          if (!tc || (s.hd <= 64 && start + T > 64) || (s.hd > 64 && !split)) {
-            ASSERT_EQ(0, std::memcmp(got.data(), head.data(), got.size() * sizeof(float)))
-                << "span";
+          for (int r0 : rows0) {
+            const std::vector<float> part(got_span.begin() + (size_t)r0 * q_dim,
+                                          got_span.begin() + (size_t)(r0 + T) * q_dim);
+            EXPECT_LT(rel_l2(part, ref), tc ? 3e-3 : 1e-4) << "span at row " << r0;
+            if (!tc || (s.hd <= 64 && start + T > 64) || (s.hd > 64 && !split)) {
+              ASSERT_EQ(0, std::memcmp(got.data(), part.data(), got.size() * sizeof(float)))
+                  << "span at row " << r0;
+            }
           }
-          for (size_t i = got.size(); i < got_span.size(); ++i) {
+          for (size_t i = 0; i < got_span.size(); ++i) {
+            const int row = int(i / q_dim);
+            if ((row >= rows0[0] && row < rows0[0] + T) || (row >= rows0[1] && row < rows0[1] + T))
+              continue;
             uint32_t bits;
             std::memcpy(&bits, &got_span[i], 4);
-            ASSERT_EQ(bits, 0xffffffffu) << "span wrote row " << i / q_dim;
+            ASSERT_EQ(bits, 0xffffffffu) << "spans wrote row " << row;
           }
         }
       }

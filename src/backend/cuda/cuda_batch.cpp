@@ -9,13 +9,16 @@
 // with the argmax fused. Sampled rows run the GPU sampler (cuda/sample.h) per row; only token ids
 // (and logits where asked) come back.
 //
-// A step that is one sequence's prompt chunk alone (a prompt with nothing else to run, as `run`
-// and `bench` send) takes its attention as attention_prefill over that sequence's block table: the
+// A step whose prompt chunks read many keys (CudaOptions::span_row_keys), or a step of chunks
+// alone, takes their attention as attention_prefill over their sequences' block tables: the
 // tensor-core prefill kernel shares each key tile among 64 queries, where attention_paged reads a
-// row's context once per row; with the sequence's pages consecutive (a lone sequence's are:
-// KvPages::gather) it finds a key's row from the first page alone. The attention reads the chunk's
-// position, length, sequence and that flag from the step's staging (AttentionPrefillArgs::span), so
-// such steps replay their bucket's graph too.
+// row's context once per row; the one-row entries take attention_paged, through a list of their
+// rows. Fewer keys cost attention_paged little beside the step's decodes (its blocks fill the
+// GPU's idle slots), less than a second launch. With a sequence's pages consecutive (a lone
+// sequence's are: KvPages::gather) the prefill kernel finds a key's row from the first page
+// alone. The attention reads the chunks' positions, lengths, sequences, rows and that flag and the
+// list of rows from the step's staging (AttentionPrefillArgs::spans), so steps with other chunks
+// replay their bucket's graph too.
 //
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
 // bucket (and attention split count, from the step's longest context) is captured once as a CUDA
@@ -59,6 +62,7 @@
 #include "cuda/argmax.h"
 #include "cuda/attention_decode.h"
 #include "cuda/attention_paged.h"
+#include "cuda/attention_prefill.h"
 #include "cuda/device_buffer.h"
 #include "cuda/embed.h"
 #include "cuda/gemm.h"
@@ -81,9 +85,9 @@ int bucket(int n) {
   return n;
 }
 
-// A step that is one sequence's prompt chunk of at least this many rows runs its attention as
-// attention_prefill over the sequence's block table (StepRows::chunk): one query tile of the
-// tensor-core kernel. Not a measured crossover (a lone 32-token prompt measured the same with 2).
+// A step of prompt chunks alone (no one-row entries: attention_prefill is then its only attention
+// launch) takes attention_prefill from this many rows on, below CudaOptions::span_row_keys. Not a
+// measured crossover (a lone 32-token prompt measured the same with 2).
 constexpr int kChunkAttnRows = 64;
 
 class CudaBatchBackend final : public BatchBackend {
@@ -118,13 +122,13 @@ class CudaBatchBackend final : public BatchBackend {
   void warm_up() override;
 
  private:
-  // The launches of one step of nb rows, mb output rows, attention in `splits` splits, the chosen
-  // ids to `out` (captured per bucket); chunk: the step is a lone sequence's prompt chunk (its
-  // span staged after the fields).
-  void forward(int nb, int mb, int splits, bool masked, int* out, bool chunk);
+  // The launches of one step of nb rows, mb output rows, attention_paged in `splits` splits (0:
+  // no rows take it), the chosen ids to `out` (captured per bucket); chunks: the step has prompt
+  // chunks (their tile list and spans staged after the fields).
+  void forward(int nb, int mb, int splits, bool masked, int* out, bool chunks);
   // forward() as the bucket's graph (captured on first use), or plain launches without graphs.
   // par: which of the two id slots a one-row step writes (0 for the others).
-  void launch(int nb, int mb, int splits, bool masked, int par, bool chunk);
+  void launch(int nb, int mb, int splits, bool masked, int par, bool chunks);
   // Whether the step after `batch` (just staged) is worth launching now (see the file comment);
   // with adopting, whether `batch` is such a step (its `last` aside: it may end the sequence).
   bool speculable(std::span<const SeqStep> batch, bool adopting = false) const;
@@ -162,21 +166,47 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PinnedBuffer host_;  // staging block, tables mirror, output ids (carve_host)
   // Staging layout (ints, both sides): one array [nb] per field for a step of bucket nb (<= cap):
   // each row's token, position, pool slot, sequence, ring slot and its sequence's first position
-  // in the step; each output row's step row and mask (index into the masks, or -1); for a
-  // one-row step, whether its sequence's pages are consecutive (kConsec). A one-row step's fields
-  // are followed by its sequence's block table (the used entries copied), which its attention
-  // reads directly (attention_decode with a staged table); a chunk step's by its span (kSpanInts:
-  // the chunk's first position, rows, sequence and consecutive pages; AttentionPrefillArgs::span).
-  enum Field { kTok, kPos, kSlot, kSeq, kOutRow, kRingSlot, kFirstPos, kMaskIdx, kConsec, kStaged };
-  static constexpr int kSpanInts = 4;
+  // in the step; each output row's step row and mask (index into the masks, or -1); the rows
+  // attention_paged runs (-1 past them); for a one-row step, whether its sequence's pages are
+  // consecutive (kConsec). A one-row step's fields are followed by its sequence's block table (the
+  // used entries copied), which its attention reads directly (attention_decode with a staged
+  // table); a step with prompt chunks' by their tile list (its count, then up to tile_cap(nb)
+  // tiles) and spans (AttentionPrefillArgs::tiles, spans).
+  enum Field {
+    kTok,
+    kPos,
+    kSlot,
+    kSeq,
+    kOutRow,
+    kRingSlot,
+    kFirstPos,
+    kMaskIdx,
+    kAttnRow,
+    kConsec,
+    kStaged
+  };
   int* st_ = nullptr;
   int* d_st_ = nullptr;
   int* st(Field f, int nb) const { return st_ + f * nb; }
   const int* d_st(Field f, int nb) const { return d_st_ + f * nb; }
-  // Ints of staging on each side: a step of the largest bucket with a span, or a one-row step
-  // with its table.
+  // Chunks of a step of bucket nb at most (one per sequence), and their query tiles: the tile
+  // slots of its prefill launch (a bound, not a graph key: the blocks past a step's tiles return
+  // at once, where keying graphs by the tiles would capture more of them as chunks come).
+  int span_cap(int nb) const { return std::min(nb / 2, max_seqs()); }
+  // Rows of a step with chunks that attention_paged runs at most: its one-row entries.
+  int attn_cap(int nb) const { return std::min(nb, max_seqs()); }
+  int tile_cap(int nb) const {
+    const int q = cuda::attention_prefill_query_tile(c_.head_dim);
+    return (nb + q - 1) / q + span_cap(nb);
+  }
+  // Where a step of bucket nb stages its tile list and its spans.
+  int tiles_at(int nb) const { return kStaged * nb; }
+  int spans_at(int nb) const { return kStaged * nb + 1 + tile_cap(nb); }
+  // Ints of staging on each side: a step of the largest bucket with all its chunks, or a one-row
+  // step with its table.
   size_t staged_ints(int cap) const {
-    return std::max(kStaged * size_t(cap) + kSpanInts, size_t(kStaged + table_stride_));
+    return std::max(size_t(spans_at(cap)) + size_t(cuda::kPrefillSpanInts) * span_cap(cap),
+                    size_t(kStaged + table_stride_));
   }
   // Stages seq's block table after a one-row step's fields at `fields`; returns the ints to copy.
   int stage_table(int* fields, int seq) const;
@@ -210,6 +240,7 @@ class CudaBatchBackend final : public BatchBackend {
   std::map<std::tuple<int, int, int, bool, int, bool>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
   bool pdl_ = true, split_k_ = true, speculate_ = true;
+  int64_t span_row_keys_ = 0;  // CudaOptions::span_row_keys
   // Whether one-row steps may be speculated (graphs on, CudaOptions::speculate).
   bool speculating() const { return speculate_ && use_graph_; }
   struct {
@@ -237,10 +268,11 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
          " has no CUDA attention kernel (supported 4..256, powers of two); use --backend cpu");
   if (c_.n_kv_heads <= 0 || c_.n_heads % c_.n_kv_heads != 0)
     fail("n_heads ", c_.n_heads, " is not a multiple of n_kv_heads ", c_.n_kv_heads);
-  // Steps of many rows need the GEMMs and the paged attention kernel; a model they do not take
-  // (an F32 matrix, a shape off their tiles) runs one row per step on the decode kernels.
+  // Steps of many rows need the GEMMs and the attention kernels of rows and chunks; a model they
+  // do not take (an F32 matrix, a shape off their tiles) runs one row per step on the decode
+  // kernels.
   const bool rows_ok = cuda::attention_paged_supports(hd, c_.n_heads / c_.n_kv_heads) &&
-                       cuda::prefill_fits(c_, m.weights) &&
+                       cuda::attention_prefill_supports(hd) && cuda::prefill_fits(c_, m.weights) &&
                        cuda::gemm_takes(m.weights.output.type) && c_.dim % 4 == 0;
   if (!rows_ok) max_step_ = 1;
   const bool f16_weights = opt.f16_weights && rows_ok;
@@ -364,6 +396,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   pdl_ = co.pdl;
   split_k_ = co.split_k;
   speculate_ = co.speculate;
+  span_row_keys_ = co.span_row_keys;
   for (cudaEvent_t& e : done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   if (f16_weights)
     pw_.dense_rows =
@@ -471,20 +504,26 @@ void CudaBatchBackend::stage_padding(int from, int nb) {
 // a shape first comes. The one-row graphs are captured here.
 void CudaBatchBackend::warm_up() {
   spec_.on = false;  // a pending one runs first (stream order); stage() waits for it
+  // chunk: the rows as one prompt chunk (of the scratch sequence).
   auto stage = [&](int nb, int mb, bool chunk) {
     // The staging block is pinned host memory: the last step's copy must have read it.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     stage_padding(0, nb);
     for (int r = 0; r < mb; ++r) st(kOutRow, nb)[r] = r, st(kMaskIdx, nb)[r] = -1;
+    for (int r = 0; r < nb; ++r) st(kAttnRow, nb)[r] = chunk ? -1 : r;
     int ints = kStaged * nb;
     if (nb == 1) {
       st(kConsec, nb)[0] = 0;
       st_[kStaged] = tables_host_[size_t(max_seqs()) * table_stride_];  // the padding page
       ints = kStaged + 1;
     } else if (chunk) {
-      int* span = st_ + kStaged * nb;
-      span[0] = 0, span[1] = nb, span[2] = max_seqs(), span[3] = 0;
-      ints += kSpanInts;
+      const int q = cuda::attention_prefill_query_tile(c_.head_dim);
+      int* t = st_ + tiles_at(nb);
+      t[0] = (nb + q - 1) / q;
+      for (int i = 0; i < t[0]; ++i) t[1 + i] = i;  // span 0
+      int* span = st_ + spans_at(nb);
+      span[0] = 0, span[1] = nb, span[2] = max_seqs(), span[3] = 0, span[4] = 0;
+      ints = spans_at(nb) + cuda::kPrefillSpanInts;
     }
     CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * ints, cudaMemcpyHostToDevice, stream_));
   };
@@ -498,7 +537,7 @@ void CudaBatchBackend::warm_up() {
     stage(nb, nb, false);
     forward(nb, nb, wide, nb == 2, out_host_, false);  // masked once: its kernel
   }
-  // A lone prompt's chunk (attention_prefill): positions up to its rows must be in a table row.
+  // A prompt's chunk (attention_prefill): positions up to its rows must be in a table row.
   const int chunk = bucket(kChunkAttnRows);
   if (chunk <= cap && chunk <= kv_->seq_ctx()) {
     stage(chunk, 1, true);
@@ -539,10 +578,15 @@ void CudaBatchBackend::copy_pool_rows(int src, int dst, int n) {
   }
 }
 
-void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out, bool chunk) {
+void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out, bool chunks) {
   const cuda::Launch k = kernels();
   cuda::StepRows rows;
-  if (chunk) rows.chunk = d_st_ + kStaged * nb, rows.consecutive = rows.chunk + 3;
+  if (chunks) {
+    rows.tiles = d_st_ + tiles_at(nb), rows.spans = d_st_ + spans_at(nb);
+    rows.max_tiles = tile_cap(nb);
+    rows.consecutive = rows.spans;  // each span says (its fourth int)
+    rows.attn_rows = d_st(kAttnRow, nb), rows.attn_n = attn_cap(nb);
+  }
   if (nb == 1) rows.consecutive = d_st(kConsec, nb);
   rows.pos = d_st(kPos, nb), rows.slot = d_st(kSlot, nb), rows.seq = d_st(kSeq, nb);
   rows.tables = d_tables_, rows.table_stride = table_stride_, rows.page_size = kv_->page_size();
@@ -637,19 +681,19 @@ std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
   return res;
 }
 
-void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par, bool chunk) {
+void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par, bool chunks) {
   int* out = ids_out(nb, par);
-  if (!use_graph_) return forward(nb, mb, splits, masked, out, chunk);
-  cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked, par, chunk}];
+  if (!use_graph_) return forward(nb, mb, splits, masked, out, chunks);
+  cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked, par, chunks}];
   if (!g) {
     // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
     // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
     // and ids are written again by the replay). One-row steps have no dense GEMM, and their
     // hand-off advances the staging: they are captured at once.
-    if (nb > 1) forward(nb, mb, splits, masked, out, chunk);
+    if (nb > 1) forward(nb, mb, splits, masked, out, chunks);
     cudaGraph_t graph;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    forward(nb, mb, splits, masked, out, chunk);
+    forward(nb, mb, splits, masked, out, chunks);
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
@@ -670,26 +714,50 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int rows = 0;
   for (const SeqStep& s : batch) rows += (int)s.tokens.size();
   const int nb = bucket(rows);
-  int n = 0, m = 0, max_pos = 0, n_masks = 0;
+  int n = 0, m = 0, n_masks = 0;
   int lo = INT_MAX, hi = 0;  // sequences whose table rows changed: [lo, hi)
   // out rows of each entry: [first, first + count) of the gathered rows
   std::vector<std::pair<int, int>> outs(batch.size());
   std::vector<PageCopy> copies;
   int *toks = st(kTok, nb), *pos = st(kPos, nb), *slot = st(kSlot, nb), *seq = st(kSeq, nb);
   int *out_row = st(kOutRow, nb), *ring = st(kRingSlot, nb), *first_pos = st(kFirstPos, nb);
-  int* mask_idx = st(kMaskIdx, nb);
-  const bool chunk = batch.size() == 1 && rows >= kChunkAttnRows;
+  int *mask_idx = st(kMaskIdx, nb), *attn_row = st(kAttnRow, nb);
+  // Whether the chunks take attention_prefill: the keys their rows read (each row its position + 1)
+  // beside one-row entries, or their rows alone.
+  int64_t row_keys = 0;
+  int chunk_rows = 0;
+  for (const SeqStep& s : batch) {
+    const int64_t len = (int64_t)s.tokens.size(), p0 = kv_->position(s.seq);
+    if (len >= 2) row_keys += len * p0 + len * (len + 1) / 2, chunk_rows += (int)len;
+  }
+  const bool chunks =
+      nb > 1 && chunk_rows > 0 &&
+      (row_keys >= span_row_keys_ || (chunk_rows == rows && chunk_rows >= kChunkAttnRows));
   // A lone sequence's attention finds a row from its first page alone when its pages are
   // consecutive (StepRows::consecutive): where they are not (a prefix hit's cached pages, then its
   // own), they move to a free run of the pool first.
-  const bool lone = batch.size() == 1 && (nb == 1 || chunk);
+  const bool lone = batch.size() == 1 && (nb == 1 || chunks);
   if (lone) kv_->gather(batch[0].seq, rows, copies);
+  // Prompt chunks (attention_prefill): each one's span and query tiles, the tiles longest first.
+  const int q_tile = cuda::attention_prefill_query_tile(c_.head_dim);
+  int n_spans = 0, n_attn = 0, attn_max_pos = 0;
+  std::vector<std::pair<int, int>> tiles;  // (keys the tile's last query sees, its entry)
+  int* span = st_ + spans_at(nb);
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
     kv_->grow(s.seq, s.tokens, copies);
-    max_pos = std::max(max_pos, p0 + len - 1);
     if (stage_tables(s.seq)) lo = std::min(lo, s.seq), hi = std::max(hi, s.seq + 1);
+    if (chunks && len >= 2) {
+      int* sp = span + n_spans * cuda::kPrefillSpanInts;
+      sp[0] = p0, sp[1] = len, sp[2] = s.seq, sp[3] = kv_->consecutive(s.seq), sp[4] = n;
+      for (int t = 0; t * q_tile < len; ++t)
+        tiles.emplace_back(p0 + std::min(len, (t + 1) * q_tile), n_spans << 16 | t);
+      ++n_spans;
+    } else {
+      for (int j = 0; j < len; ++j) attn_row[n_attn++] = n + j;
+      attn_max_pos = std::max(attn_max_pos, p0 + len - 1);
+    }
     const int first = s.logits == 2 ? n : n + len - 1;
     const int count = s.logits == 2 ? len : (s.sample || s.logits == 1 ? 1 : 0);
     outs[i] = {m, count};
@@ -711,10 +779,21 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     n_masks += masked ? 1 : 0;
   }
   const int mb = bucket(std::max(m, 1));
-  // attention_paged's splits (chunk and one-row steps have none: their attention picks its own on
-  // the device, so their graph serves every context length)
+  // attention_paged's splits for its rows (every row of the bucket without chunks; none in one-row
+  // steps: their attention picks its own on the device, so their graph serves every context)
   const int splits =
-      chunk || nb == 1 ? 0 : cuda::attn_paged_splits(max_pos, nb * c_.n_kv_heads, cuda::sm_count());
+      nb == 1 || n_attn == 0
+          ? 0
+          : cuda::attn_paged_splits(attn_max_pos, (chunks ? n_attn : nb) * c_.n_kv_heads,
+                                    cuda::sm_count());
+  for (int r = n_attn; r < nb; ++r) attn_row[r] = -1;
+  if (!tiles.empty()) {
+    std::sort(tiles.begin(), tiles.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    int* t = st_ + tiles_at(nb);
+    t[0] = (int)tiles.size();
+    for (size_t i = 0; i < tiles.size(); ++i) t[1 + i] = tiles[i].second;
+  }
   stage_padding(n, nb);
   for (int r = m; r < mb; ++r) out_row[r] = 0, mask_idx[r] = -1;
   // Pages moved (gather) or copied on write before the step writes into them (kv_pages.h), runs
@@ -732,17 +811,10 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     CUDA_CHECK(cudaMemcpyAsync(
         d_tables_ + size_t(lo) * table_stride_, tables_host_ + size_t(lo) * table_stride_,
         sizeof(int) * size_t(hi - lo) * table_stride_, cudaMemcpyHostToDevice, stream_));
-  if (lone) {
-    const bool run = kv_->consecutive(batch[0].seq);
-    if (chunk) {
-      int* span = st_ + kStaged * nb;
-      span[0] = st(kFirstPos, nb)[0], span[1] = rows, span[2] = batch[0].seq, span[3] = run;
-    } else {
-      st(kConsec, nb)[0] = run;
-    }
-  }
-  const int staged =
-      nb == 1 ? stage_table(st_, batch[0].seq) : kStaged * nb + (chunk ? kSpanInts : 0);
+  if (nb == 1) st(kConsec, nb)[0] = kv_->consecutive(batch[0].seq);
+  const int staged = nb == 1       ? stage_table(st_, batch[0].seq)
+                     : n_spans > 0 ? spans_at(nb) + n_spans * cuda::kPrefillSpanInts
+                                   : kStaged * nb;
   CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * staged, cudaMemcpyHostToDevice, stream_));
   if (n_masks > 0)
     CUDA_CHECK(cudaMemcpyAsync(d_masks_, masks_host_, sizeof(uint32_t) * n_masks * mask_words_,
@@ -751,7 +823,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
 
   const int par = nb == 1 ? (par_ ^= 1) : 0;
   int* out = ids_out(nb, par);
-  launch(nb, mb, splits, masked, par, chunk);
+  launch(nb, mb, splits, masked, par, chunks);
 
   // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
   // one copy); a row it cannot take (vocab or candidates past its limits: -1) samples on the host.

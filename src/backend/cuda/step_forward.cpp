@@ -107,7 +107,8 @@ void attention_rows(const StepWeights& w, int l, const float* q, int ldq, const 
   const StepLayerWeights& L = w.layers[l];
   PagedAttnArgs pa;
   pa.q = q, pa.ldq = ldq, pa.k_pool = L.k_cache, pa.v_pool = L.v_cache;
-  pa.kv_half = w.kv_half, pa.out = out.f32, pa.out_h = out.f16, pa.ldo = out.ld, pa.n = n;
+  pa.kv_half = w.kv_half, pa.out = out.f32, pa.out_h = out.f16, pa.ldo = out.ld;
+  pa.n = rows.attn_rows ? rows.attn_n : n, pa.rows = rows.attn_rows;
   pa.row_pos = rows.pos, pa.row_seq = rows.seq, pa.row_first_new = rows.first_new,
   pa.tables = rows.tables;
   pa.table_stride = rows.table_stride, pa.page_size = rows.page_size;
@@ -252,7 +253,7 @@ const float* step_forward(const StepWeights& w, StepWorkspace& ws, int n, int po
     fail("step_forward: ", logit_rows, " logit rows exceed the workspace");
   if ((int)w.layers.size() != c.n_layers) fail("step_forward: layer count mismatch");
   const bool one_row = rows && rows->row_table;
-  if (one_row && (n != 1 || rows->chunk || !rows->decode_scratch.partials || ws.capacity() < 2))
+  if (one_row && (n != 1 || rows->max_tiles || !rows->decode_scratch.partials || ws.capacity() < 2))
     fail("step_forward: a one-row step is one row (and a workspace of two) with its scratch");
   const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hid = c.hidden_dim;
   const float eps = c.norm_eps;
@@ -370,21 +371,23 @@ const float* step_forward(const StepWeights& w, StepWorkspace& ws, int n, int po
       attention_decode(ws.att, ws.q, L.k_cache, L.v_cache, lrows->pos, rows->seq_ctx, c.n_heads,
                        c.n_kv_heads, c.head_dim, rows->decode_scratch, s, pages, window,
                        c.attn_scale);
-    } else if (lrows && !lrows->chunk) {
-      attention_rows(w, l, q, ldq, {att, att_h, ld_att}, n, *lrows, s);
     } else {
-      AttentionPrefillArgs at;
-      at.q = q, at.ldq = ldq, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
-      at.kv_half = w.kv_half, at.out = att, at.out_h = att_h, at.ldo = ld_att;
-      at.n_tokens = n, at.start = pos0;
-      if (lrows) {  // one sequence's chunk in the paged pool: its span, through its table
-        at.span = lrows->chunk;
-        at.table = lrows->tables, at.table_stride = lrows->table_stride;
-        at.page_size = lrows->page_size, at.contiguous = lrows->consecutive != nullptr;
+      if (lrows && lrows->attn_splits > 0)
+        attention_rows(w, l, q, ldq, {att, att_h, ld_att}, n, *lrows, s);
+      if (!lrows || lrows->max_tiles > 0) {
+        AttentionPrefillArgs at;
+        at.q = q, at.ldq = ldq, at.k_cache = L.k_cache, at.v_cache = L.v_cache;
+        at.kv_half = w.kv_half, at.out = att, at.out_h = att_h, at.ldo = ld_att;
+        at.n_tokens = n, at.start = pos0;
+        if (lrows) {  // the step's prompt chunks in the paged pool, through their tables
+          at.spans = lrows->spans, at.tiles = lrows->tiles, at.max_tiles = lrows->max_tiles;
+          at.table = lrows->tables, at.table_stride = lrows->table_stride;
+          at.page_size = lrows->page_size, at.contiguous = lrows->consecutive != nullptr;
+        }
+        at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
+        at.window = window, at.scale = c.attn_scale, at.partials = ws.attn_scratch;
+        attention_prefill(at, s);
       }
-      at.n_heads = c.n_heads, at.n_kv_heads = c.n_kv_heads, at.head_dim = c.head_dim;
-      at.window = window, at.scale = c.attn_scale, at.partials = ws.attn_scratch;
-      attention_prefill(at, s);
     }
 
     // 3. x += Wo att (post norm)

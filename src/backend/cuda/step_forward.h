@@ -123,7 +123,8 @@ int measure_dense_rows(const StepWeights& w, StepWorkspace& ws, int max_rows, co
 // Where the rows of a multi-sequence step go (device arrays [n]; the layers' k_cache/v_cache are
 // then a paged pool's [slots][kv_dim] per layer): row i is token ws.tokens[i] of the sequence
 // whose block table is tables[seq[i] * table_stride ..], at position pos[i], its K/V written to
-// pool slot slot[i]; attention is attention_paged (cuda/attention_paged.h).
+// pool slot slot[i]; attention is attention_paged (cuda/attention_paged.h), and attention_prefill
+// for the prompt chunks listed as spans.
 struct StepRows {
   const int* pos = nullptr;
   const int* slot = nullptr;
@@ -133,26 +134,33 @@ struct StepRows {
   int table_stride = 0, page_size = 0;
   float* attn_partials = nullptr;  // attention_paged's scratch for n rows (attention_paged.h)
   int* attn_counters = nullptr;
-  int attn_splits = kAttnPagedSplits;  // attention_paged's splits (attn_paged_splits of the step)
+  // attention_paged's splits (attn_paged_splits of its rows), 0: no rows take it
+  int attn_splits = kAttnPagedSplits;
   // Sliding-window layers whose caches are per-sequence rings (set both, or neither): their K/V
   // slots and block tables (a ring's table repeats its pages, so positions wrap through them).
   const int* ring_slot = nullptr;
   const int* ring_tables = nullptr;
-  // chunk != nullptr: the step is one prompt chunk of a sequence alone, device int[3] {its first
-  // position, its real rows (the rest padding), the sequence}. Its attention is then
-  // attention_prefill over the sequence's block table (64 queries share each key tile), not
-  // attention_paged (every row reads its context alone); it reads the span on the device, so a
-  // step's graph serves any chunk.
-  const int* chunk = nullptr;
+  // max_tiles > 0: the step's prompt chunks take attention_prefill over their sequences' block
+  // tables (64 queries share each key tile, where attention_paged reads a row's context once per
+  // row): spans and tiles as AttentionPrefillArgs::spans / tiles, read on the device, so a step's
+  // graph serves any chunks; max_tiles the launch's tile slots. The other rows (decodes, short
+  // chunks) take attention_paged through attn_rows (PagedAttnArgs::rows), none when attn_splits is
+  // 0.
+  const int* spans = nullptr;
+  const int* tiles = nullptr;
+  int max_tiles = 0;
+  const int* attn_rows = nullptr;
+  int attn_n = 0;  // attn_rows' length (attention_paged's grid rows)
   // row_table != nullptr: a one-row step (n 1) whose sequence's block table was staged with the
   // step (row_table, stride table_stride), which the split decode attention (attention_decode.h)
   // reads directly; decode_scratch is its split scratch, seq_ctx its context bound.
   const int* row_table = nullptr;
   AttnScratch decode_scratch;
   int seq_ctx = 0;
-  // A step of one sequence (a chunk, or one row): device flag, nonzero when its pages are
-  // consecutive, so its attention finds a row from the first page alone (AttnPages::consecutive;
-  // a chunk's is its span's fourth int, AttentionPrefillArgs::contiguous allows it).
+  // A one-row step: device flag, nonzero when its sequence's pages are consecutive, so its
+  // attention finds a row from the first page alone (AttnPages::consecutive). A step with chunks:
+  // non-null where their spans may say so (AttentionPrefillArgs::contiguous: each span's fourth
+  // int), null on layers whose tables are rings.
   const int* consecutive = nullptr;
   // The rows as layer l of config c sees them: a sliding-window layer takes the rings (whose
   // tables wrap, so they are never consecutive).
