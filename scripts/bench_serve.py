@@ -11,9 +11,9 @@ to the first streamed token and the whole request time, and prints and appends o
 level to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
 generated and prompt tok/s, TTFT p50/p99, request time p50/p99 (seconds), prompt tokens the prefix
 cache served per request, and "server": smolrt's own view of the level from its /metrics (mean
-TTFT from arrival to the first token's sampling, mean step time, steps, rows and tokens per step,
-the share of the wall time spent in steps, the share of steps launched ahead), null for a server
-without them.
+TTFT from arrival to the first token's sampling and its two parts, queue (to the request's first
+step) and prefill (from there), mean step time, steps, rows and tokens per step, the share of the
+wall time spent in steps, the share of steps launched ahead), null for a server without them.
 
 Workload options (recorded in each line):
   --shared-prefix N      every prompt starts with the same N tokens (natural text from the server's
@@ -164,6 +164,9 @@ def client_process(a, ids, conc, headers, q):
 SERVER_SERIES = ("smolrt_time_to_first_token_seconds_sum", "smolrt_time_to_first_token_seconds_count",
                  "smolrt_step_seconds_sum", "smolrt_step_seconds_count",
                  "smolrt_batch_tokens_sum", "smolrt_batch_sequences_sum", "smolrt_steps_ahead_total")
+# TTFT's two parts (servers from 2026-11-29 on): arrival -> first step, first step -> first token.
+SPLIT_SERIES = ("smolrt_request_queue_seconds_sum", "smolrt_request_queue_seconds_count",
+                "smolrt_request_prefill_seconds_sum", "smolrt_request_prefill_seconds_count")
 
 
 def server_counters(a, headers):
@@ -181,18 +184,19 @@ def server_counters(a, headers):
     v = {}
     for line in body.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] in SERVER_SERIES:
+        if len(parts) == 2 and (parts[0] in SERVER_SERIES or parts[0] in SPLIT_SERIES):
             v[parts[0]] = float(parts[1])
-    return v if len(v) == len(SERVER_SERIES) else None
+    return v if all(k in v for k in SERVER_SERIES) else None
 
 
 def server_view(before, after, wall):
-    """Means over the level: TTFT from arrival to the first token's sampling, the backend step,
-    rows and tokens per step, the share of the wall time the scheduler spent in steps, and the share
-    of steps the engine launched ahead (speculated)."""
+    """Means over the level: TTFT from arrival to the first token's sampling (and its queue and
+    prefill parts where the server has them), the backend step, rows and tokens per step, the share
+    of the wall time the scheduler spent in steps, and the share of steps the engine launched ahead
+    (speculated)."""
     if before is None or after is None:
         return None
-    d = {k: after[k] - before[k] for k in SERVER_SERIES}
+    d = {k: after[k] - before[k] for k in SERVER_SERIES + SPLIT_SERIES if k in after and k in before}
     steps = d["smolrt_step_seconds_count"]
     firsts = d["smolrt_time_to_first_token_seconds_count"]
     if steps <= 0:
@@ -206,6 +210,10 @@ def server_view(before, after, wall):
         "tokens_per_step": round(d["smolrt_batch_tokens_sum"] / steps, 1),
         "step_share": round(d["smolrt_step_seconds_sum"] / wall, 3) if wall > 0 else None,
         "steps_ahead_share": round(d["smolrt_steps_ahead_total"] / steps, 3),
+        **{f"{part}_mean_ms": round(1e3 * d[f"smolrt_request_{part}_seconds_sum"] /
+                                    d[f"smolrt_request_{part}_seconds_count"], 3)
+           for part in ("queue", "prefill")
+           if d.get(f"smolrt_request_{part}_seconds_count", 0) > 0},
     }
 
 

@@ -24,9 +24,10 @@ prometheus::Histogram& histogram(prometheus::Registry& r, const std::string& nam
   return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(b));
 }
 
-// Latency buckets in seconds, 1 ms to 60 s.
+// Latency buckets in seconds, 100 us to 60 s (a small model's step takes a fraction of a ms).
 prometheus::Histogram::BucketBoundaries latency_buckets() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+          0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
 }
 prometheus::Histogram::BucketBoundaries size_buckets() {
   return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
@@ -70,6 +71,11 @@ Metrics::Metrics() : reg_(std::make_shared<prometheus::Registry>()) {
   step_seconds_ = &histogram(r, "smolrt_step_seconds", "Backend step time", latency_buckets());
   ttft_ = &histogram(r, "smolrt_time_to_first_token_seconds",
                      "From arrival to the first generated token", latency_buckets());
+  queue_ = &histogram(r, "smolrt_request_queue_seconds",
+                      "From arrival to the request's first backend step", latency_buckets());
+  prefill_ = &histogram(r, "smolrt_request_prefill_seconds",
+                        "From the request's first backend step to its first generated token",
+                        latency_buckets());
   itl_ = &histogram(r, "smolrt_inter_token_latency_seconds",
                     "Between consecutive generated tokens of a request", latency_buckets());
   e2e_ = &histogram(r, "smolrt_request_duration_seconds", "From arrival to the last token",
@@ -98,6 +104,12 @@ void Metrics::step(int n_seqs, int n_tokens, double seconds) {
 }
 void Metrics::time_to_first_token(double seconds) {
   ttft_->Observe(seconds);
+}
+void Metrics::queue_time(double seconds) {
+  queue_->Observe(seconds);
+}
+void Metrics::prefill_time(double seconds) {
+  prefill_->Observe(seconds);
 }
 void Metrics::inter_token_latency(double seconds) {
   itl_->Observe(seconds);

@@ -34,6 +34,11 @@ class Metrics {
   // One backend step: sequences and tokens it carried, and its wall time.
   void step(int n_seqs, int n_tokens, double seconds);
   void time_to_first_token(double seconds);
+  // A request's time to first token in two: from arrival to its first step's start (waiting for a
+  // sequence, the step in flight and the step budget), then to its first token (vLLM's queue and
+  // prefill times).
+  void queue_time(double seconds);
+  void prefill_time(double seconds);
   void inter_token_latency(double seconds);
   void request_duration(double seconds);
   void queue(int running, int waiting);
@@ -53,7 +58,8 @@ class Metrics {
       *cached_tokens_, *steps_ahead_;
   prometheus::Gauge *running_, *waiting_, *kv_used_, *kv_total_, *kv_usage_, *connections_,
       *prefix_hit_;
-  prometheus::Histogram *batch_seqs_, *batch_tokens_, *step_seconds_, *ttft_, *itl_, *e2e_;
+  prometheus::Histogram *batch_seqs_, *batch_tokens_, *step_seconds_, *ttft_, *itl_, *e2e_, *queue_,
+      *prefill_;
 };
 
 }  // namespace smolrt::server

@@ -157,6 +157,8 @@ struct Scheduler::Entry {
   std::optional<grammar::GrammarMatcher> matcher;  // structured output
   std::vector<uint32_t> mask_buf;
   Clock::time_point last_token;
+  // When its first step started (queue time before, prefill time after, in the metrics).
+  std::optional<Clock::time_point> scheduled;
 
   const GenRequest& req() const { return job->request(); }
   int remaining() const { return static_cast<int>(ctx.size()) - n_done; }
@@ -529,10 +531,13 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
   const auto now = Clock::now();
   if (metrics_) {
     metrics_->generated_tokens(1);
-    if (e.n_gen == 0)
-      metrics_->time_to_first_token(since(e.job->arrived()));
-    else
+    if (e.n_gen == 0) {
+      metrics_->time_to_first_token(std::chrono::duration<double>(now - e.job->arrived()).count());
+      if (e.scheduled)
+        metrics_->prefill_time(std::chrono::duration<double>(now - *e.scheduled).count());
+    } else {
       metrics_->inter_token_latency(std::chrono::duration<double>(now - e.last_token).count());
+    }
   }
   e.last_token = now;
   ++e.n_gen;
@@ -632,6 +637,13 @@ void Scheduler::run_step() {
     n_tokens += n;
   }
   const auto t0 = Clock::now();
+  for (auto& c : chunks) {
+    Entry& e = *c.first;
+    if (e.scheduled) continue;
+    e.scheduled = t0;
+    if (metrics_)
+      metrics_->queue_time(std::chrono::duration<double>(t0 - e.job->arrived()).count());
+  }
   std::vector<SeqResult> results;
   try {
     results = be_.step(steps);

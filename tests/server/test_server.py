@@ -334,6 +334,17 @@ def case_batching(binary):
         _, _, text = srv.request("GET", "/metrics", headers=srv.auth)
         check("\nsmolrt_steps_ahead_total 0\n" in text,
               "/metrics lacks smolrt_steps_ahead_total, or the CPU backend launched steps ahead")
+        # Every request's TTFT is its queue time (arrival -> first step) plus its prefill time
+        # (-> first token), measured on one clock: the sums agree (the text format's rounding).
+        n = len(PROMPTS) * 2
+        for part in ("time_to_first_token", "request_queue", "request_prefill"):
+            got = srv.metric(f"smolrt_{part}_seconds_count")
+            check(got == n, f"smolrt_{part}_seconds_count {got}, expected {n}")
+        ttft = srv.metric("smolrt_time_to_first_token_seconds_sum")
+        parts = (srv.metric("smolrt_request_queue_seconds_sum") +
+                 srv.metric("smolrt_request_prefill_seconds_sum"))
+        check(ttft > 0 and abs(ttft - parts) < 1e-6 * n + 1e-9 * ttft,
+              f"TTFT sum {ttft} vs queue + prefill {parts}")
     finally:
         check(srv.stop() == 0, "exit code")
     tight = Server(binary, STORIES, "--parallel", "4", "--ctx", "128", "--kv-size", "64")
