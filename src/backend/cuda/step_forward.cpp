@@ -1,4 +1,4 @@
-// Layer-major prefill driver (see step_forward.h): launches only, no allocation per chunk.
+// The CUDA engine's layer loop (see step_forward.h): launches only, no allocation per step.
 #include "backend/cuda/step_forward.h"
 
 #include <algorithm>

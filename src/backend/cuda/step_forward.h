@@ -1,8 +1,9 @@
 // The CUDA engine's forward pass over the rows of one step, layer-major: every row passes layer L
 // before layer L+1. Per layer:
 //   1. norm + QKV + finish (biases, QK norms, RoPE) + K/V written into the cache
-//   2. attention: the split decode attention (a one-row step), attention_prefill (a prompt chunk
-//      of one sequence) or attention_paged (rows of many sequences)
+//   2. attention: the split decode attention (a one-row step); attention_paged (rows of many
+//      sequences) and/or attention_prefill (the prompt chunks a step lists as spans; without
+//      StepRows, the rows as one chunk)
 //   3. x += Wo att (post norm)
 //   4. norm + gate/up + act(gate)*up
 //   5. x += Wdown h (post norm)
@@ -143,9 +144,8 @@ struct StepRows {
   // max_tiles > 0: the step's prompt chunks take attention_prefill over their sequences' block
   // tables (64 queries share each key tile, where attention_paged reads a row's context once per
   // row): spans and tiles as AttentionPrefillArgs::spans / tiles, read on the device, so a step's
-  // graph serves any chunks; max_tiles the launch's tile slots. The other rows (decodes, short
-  // chunks) take attention_paged through attn_rows (PagedAttnArgs::rows), none when attn_splits is
-  // 0.
+  // graph serves any chunks; max_tiles the launch's tile slots. The other rows (one-row entries)
+  // take attention_paged through attn_rows (PagedAttnArgs::rows), none when attn_splits is 0.
   const int* spans = nullptr;
   const int* tiles = nullptr;
   int max_tiles = 0;
