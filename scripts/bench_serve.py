@@ -164,9 +164,11 @@ def client_process(a, ids, conc, headers, q):
 SERVER_SERIES = ("smolrt_time_to_first_token_seconds_sum", "smolrt_time_to_first_token_seconds_count",
                  "smolrt_step_seconds_sum", "smolrt_step_seconds_count",
                  "smolrt_batch_tokens_sum", "smolrt_batch_sequences_sum", "smolrt_steps_ahead_total")
-# TTFT's two parts (servers from 2026-11-29 on): arrival -> first step, first step -> first token.
+# TTFT's two parts (servers from 2026-11-29 on): arrival -> first step, first step -> first token;
+# and the rows that took cascade attention.
 SPLIT_SERIES = ("smolrt_request_queue_seconds_sum", "smolrt_request_queue_seconds_count",
-                "smolrt_request_prefill_seconds_sum", "smolrt_request_prefill_seconds_count")
+                "smolrt_request_prefill_seconds_sum", "smolrt_request_prefill_seconds_count",
+                "smolrt_shared_prefix_rows_total")
 
 
 def server_counters(a, headers):
@@ -214,6 +216,10 @@ def server_view(before, after, wall):
                                     d[f"smolrt_request_{part}_seconds_count"], 3)
            for part in ("queue", "prefill")
            if d.get(f"smolrt_request_{part}_seconds_count", 0) > 0},
+        # The share of step rows that took cascade attention (servers from 2026-11-29 on).
+        **({"shared_prefix_rows_share": round(d["smolrt_shared_prefix_rows_total"] /
+                                              d["smolrt_batch_tokens_sum"], 3)}
+           if "smolrt_shared_prefix_rows_total" in d and d["smolrt_batch_tokens_sum"] > 0 else {}),
     }
 
 

@@ -28,6 +28,71 @@ constexpr size_t smem_bytes() {
   return size_t(W) * 2 * kTile * kPitch<HD> * 2;
 }
 
+// o += P V over one tile: P the A operand of each 16-key chunk (as the caller packed its rows), V
+// the tile's rows in shared memory at pitch kPitch<HD> (ldmatrix .trans gives the B operand).
+template <int HD>
+__device__ __forceinline__ void pv_tile(float (&o)[HD / 8][4], const uint32_t (&pf)[kTile / 16][4],
+                                        const __half* vt, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    const __half* vr = vt + (16 * kk + (lane & 15)) * kPitch<HD>;
+    if constexpr (HD / 8 >= 2) {
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; dt += 2) {
+        // lanes 0-15: positions 16kk + (lane & 15) at columns 8dt; lanes 16-31: 8(dt+1)
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vr + (dt + (lane >> 4)) * 8);
+        mma16816(o[dt], pf[kk], b[0], b[1]);
+        mma16816(o[dt + 1], pf[kk], b[2], b[3]);
+      }
+    } else {
+      uint32_t b[2];
+      ldmatrix_x2_trans(b, vr);
+      mma16816(o[0], pf[kk], b[0], b[1]);
+    }
+  }
+}
+
+// Folds partials p[0..n) (S slots of HD + 2 floats: base-2 max, sum, unnormalized output; written
+// by another block or launch) into a softmax state of column d: base-2 max mm (-inf: none yet),
+// sum den, numerator num. Every slot is loaded at once (one round trip to L2, which a loop over
+// n would make twice: the max, then the sums), then combined.
+template <int HD, int S>
+__device__ __forceinline__ void merge_partials(const float* p, int n, int d, float& mm, float& den,
+                                               float& num) {
+  float ms[S], ls[S], os[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    ms[s] = s < n ? __ldcg(p + s * (HD + 2)) : -INFINITY;
+    ls[s] = s < n ? __ldcg(p + s * (HD + 2) + 1) : 0.f;
+    os[s] = s < n ? __ldcg(p + s * (HD + 2) + 2 + d) : 0.f;
+  }
+  float m = mm;
+#pragma unroll
+  for (int s = 0; s < S; ++s) m = fmaxf(m, ms[s]);
+  const float w0 = mm == -INFINITY ? 0.f : exp2f(mm - m);
+  num *= w0, den *= w0;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    const float w = s < n ? exp2f(ms[s] - m) : 0.f;
+    den += w * ls[s];
+    num += w * os[s];
+  }
+  mm = m;
+}
+
+// Folds the shared prefix's partials of (row, head h) (attention_paged_shared's, over the row's
+// first `skip` keys) into a softmax state of column d.
+template <int HD>
+__device__ __forceinline__ void fold_prefix(const PagedAttnArgs& a, int row, int h, int d, int skip,
+                                            float& mm, float& den, float& num) {
+  int per = 0;
+  const int n = shared_splits(skip / kSharedTile, &per);
+  merge_partials<HD, kAttnSharedSplits>(
+      a.shared.prefix + ((size_t)row * a.n_heads + h) * kAttnSharedSplits * (HD + 2), n, d, mm, den,
+      num);
+}
+
 // One block per (row, KV head, split); see attention_paged.h. The body of the builds below, with
 // W warps per block. Tensor cores (mma.sync m16n8k16, fp16 operands, fp32 accumulators): the G
 // query heads of the KV head are rows 0..G-1 of the A operand (the other rows zero), so a 32-
@@ -66,10 +131,11 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   // previous kernel's tail instead of trailing its completion.
   const int n_pos = a.row_pos[row] + 1;
   const int fresh = a.row_first_new ? a.row_first_new[row] : 0;
-  // Keys [lo, n_pos): the whole context or the sliding window's last `window` positions; tiles
-  // are counted from the one holding lo (its positions before lo are masked like those past
-  // the context).
-  const int lo = a.window > 0 && n_pos > a.window ? n_pos - a.window : 0;
+  // Keys [lo, n_pos): the whole context or the sliding window's last `window` positions, past the
+  // shared prefix's keys; tiles are counted from the one holding lo (its positions before lo are
+  // masked like those past the context).
+  const int skip = a.shared.row_skip ? a.shared.row_skip[row] : 0;
+  const int lo = max(skip, a.window > 0 && n_pos > a.window ? n_pos - a.window : 0);
   const int tile0 = lo / kTile;
   const int tiles = (n_pos + kTile - 1) / kTile - tile0;
   const int per = max(W, (tiles + (int)gridDim.z - 1) / (int)gridDim.z);
@@ -198,24 +264,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
       pf[j >> 1][(j & 1) * 2] = pack_half2(p0, p1);
       pf[j >> 1][(j & 1) * 2 + 1] = 0u;
     }
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; ++kk) {
-      const __half* vr = vt + (16 * kk + (lane & 15)) * P;
-      if constexpr (DT >= 2) {
-#pragma unroll
-        for (int dt = 0; dt < DT; dt += 2) {
-          // lanes 0-15: positions 16kk + (lane & 15) at columns 8dt; lanes 16-31: 8(dt+1)
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vr + (dt + (lane >> 4)) * 8);
-          mma16816(o[dt], pf[kk], b[0], b[1]);
-          mma16816(o[dt + 1], pf[kk], b[2], b[3]);
-        }
-      } else {
-        uint32_t b[2];
-        ldmatrix_x2_trans(b, vr);
-        mma16816(o[0], pf[kk], b[0], b[1]);
-      }
-    }
+    pv_tile<HD>(o, pf, vt, lane);
     __syncwarp();  // the tiles are rewritten by the next one
   }
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
@@ -246,6 +295,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
       num += wt * sacc[(w * G + g) * HD + d];
     }
     if (n_split == 1) {
+      if (skip > 0) fold_prefix<HD>(a, row, h0 + g, d, skip, mm, den, num);
       store_out(a.out, a.out_h, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
     } else {
       float* part =
@@ -268,21 +318,17 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   __threadfence();
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
     const int g = i / HD, d = i % HD;
-    const float* ph = partials + ((size_t)row * a.n_heads + h0 + g) * kAttnPagedSplits * (HD + 2);
-    float mm = -INFINITY;
-    for (int sp_ = 0; sp_ < n_split; ++sp_) mm = fmaxf(mm, __ldcg(ph + sp_ * (HD + 2)));
-    float num = 0.f, den = 0.f;
-    for (int sp_ = 0; sp_ < n_split; ++sp_) {
-      const float w = exp2f(__ldcg(ph + sp_ * (HD + 2)) - mm);
-      den += w * __ldcg(ph + sp_ * (HD + 2) + 1);
-      num += w * __ldcg(ph + sp_ * (HD + 2) + 2 + d);
-    }
+    float mm = -INFINITY, num = 0.f, den = 0.f;
+    merge_partials<HD, kAttnPagedSplits>(
+        partials + ((size_t)row * a.n_heads + h0 + g) * kAttnPagedSplits * (HD + 2), n_split, d, mm,
+        den, num);
+    if (skip > 0) fold_prefix<HD>(a, row, h0 + g, d, skip, mm, den, num);
     store_out(a.out, a.out_h, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
   }
 }
 
-// The latency build: 4 warps, no minimum of blocks per SM (96 registers at head_dim 64: 5 blocks
-// per SM, as its 37 KB of shared memory allow).
+// The latency build: 4 warps, no minimum of blocks per SM (~120 registers at head_dim 64: 4
+// blocks per SM; its 37 KB of shared memory would allow 6).
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_paged_kernel(const PagedAttnArgs a, float* partials, int* counters) {
@@ -290,7 +336,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 }
 
 // The narrow build: 2 warps per block, for grids past one resident wave of the latency build
-// (e.g. 256 sequences x 3 KV heads = 768 blocks, of which 660 are resident at 5 per SM on 132
+// (e.g. 256 sequences x 3 KV heads = 768 blocks, of which 528 are resident at 4 per SM on 132
 // SMs): more, smaller blocks fit per SM, so the grid needs fewer waves (most of all for
 // head_dim 256, where the latency build fits one block per SM).
 constexpr int kNarrowWarps = 2;
@@ -317,6 +363,186 @@ __global__ void __launch_bounds__(32 * kWideWarps)
   attention_paged_body<HD, G, HALF, kWideWarps>(a, partials, counters);
 }
 
+// attention_paged_shared (see attention_paged.h): one block per (query block, KV head, split).
+// The block's 4 warps take 16 query rows each (row r of the group: member r / G, query head
+// kvh * G + r % G) as the full 16 rows of the mma, against each 32-key tile of the split, staged
+// for all of them in shared memory, kSharedStages tiles in flight: a split of up to that many
+// tiles (a 1,024-key prefix in 8 splits) is wholly copied before the PDL wait, during the QKV
+// GEMM. The shared keys all precede every member's position and come in whole tiles: no mask.
+constexpr int kSharedWarps = kSharedQueryRows / 16;
+constexpr int kSharedStages = 4;
+static_assert(kTile == kSharedTile, "a row's skip is a whole number of attention_paged tiles");
+template <int HD>
+constexpr size_t shared_smem_bytes() {
+  return size_t(kSharedStages) * 2 * kTile * kPitch<HD> * 2;  // K and V tiles, fp16
+}
+
+template <int HD, int G, bool HALF>
+__global__ void __launch_bounds__(32 * kSharedWarps)
+    attention_shared_kernel(const PagedAttnArgs a) {
+  constexpr int P = kPitch<HD>;
+  constexpr int KC = HD >= 16 ? HD / 16 : 1;  // 16-wide k chunks (head_dim 8: its upper half zero)
+  constexpr int DT = HD / 8;
+  constexpr int NT = kTile / 8;
+  constexpr int SPR = HD / 8;  // 8-element slices per K/V row
+  constexpr int T = 32 * kSharedWarps;
+  constexpr int SPT = (kTile * SPR + T - 1) / T;  // slices per thread per tile
+  extern __shared__ float4 smem4[];
+  __half* const stage0 = reinterpret_cast<__half*>(smem4);  // [stages][K tile, V tile][kTile][P]
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  if ((int)blockIdx.x >= a.shared.blocks[0]) {
+    detail::pdl_wait();  // every block waits, so completion stays transitive along the chain
+    return;
+  }
+  const int e = a.shared.blocks[1 + blockIdx.x];
+  const int* grp = a.shared.groups + (e >> 16) * kSharedGroupInts;
+  const int keys = grp[1], m0 = grp[2], n_members = grp[3];
+  int per = 0;
+  const int n_split = shared_splits(keys / kTile, &per);
+  if (split >= n_split) {
+    detail::pdl_wait();
+    return;
+  }
+  const int t_begin = split * per, t_end = min(keys / kTile, t_begin + per);
+  const int* table = a.tables + (size_t)grp[0] * a.table_stride;
+  const size_t kv_dim = (size_t)a.n_kv_heads * HD;
+  const int ps = __ffs(a.page_size) - 1;
+  // Tile t of the split's keys into stage st, by all the block's threads.
+  auto load = [&](int t, int st) {
+    __half* kt = stage0 + (size_t)st * 2 * kTile * P;
+    __half* vt = kt + kTile * P;
+#pragma unroll
+    for (int k = 0; k < SPT; ++k) {
+      const int c = threadIdx.x + T * k;
+      if (c >= kTile * SPR) break;
+      const int r = c / SPR, el = (c % SPR) * 8, key = t * kTile + r;
+      const size_t off =
+          (size_t)((table[key >> ps] << ps) + (key & (a.page_size - 1))) * kv_dim + kvh * HD + el;
+      if constexpr (HALF) {
+        cp_async16(kt + r * P + el, static_cast<const __half*>(a.k_pool) + off, 16);
+        cp_async16(vt + r * P + el, static_cast<const __half*>(a.v_pool) + off, 16);
+      } else {
+        const float4* kp =
+            reinterpret_cast<const float4*>(static_cast<const float*>(a.k_pool) + off);
+        const float4* vp =
+            reinterpret_cast<const float4*>(static_cast<const float*>(a.v_pool) + off);
+        const float4 k0 = kp[0], k1 = kp[1], v0 = vp[0], v1 = vp[1];
+        *reinterpret_cast<uint4*>(kt + r * P + el) =
+            make_uint4(pack_half2(k0.x, k0.y), pack_half2(k0.z, k0.w), pack_half2(k1.x, k1.y),
+                       pack_half2(k1.z, k1.w));
+        *reinterpret_cast<uint4*>(vt + r * P + el) =
+            make_uint4(pack_half2(v0.x, v0.y), pack_half2(v0.z, v0.w), pack_half2(v1.x, v1.y),
+                       pack_half2(v1.z, v1.w));
+      }
+    }
+  };
+  // The first stages' tiles (written by earlier steps) before the wait; one copy group per stage,
+  // empty past the split's end, so the wait below counts groups alike everywhere.
+#pragma unroll
+  for (int i = 0; i < kSharedStages; ++i) {
+    if (t_begin + i < t_end) load(t_begin + i, i);
+    cp_async_commit();
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+  const int qr = (e & 0xffff) * kSharedQueryRows + warp * 16;  // the warp's first query row
+  const bool active = qr < n_members * G;                      // warp-uniform
+  // The warp's rows g and g + 8: their q row (-1: past the group; the host's staging, read
+  // before the wait) and query head.
+  int qrow[2], head[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = qr + g + 8 * i;
+    qrow[i] = r < n_members * G ? a.shared.members[m0 + r / G] : -1;
+    head[i] = kvh * G + r % G;
+  }
+  detail::pdl_wait();  // q comes from the QKV GEMM
+  detail::pdl_trigger();
+  // A fragments of q, scaled by scale * log2(e): {row g, row g+8} x {columns 2t4.., 2t4+8..} of
+  // each 16-wide chunk.
+  const float qscale = (a.scale > 0.f ? a.scale : rsqrtf((float)HD)) * 1.4426950408889634f;
+  uint32_t qf[KC][4];
+#pragma unroll
+  for (int c = 0; c < KC; ++c)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = j & 1, col = 16 * c + 2 * t4 + (j >> 1) * 8;
+      qf[c][j] = 0u;
+      if (qrow[i] >= 0 && col < HD) {
+        const float2 v = *reinterpret_cast<const float2*>(a.q + (size_t)qrow[i] * a.ldq +
+                                                          (size_t)head[i] * HD + col);
+        qf[c][j] = pack_half2(v.x * qscale, v.y * qscale);
+      }
+    }
+
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float o[DT][4];
+#pragma unroll
+  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int t = t_begin; t < t_end; ++t) {
+    const int st = (t - t_begin) % kSharedStages;
+    cp_async_wait<kSharedStages - 1>();  // tile t's group and those before it
+    __syncthreads();
+    const __half* kt = stage0 + (size_t)st * 2 * kTile * P;
+    const __half* vt = kt + kTile * P;
+    if (active) {
+      float s[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int c = 0; c < KC; ++c)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const __half* kr = kt + (8 * j + g) * P + 16 * c + 2 * t4;
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr);
+          const uint32_t b1 = HD >= 16 ? *reinterpret_cast<const uint32_t*>(kr + 8) : 0u;
+          mma16816(s[j], qf[c], b0, b1);
+        }
+      float al[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mt = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mt = fmaxf(mt, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        const float m_new = fmaxf(m_run[i], mt);
+        al[i] = exp2f(m_run[i] - m_new);
+        m_run[i] = m_new;
+        l_run[i] *= al[i];
+      }
+#pragma unroll
+      for (int i = 0; i < DT; ++i)
+        o[i][0] *= al[0], o[i][1] *= al[0], o[i][2] *= al[1], o[i][3] *= al[1];
+      uint32_t pf[NT / 2][4];  // P as the A operand of P V: 16-key chunks
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float p0 = exp2f(s[j][2 * i] - m_run[i]), p1 = exp2f(s[j][2 * i + 1] - m_run[i]);
+          l_run[i] += p0 + p1;
+          pf[j >> 1][(j & 1) * 2 + i] = pack_half2(p0, p1);
+        }
+      pv_tile<HD>(o, pf, vt, lane);
+    }
+    __syncthreads();  // every warp is done with stage st: refill it
+    if (t + kSharedStages < t_end) load(t + kSharedStages, st);
+    cp_async_commit();
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+    if (qrow[i] < 0) continue;
+    float* part = a.shared.prefix +
+                  (((size_t)qrow[i] * a.n_heads + head[i]) * kAttnSharedSplits + split) * (HD + 2);
+    if (t4 == 0) part[0] = m_run[i], part[1] = l_run[i];
+#pragma unroll
+    for (int d = 0; d < DT; ++d)
+      *reinterpret_cast<float2*>(part + 2 + 8 * d + 2 * t4) =
+          make_float2(o[d][2 * i], o[d][2 * i + 1]);
+  }
+}
+
 // Blocks of a build resident at once on the whole GPU (one wave).
 template <typename K>
 long wave_of(K kern, int threads, int smem) {
@@ -325,8 +551,23 @@ long wave_of(K kern, int threads, int smem) {
   return (long)std::max(per_sm, 1) * sm_count();
 }
 
+// attention_paged_shared's grid: every block slot of the staged list, every split.
 template <int HD, int G, bool HALF>
-void launch_t(const PagedAttnArgs& a, const Launch& s) {
+void launch_shared(const PagedAttnArgs& a, const Launch& s) {
+  constexpr int smem = (int)shared_smem_bytes<HD>();
+  static const bool configured = [] {
+    configure_prefill_kernel(attention_shared_kernel<HD, G, HALF>, smem);
+    return true;
+  }();
+  (void)configured;
+  launch_kernel(attention_shared_kernel<HD, G, HALF>,
+                dim3(a.shared.max_blocks, a.n_kv_heads, kAttnSharedSplits), dim3(32 * kSharedWarps),
+                smem, s, a);
+}
+
+template <int HD, int G, bool HALF>
+void launch_t(const PagedAttnArgs& a, const Launch& s, bool shared) {
+  if (shared) return launch_shared<HD, G, HALF>(a, s);
   constexpr int smem = (int)smem_bytes<HD>();
   constexpr int smem_wide = (int)smem_bytes<HD, kWideWarps>();
   constexpr int smem_narrow = (int)smem_bytes<HD, kNarrowWarps>();
@@ -362,33 +603,33 @@ void launch_t(const PagedAttnArgs& a, const Launch& s) {
 }
 
 template <int HD, int G>
-void launch_g(const PagedAttnArgs& a, const Launch& s) {
+void launch_g(const PagedAttnArgs& a, const Launch& s, bool shared) {
   if (a.kv_half) {
-    launch_t<HD, G, true>(a, s);
+    launch_t<HD, G, true>(a, s, shared);
   } else {
-    launch_t<HD, G, false>(a, s);
+    launch_t<HD, G, false>(a, s, shared);
   }
 }
 
 template <int HD>
-void launch_hd(const PagedAttnArgs& a, const Launch& s) {
+void launch_hd(const PagedAttnArgs& a, const Launch& s, bool shared) {
   switch (a.n_heads / a.n_kv_heads) {
     case 1:
-      return launch_g<HD, 1>(a, s);
+      return launch_g<HD, 1>(a, s, shared);
     case 2:
-      return launch_g<HD, 2>(a, s);
+      return launch_g<HD, 2>(a, s, shared);
     case 3:
-      return launch_g<HD, 3>(a, s);
+      return launch_g<HD, 3>(a, s, shared);
     case 4:
-      return launch_g<HD, 4>(a, s);
+      return launch_g<HD, 4>(a, s, shared);
     case 5:
-      return launch_g<HD, 5>(a, s);
+      return launch_g<HD, 5>(a, s, shared);
     case 6:
-      return launch_g<HD, 6>(a, s);
+      return launch_g<HD, 6>(a, s, shared);
     case 7:
-      return launch_g<HD, 7>(a, s);
+      return launch_g<HD, 7>(a, s, shared);
     case 8:
-      return launch_g<HD, 8>(a, s);
+      return launch_g<HD, 8>(a, s, shared);
   }
 }
 
@@ -407,8 +648,10 @@ int attn_paged_splits(int max_pos, int pairs, int sms) {
   return z;
 }
 
-void attention_paged(const PagedAttnArgs& a, const Launch& s) {
-  if (!a.out == !a.out_h) fail("attention_paged: set exactly one of out (fp32) and out_h (fp16)");
+namespace {
+
+// The checks both launches share, then the build for the head shape (shared: the shared pass).
+void dispatch(const PagedAttnArgs& a, const Launch& s, bool shared) {
   if (!a.q || !a.k_pool || !a.v_pool || !a.row_pos || !a.row_seq || !a.tables || !a.partials ||
       !a.counters)
     fail("attention_paged: null pointer");
@@ -425,18 +668,35 @@ void attention_paged(const PagedAttnArgs& a, const Launch& s) {
     fail("attention_paged: ldq/ldo smaller than n_heads * head_dim");
   switch (a.head_dim) {
     case 8:
-      return launch_hd<8>(a, s);
+      return launch_hd<8>(a, s, shared);
     case 16:
-      return launch_hd<16>(a, s);
+      return launch_hd<16>(a, s, shared);
     case 32:
-      return launch_hd<32>(a, s);
+      return launch_hd<32>(a, s, shared);
     case 64:
-      return launch_hd<64>(a, s);
+      return launch_hd<64>(a, s, shared);
     case 128:
-      return launch_hd<128>(a, s);
+      return launch_hd<128>(a, s, shared);
     case 256:
-      return launch_hd<256>(a, s);
+      return launch_hd<256>(a, s, shared);
   }
+}
+
+}  // namespace
+
+void attention_paged(const PagedAttnArgs& a, const Launch& s) {
+  if (!a.out == !a.out_h) fail("attention_paged: set exactly one of out (fp32) and out_h (fp16)");
+  if (a.shared.row_skip && !a.shared.prefix)
+    fail("attention_paged: row_skip without its prefix partials");
+  dispatch(a, s, false);
+}
+
+void attention_paged_shared(const PagedAttnArgs& a, const Launch& s) {
+  if (!a.shared.prefix || !a.shared.groups || !a.shared.members || !a.shared.blocks ||
+      a.shared.max_blocks <= 0 || a.window != 0)
+    fail("attention_paged_shared: needs prefix, groups, members and block slots (",
+         a.shared.max_blocks, "), and no sliding window");
+  dispatch(a, s, true);
 }
 
 }  // namespace smolrt::cuda

@@ -35,6 +35,28 @@ inline bool is_pow2(int n) {
   return n > 0 && std::has_single_bit(static_cast<unsigned>(n));
 }
 
+// Rows whose sequences share their first keys (cascade attention; see attention_paged_shared).
+struct SharedPrefix {
+  // Device [..] by row (the rows index it as they index q), or null: keys [0, row_skip) of the row
+  // are already in `prefix`, written by attention_paged_shared (0: none), so attention_paged reads
+  // keys [row_skip, pos] alone and folds those partials into its softmax. A row's skip is a
+  // multiple of kSharedTile, at most its row_first_new, and 0 on a sliding-window layer.
+  const int* row_skip = nullptr;
+  // [rows][n_heads][kAttnSharedSplits][head_dim + 2]: per split of the shared keys, the base-2
+  // running max, the sum of exponentials and the unnormalized output.
+  float* prefix = nullptr;
+  // attention_paged_shared's work, staged by the host (read on the device, so one captured launch
+  // serves any groups): groups, kSharedGroupInts each {table row holding the shared pages, shared
+  // keys (a multiple of kSharedTile), first member, members}; members: the rows of q; blocks:
+  // {count, then per block: group << 16 | query block}, a query block being kSharedQueryRows of
+  // the group's (member, query head of the KV head) pairs, member-major. max_blocks: the grid's
+  // block slots (those past the count return at once).
+  const int* groups = nullptr;
+  const int* members = nullptr;
+  const int* blocks = nullptr;
+  int max_blocks = 0;
+};
+
 constexpr int kAttnPagedSplits = 8;    // blocks per (row, KV head) at most
 constexpr int kAttnPagedMaxGroup = 8;  // query heads per KV head at most
 
@@ -70,9 +92,36 @@ struct PagedAttnArgs {
   // [n][n_kv_heads] ints, zero before the first launch (the kernel leaves them zero).
   float* partials = nullptr;
   int* counters = nullptr;
+  SharedPrefix shared;  // cascade attention (row_skip null: none)
 };
 
 void attention_paged(const PagedAttnArgs& a, const Launch& stream);
+
+// Cascade attention's shared pass (FlashInfer's cascade inference): rows whose sequences hold the
+// same pages at the start of their block tables (a prompt prefix cached once, then shared) read
+// those keys once for all of them, where attention_paged reads a row's context once per row. One
+// block per (query block of a group, KV head, split of the shared keys): the group's query rows
+// (a member's query heads of the KV head) are the rows of the mma, 16 per warp, against 32-key
+// tiles staged in shared memory for all the block's warps (cp.async, double-buffered, loaded
+// before the PDL wait: the shared keys were written by earlier steps). Each writes its partials
+// to `prefix`; attention_paged, launched next with row_skip, reads the rest of each row's context
+// and combines. Reads the fields attention_paged does and `shared` (but row_skip:
+// attention_paged's).
+constexpr int kAttnSharedSplits = 8;  // splits of a group's shared keys at most
+constexpr int kSharedGroupInts = 4;
+constexpr int kSharedQueryRows = 64;  // query rows per block (4 warps of 16)
+constexpr int kSharedTile = 32;       // keys per tile; shared keys come in whole tiles
+void attention_paged_shared(const PagedAttnArgs& a, const Launch& stream);
+
+// The splits of a shared range of `tiles` tiles (>= 1): at least 4 tiles each, at most
+// kAttnSharedSplits, in `per` tiles each (the last may hold fewer); both kernels compute it from
+// the row's skip.
+constexpr int shared_splits(int tiles, int* per) {
+  const int want =
+      tiles / 4 < 1 ? 1 : (tiles / 4 > kAttnSharedSplits ? kAttnSharedSplits : tiles / 4);
+  *per = (tiles + want - 1) / want;
+  return (tiles + *per - 1) / *per;
+}
 
 // The splits worth launching for a step of `pairs` (row, KV head) pairs whose longest context is
 // max_pos + 1 positions, on a GPU of `sms` SMs: one per 4 tiles of 32 positions, rounded up to a

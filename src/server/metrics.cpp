@@ -60,6 +60,10 @@ Metrics::Metrics() : reg_(std::make_shared<prometheus::Registry>()) {
   steps_ahead_ = &counter(r, "smolrt_steps_ahead_total",
                           "Decode steps the backend launched before the previous step's token was "
                           "read (speculated), then used");
+  shared_prefix_rows_ =
+      &counter(r, "smolrt_shared_prefix_rows_total",
+               "Step rows whose attention read a prefix their sequences share once "
+               "for all of them (cascade attention)");
   running_ = &gauge(r, "smolrt_requests_running", "Requests holding a sequence");
   waiting_ = &gauge(r, "smolrt_requests_waiting", "Requests waiting for a sequence");
   kv_used_ = &gauge(r, "smolrt_kv_pages_used", "KV pool pages in use");
@@ -123,6 +127,9 @@ void Metrics::queue(int running, int waiting) {
 }
 void Metrics::steps_ahead(int n) {
   steps_ahead_->Increment(n);
+}
+void Metrics::shared_prefix_rows(int n) {
+  shared_prefix_rows_->Increment(n);
 }
 void Metrics::cached_tokens(int n) {
   cached_tokens_->Increment(n);

@@ -660,6 +660,9 @@ void Scheduler::run_step() {
     const int64_t ahead = be_.steps_ahead();
     metrics_->steps_ahead(static_cast<int>(ahead - steps_ahead_));
     steps_ahead_ = ahead;
+    const int64_t shared = be_.shared_prefix_rows();
+    metrics_->shared_prefix_rows(static_cast<int>(shared - shared_prefix_rows_));
+    shared_prefix_rows_ = shared;
   }
   if (opt_.step_delay_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(opt_.step_delay_ms));

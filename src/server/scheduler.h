@@ -191,7 +191,8 @@ class Scheduler {
   bool abort_ = false;
   std::atomic<bool> accepting_{true};
   std::atomic<int> n_running_{0}, n_waiting_{0};
-  int64_t steps_ahead_ = 0;  // the backend's steps_ahead() at the last step (metrics)
+  int64_t steps_ahead_ = 0;         // the backend's steps_ahead() at the last step (metrics)
+  int64_t shared_prefix_rows_ = 0;  // and its shared_prefix_rows()
 
   std::vector<std::unique_ptr<Entry>> running_;  // scheduler thread only
   uint64_t next_order_ = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -23,6 +24,33 @@ namespace {
 using test::Dev;
 using test::rel_l2;
 
+// n random K and V elements each, as fp16 rounds them when half (the reference then sees the
+// values the kernel reads).
+void random_kv(size_t n, bool half, std::mt19937& rng, std::vector<float>& k,
+               std::vector<float>& v) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  k.resize(n), v.resize(n);
+  for (float& x : k) x = nd(rng);
+  for (float& x : v) x = nd(rng);
+  if (half)
+    for (auto* a : {&k, &v})
+      for (float& x : *a) x = fp16_to_f32(f32_to_fp16(x));
+}
+
+// 0..n-1 in random order (pages scattered over the pool).
+std::vector<int> shuffled(int n, std::mt19937& rng) {
+  std::vector<int> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  return perm;
+}
+
+std::vector<uint16_t> to_fp16(const std::vector<float>& x) {
+  std::vector<uint16_t> h;
+  for (float f : x) h.push_back(f32_to_fp16(f));
+  return h;
+}
+
 // --- attention_paged vs cpu::attention_decode over each row's gathered K/V -----------------------
 
 void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
@@ -30,16 +58,10 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
   const int slots = n_pages * page;
   std::mt19937 rng(head_dim * 31 + n_heads + half);
   std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> k(size_t(slots) * kv_dim), v(k.size());
-  for (float& x : k) x = nd(rng);
-  for (float& x : v) x = nd(rng);
-  if (half)  // the reference sees the values the kernel reads
-    for (auto* a : {&k, &v})
-      for (float& x : *a) x = fp16_to_f32(f32_to_fp16(x));
+  std::vector<float> k, v;
+  random_kv(size_t(slots) * kv_dim, half, rng, k, v);
   // 3 sequences over shuffled pages; rows: a prompt chunk of seq 0 (causal), decode rows.
-  std::vector<int> perm(n_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<int> perm = shuffled(n_pages, rng);
   const int stride = 64;  // up to 1024 positions: every split count occurs
   std::vector<int> tables(3 * stride);
   for (int s = 0; s < 3; ++s)
@@ -53,11 +75,8 @@ void check_paged(int head_dim, int n_heads, int n_kv_heads, bool half) {
   std::vector<float> q(size_t(n) * q_dim);
   for (float& x : q) x = nd(rng);
 
-  std::vector<uint16_t> kh, vh;
-  for (float x : k) kh.push_back(f32_to_fp16(x));
-  for (float x : v) vh.push_back(f32_to_fp16(x));
   Dev<float> dq(q), dk(k), dv(v);
-  Dev<uint16_t> dkh(kh), dvh(vh);
+  Dev<uint16_t> dkh(to_fp16(k)), dvh(to_fp16(v));
   Dev<int> dt(tables), ds(row_seq), dp(row_pos);
   Dev<float> out(size_t(n) * q_dim);  // poisoned
   Dev<uint16_t> out_h(size_t(n) * q_dim);
@@ -196,6 +215,142 @@ TEST(AttentionPaged, MatchesCpuTwin) {
     check_paged(128, 8, 2, half);  // Llama 3.2 1B-like
     check_paged(256, 4, 1, half);  // Gemma 3 270M
     check_paged(256, 8, 4, half);  // Gemma 3 4B-like: too wide for the 8-warp build
+  }
+}
+
+// --- cascade: attention_paged_shared + attention_paged over the rest ----------------------------
+
+// Rows of sequences that share their first pages (a cached prefix) take the shared pass over those
+// keys and attention_paged over the rest (row_skip); the result is each row's whole attention,
+// against cpu::attention_decode. Group A: 10 sequences over 64 shared pages (1,024 keys: 8 splits)
+// with a decode row each but for a 30-row chunk of one (39 rows: two query blocks from 2 heads
+// per KV head on), one row exactly at the shared end; group B: 2 sequences whose 6 shared pages
+// (96 keys: one split of 3 tiles) end mid-tile of their rows' contexts; a sequence alone (no
+// skip). Spare block slots return at once. Rows outside the groups and the others' columns are
+// checked like the members'.
+void check_shared(int head_dim, int n_heads, int n_kv_heads, bool half) {
+  const int page = 16, stride = 128, n_pages = 2000, kv_dim = n_kv_heads * head_dim;
+  const int slots = n_pages * page, G = n_heads / n_kv_heads;
+  std::mt19937 rng(head_dim * 17 + n_heads * 3 + half);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> k, v;
+  random_kv(size_t(slots) * kv_dim, half, rng, k, v);
+  const std::vector<int> perm = shuffled(n_pages, rng);
+  const int n_seqs = 13;
+  std::vector<int> tables(size_t(n_seqs) * stride);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = perm[i];
+  for (int s = 1; s < 10; ++s)  // group A: seqs 0..9 share seq 0's first 64 pages
+    std::copy_n(&tables[0], 64, &tables[size_t(s) * stride]);
+  std::copy_n(&tables[size_t(10) * stride], 6, &tables[size_t(11) * stride]);  // group B
+  std::vector<int> row_seq, row_pos, first_new;
+  auto add = [&](int s, int p0, int len) {
+    for (int j = 0; j < len; ++j)
+      row_seq.push_back(s), row_pos.push_back(p0 + j), first_new.push_back(p0);
+  };
+  add(0, 1030, 1);
+  add(1, 1100, 30);
+  add(2, 1024, 1);
+  add(3, 2047, 1);
+  for (int s = 4; s < 10; ++s) add(s, 1024 + 97 * s, 1);
+  add(10, 96, 1);
+  add(11, 130, 1);
+  add(12, 777, 1);
+  const int n = (int)row_seq.size(), q_dim = n_heads * head_dim;
+  std::vector<int> skip(n, 0), members_a, members_b;
+  for (int r = 0; r < n; ++r) {
+    if (row_seq[r] < 10) skip[r] = 1024, members_a.push_back(r);
+    if (row_seq[r] == 10 || row_seq[r] == 11) skip[r] = 96, members_b.push_back(r);
+  }
+  std::vector<int> members(members_a);
+  members.insert(members.end(), members_b.begin(), members_b.end());
+  const std::vector<int> groups = {
+      0, 1024, 0, (int)members_a.size(), 10, 96, (int)members_a.size(), (int)members_b.size()};
+  std::vector<int> blocks = {0};
+  for (int gi = 0; gi < 2; ++gi) {
+    const int rows = groups[gi * 4 + 3] * G;
+    for (int b = 0; b * cuda::kSharedQueryRows < rows; ++b) blocks.push_back(gi << 16 | b);
+  }
+  blocks[0] = (int)blocks.size() - 1;
+  const int slots_given = blocks[0] + 3;
+  blocks.resize(1 + slots_given, -1);
+
+  std::vector<float> q(size_t(n) * q_dim);
+  for (float& x : q) x = nd(rng);
+  Dev<float> dq(q), dk(k), dv(v);
+  Dev<uint16_t> dkh(to_fp16(k)), dvh(to_fp16(v));
+  Dev<int> dt(tables), ds(row_seq), dp(row_pos), df(first_new), dskip(skip), dg(groups),
+      dm(members), db(blocks);
+  Dev<float> out(size_t(n) * q_dim);
+  Dev<float> prefix(size_t(n) * n_heads * cuda::kAttnSharedSplits * (head_dim + 2));
+  Dev<float> partials(size_t(n) * n_heads * cuda::kAttnPagedSplits * (head_dim + 2));
+  Dev<int> counters(std::vector<int>(size_t(n) * n_kv_heads, 0));
+  cuda::PagedAttnArgs a;
+  a.q = dq.p(), a.ldq = q_dim;
+  a.k_pool = half ? (const void*)dkh.p() : dk.p();
+  a.v_pool = half ? (const void*)dvh.p() : dv.p();
+  a.kv_half = half, a.out = out.p(), a.ldo = q_dim, a.n = n;
+  a.row_pos = dp.p(), a.row_seq = ds.p(), a.row_first_new = df.p(), a.tables = dt.p();
+  a.table_stride = stride, a.page_size = page;
+  a.n_heads = n_heads, a.n_kv_heads = n_kv_heads, a.head_dim = head_dim;
+  a.partials = partials.p(), a.counters = counters.p();
+  a.shared.row_skip = dskip.p(), a.shared.prefix = prefix.p();
+  a.shared.groups = dg.p(), a.shared.members = dm.p(), a.shared.blocks = db.p();
+  a.shared.max_blocks = slots_given;
+
+  std::vector<float> kc, vc, ref(size_t(n) * q_dim), att(stride * page);
+  for (int r = 0; r < n; ++r) {
+    const int np = row_pos[r] + 1;
+    kc.resize(size_t(np) * kv_dim), vc.resize(kc.size());
+    for (int p = 0; p < np; ++p) {
+      const int slot = tables[size_t(row_seq[r]) * stride + p / page] * page + p % page;
+      std::copy_n(&k[size_t(slot) * kv_dim], kv_dim, &kc[size_t(p) * kv_dim]);
+      std::copy_n(&v[size_t(slot) * kv_dim], kv_dim, &vc[size_t(p) * kv_dim]);
+    }
+    cpu::attention_decode(&ref[size_t(r) * q_dim], &q[size_t(r) * q_dim], kc.data(), vc.data(), np,
+                          n_heads, n_kv_heads, head_dim, att.data());
+  }
+  // attention_paged's split count changes how the rest is cut, never the result.
+  for (int splits : {1, 3, cuda::kAttnPagedSplits}) {
+    a.splits = splits;
+    out.poison();
+    prefix.poison();
+    cuda::attention_paged_shared(a, nullptr);
+    cuda::attention_paged(a, nullptr);
+    const std::vector<float> got = out.get();
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < q_dim; ++i)
+        ASSERT_TRUE(std::isfinite(got[size_t(r) * q_dim + i])) << "row " << r << " col " << i;
+      // The bound of attention_paged's test (the same fp16 roundings); a shared split dropped
+      // or counted twice, or a wrong query row, is an error of order 1.
+      EXPECT_LT(rel_l2(&got[size_t(r) * q_dim], &ref[size_t(r) * q_dim], q_dim), 3e-3)
+          << "row " << r << " (seq " << row_seq[r] << ", pos " << row_pos[r] << ", skip " << skip[r]
+          << ") hd " << head_dim << " G " << G << " splits " << splits << " half " << half;
+    }
+  }
+}
+
+TEST(AttentionPaged, SharedPrefixMatchesCpuTwin) {
+  REQUIRE_GPU();
+  for (bool half : {false, true}) {
+    check_shared(64, 9, 3, half);   // SmolLM2
+    check_shared(64, 14, 2, half);  // Qwen2.5-0.5B: 7 heads per KV head
+    check_shared(8, 8, 4, half);    // head_dim 8
+    check_shared(128, 8, 2, half);  // Llama 3.2 1B-like
+    check_shared(256, 4, 1, half);  // Gemma 3 270M
+  }
+}
+
+TEST(AttentionPaged, SharedSplitsCoverTheKeys) {
+  // At least 4 tiles a split (1 for fewer), at most kAttnSharedSplits; the splits cover the tiles
+  // once, none empty.
+  for (int tiles = 1; tiles < 300; ++tiles) {
+    int per = 0;
+    const int n = cuda::shared_splits(tiles, &per);
+    EXPECT_GE(n, 1);
+    EXPECT_LE(n, cuda::kAttnSharedSplits);
+    EXPECT_TRUE(per >= 4 || n == 1) << tiles;
+    EXPECT_GE(n * per, tiles) << tiles;
+    EXPECT_LT((n - 1) * per, tiles) << tiles;
   }
 }
 

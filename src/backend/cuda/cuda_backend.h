@@ -34,6 +34,12 @@ struct CudaOptions {
   // a 1,000-token shared prefix (bench/results/2026-11-29-h200-spans-notes.md): fewer keys are
   // cheaper as attention_paged blocks beside the step's decodes than as a second launch.
   int64_t span_row_keys = 262144;
+  // Rows of a many-row step whose sequences hold the same first pages (a cached prompt prefix)
+  // take cascade attention (attention_paged_shared: the shared keys read once for all of them)
+  // when at least cascade_rows rows share at least cascade_keys keys. Tests set 1 and 32 (any
+  // shared tile) or INT_MAX (never).
+  int cascade_rows = 8;
+  int cascade_keys = 256;
 };
 
 // Throws Error when no GPU is present, when the GPU runs out of memory, or when the model has no

@@ -20,6 +20,13 @@
 // list of rows from the step's staging (AttentionPrefillArgs::spans), so steps with other chunks
 // replay their bucket's graph too.
 //
+// Rows whose sequences hold the same first pages (a cached prompt prefix, a fork's prompt) take
+// cascade attention where enough of them share enough keys (CudaOptions::cascade_rows /
+// cascade_keys): attention_paged_shared reads the shared keys once for the whole group (its rows'
+// query heads as the rows of the mma), attention_paged the rest of each row's context, folding
+// the shared pass's partials in. The groups, their members and each row's skip travel in the
+// step's staging after the spans, so the graph (keyed by cascade or not) serves any groups.
+//
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
 // bucket (and attention split count, from the step's longest context) is captured once as a CUDA
 // graph and replayed (the per-step data travel in one H2D copy of a pinned staging block before
@@ -90,6 +97,12 @@ int bucket(int n) {
 // measured crossover (a lone 32-token prompt measured the same with 2).
 constexpr int kChunkAttnRows = 64;
 
+// Cascade attention (CudaOptions::cascade_rows): at most this many groups of rows sharing a prefix
+// per step (block slots of the shared pass), in steps of at most kCascadeMaxRows rows (its
+// scratch).
+constexpr int kCascadeGroups = 8;
+constexpr int kCascadeMaxRows = 512;
+
 class CudaBatchBackend final : public BatchBackend {
  public:
   CudaBatchBackend(const Model& m, const BatchOptions& opt, const CudaOptions& co);
@@ -102,6 +115,7 @@ class CudaBatchBackend final : public BatchBackend {
   int max_step_tokens() const override { return max_step_; }
   int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
   int64_t steps_ahead() const override { return adopted_; }
+  int64_t shared_prefix_rows() const override { return cascaded_; }
   int dense_rows() const override {
     return pw_.dense() && pw_.dense_rows != INT_MAX ? pw_.dense_rows : 0;
   }
@@ -122,13 +136,19 @@ class CudaBatchBackend final : public BatchBackend {
   void warm_up() override;
 
  private:
-  // The launches of one step of nb rows, mb output rows, attention_paged in `splits` splits (0:
-  // no rows take it), the chosen ids to `out` (captured per bucket); chunks: the step has prompt
-  // chunks (their tile list and spans staged after the fields).
-  void forward(int nb, int mb, int splits, bool masked, int* out, bool chunks);
+  // What a many-row step's graph is keyed by beside its buckets.
+  struct Shape {
+    int splits = 0;        // attention_paged's splits (0: no rows take it)
+    bool masked = false;   // rows with a token mask
+    bool chunks = false;   // prompt chunks through attention_prefill (tile list and spans staged)
+    bool cascade = false;  // rows sharing a prefix (the shared pass's work staged)
+  };
+  // The launches of one step of nb rows, mb output rows, the chosen ids to `out` (captured per
+  // bucket and shape).
+  void forward(int nb, int mb, const Shape& sh, int* out);
   // forward() as the bucket's graph (captured on first use), or plain launches without graphs.
   // par: which of the two id slots a one-row step writes (0 for the others).
-  void launch(int nb, int mb, int splits, bool masked, int par, bool chunks);
+  void launch(int nb, int mb, const Shape& sh, int par);
   // Whether the step after `batch` (just staged) is worth launching now (see the file comment);
   // with adopting, whether `batch` is such a step (its `last` aside: it may end the sequence).
   bool speculable(std::span<const SeqStep> batch, bool adopting = false) const;
@@ -202,11 +222,23 @@ class CudaBatchBackend final : public BatchBackend {
   // Where a step of bucket nb stages its tile list and its spans.
   int tiles_at(int nb) const { return kStaged * nb; }
   int spans_at(int nb) const { return kStaged * nb + 1 + tile_cap(nb); }
-  // Ints of staging on each side: a step of the largest bucket with all its chunks, or a one-row
-  // step with its table.
+  // The shared pass's block slots for a step of bucket nb: each group's query rows (its rows x
+  // query heads per KV head) in blocks, one partial block per group at most.
+  int cblock_cap(int nb) const {
+    return (nb * (c_.n_heads / c_.n_kv_heads) + cuda::kSharedQueryRows - 1) /
+               cuda::kSharedQueryRows +
+           kCascadeGroups;
+  }
+  // Where a step of bucket nb stages the shared pass's work: its block list {count, slots}, the
+  // groups, the members (rows), then each row's skip (PagedAttnArgs::row_skip); and the end.
+  int cascade_at(int nb) const { return spans_at(nb) + cuda::kPrefillSpanInts * span_cap(nb); }
+  int cgroups_at(int nb) const { return cascade_at(nb) + 1 + cblock_cap(nb); }
+  int cmembers_at(int nb) const { return cgroups_at(nb) + cuda::kSharedGroupInts * kCascadeGroups; }
+  int cskip_at(int nb) const { return cmembers_at(nb) + nb; }
+  // Ints of staging on each side: a step of the largest bucket with all its chunks and groups, or
+  // a one-row step with its table.
   size_t staged_ints(int cap) const {
-    return std::max(size_t(spans_at(cap)) + size_t(cuda::kPrefillSpanInts) * span_cap(cap),
-                    size_t(kStaged + table_stride_));
+    return std::max(size_t(cskip_at(cap) + cap), size_t(kStaged + table_stride_));
   }
   // Stages seq's block table after a one-row step's fields at `fields`; returns the ints to copy.
   int stage_table(int* fields, int seq) const;
@@ -229,6 +261,7 @@ class CudaBatchBackend final : public BatchBackend {
   int mask_words_ = 0;
   cuda::PinnedBuffer masks_pinned_;
   float* d_partials_ = nullptr;  // attention_paged scratch
+  float* d_prefix_ = nullptr;    // attention_paged_shared's partials (kCascadeMaxRows rows)
   int* d_counters_ = nullptr;
   cuda::AttnScratch attn1_;    // one-row steps: the decode attention's split scratch
   float* d_part_v_ = nullptr;  // one-row lm_head's argmax partials
@@ -237,10 +270,11 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PinnedBuffer logits_pinned_;  // the step's logits rows read back (grown as asked)
   std::vector<int> uploaded_;         // pages of each sequence's table already on the device
   cudaStream_t stream_ = nullptr;
-  std::map<std::tuple<int, int, int, bool, int, bool>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<int, int, int, bool, int, bool, bool>, cudaGraphExec_t> graphs_;
   bool use_graph_ = true;
   bool pdl_ = true, split_k_ = true, speculate_ = true;
-  int64_t span_row_keys_ = 0;  // CudaOptions::span_row_keys
+  int64_t span_row_keys_ = 0;                // CudaOptions::span_row_keys
+  int cascade_rows_ = 0, cascade_keys_ = 0;  // CudaOptions::cascade_rows, cascade_keys
   // Whether one-row steps may be speculated (graphs on, CudaOptions::speculate).
   bool speculating() const { return speculate_ && use_graph_; }
   struct {
@@ -251,8 +285,9 @@ class CudaBatchBackend final : public BatchBackend {
   // How this backend's kernels are launched (its stream and options).
   cuda::Launch kernels() const { return {stream_, pdl_, split_k_}; }
   cpu::SampleScratch scratch_;
-  double copy_gbs_ = 0;  // copy_bandwidth_gbs, once measured
-  int64_t adopted_ = 0;  // steps_ahead()
+  double copy_gbs_ = 0;   // copy_bandwidth_gbs, once measured
+  int64_t adopted_ = 0;   // steps_ahead()
+  int64_t cascaded_ = 0;  // shared_prefix_rows()
 };
 
 CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, const CudaOptions& co)
@@ -353,6 +388,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
     d_partials_ =
         cv.take<float>(size_t(cap) * c_.n_heads * cuda::kAttnPagedSplits * (c_.head_dim + 2));
     d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
+    d_prefix_ = cv.take<float>(size_t(std::min(cap, kCascadeMaxRows)) * c_.n_heads *
+                               cuda::kAttnSharedSplits * (c_.head_dim + 2));
     attn1_.partials = cv.take<float>(size_t(c_.n_heads) * cuda::attn_splits(seq_ctx, c_.head_dim) *
                                      (c_.head_dim + 2));
     attn1_.counters = cv.take<int>(c_.n_heads);
@@ -397,6 +434,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   split_k_ = co.split_k;
   speculate_ = co.speculate;
   span_row_keys_ = co.span_row_keys;
+  cascade_rows_ = co.cascade_rows, cascade_keys_ = co.cascade_keys;
   for (cudaEvent_t& e : done_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   if (f16_weights)
     pw_.dense_rows =
@@ -533,21 +571,21 @@ void CudaBatchBackend::warm_up() {
     const int wide =
         cuda::attn_paged_splits(kv_->seq_ctx() - 1, nb * c_.n_kv_heads, cuda::sm_count());
     stage(nb, 1, false);
-    forward(nb, 1, 1, false, out_host_, false);
+    forward(nb, 1, Shape{1}, out_host_);
     stage(nb, nb, false);
-    forward(nb, nb, wide, nb == 2, out_host_, false);  // masked once: its kernel
+    forward(nb, nb, Shape{wide, nb == 2}, out_host_);  // masked once: its kernel
   }
   // A prompt's chunk (attention_prefill): positions up to its rows must be in a table row.
   const int chunk = bucket(kChunkAttnRows);
   if (chunk <= cap && chunk <= kv_->seq_ctx()) {
     stage(chunk, 1, true);
-    forward(chunk, 1, 0, false, out_host_, true);
+    forward(chunk, 1, Shape{0, false, true}, out_host_);
   }
   stage(1, 1, false);
-  forward(1, 1, 0, true, out1_, false);  // masked: the logits, then their argmax
+  forward(1, 1, Shape{0, true}, out1_);  // masked: the logits, then their argmax
   for (int par : {0, 1}) {
     stage(1, 1, false);
-    launch(1, 1, 0, false, par, false);
+    launch(1, 1, Shape{}, par);
   }
   if (c_.vocab_size <= cuda::sample_max_vocab()) {
     cuda::sample(ws_.logits, c_.vocab_size, SamplingParams{}, 0.5f, nullptr, 0, out1_, kernels());
@@ -578,10 +616,18 @@ void CudaBatchBackend::copy_pool_rows(int src, int dst, int n) {
   }
 }
 
-void CudaBatchBackend::forward(int nb, int mb, int splits, bool masked, int* out, bool chunks) {
+void CudaBatchBackend::forward(int nb, int mb, const Shape& sh, int* out) {
   const cuda::Launch k = kernels();
+  const int splits = sh.splits;
+  const bool masked = sh.masked;
   cuda::StepRows rows;
-  if (chunks) {
+  if (sh.cascade) {
+    cuda::SharedPrefix& sp = rows.shared;
+    sp.blocks = d_st_ + cascade_at(nb), sp.groups = d_st_ + cgroups_at(nb);
+    sp.members = d_st_ + cmembers_at(nb), sp.row_skip = d_st_ + cskip_at(nb);
+    sp.prefix = d_prefix_, sp.max_blocks = cblock_cap(nb);
+  }
+  if (sh.chunks) {
     rows.tiles = d_st_ + tiles_at(nb), rows.spans = d_st_ + spans_at(nb);
     rows.max_tiles = tile_cap(nb);
     rows.consecutive = rows.spans;  // each span says (its fourth int)
@@ -658,7 +704,7 @@ void CudaBatchBackend::speculate(int seq, int par) {
   // Its staging is the previous step's, advanced on the device by that step's hand-off (the id
   // as the token; position, slots and first position + 1: the same page, see speculable).
   const int q = par ^ 1, p = kv_->position(seq);
-  launch(1, 1, 0, false, q, false);
+  launch(1, 1, Shape{}, q);
   CUDA_CHECK(cudaEventRecord(done_[q], stream_));
   par_ = q;
   spec_.on = true, spec_.seq = seq, spec_.pos = p, spec_.par = q;
@@ -681,19 +727,19 @@ std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
   return res;
 }
 
-void CudaBatchBackend::launch(int nb, int mb, int splits, bool masked, int par, bool chunks) {
+void CudaBatchBackend::launch(int nb, int mb, const Shape& sh, int par) {
   int* out = ids_out(nb, par);
-  if (!use_graph_) return forward(nb, mb, splits, masked, out, chunks);
-  cudaGraphExec_t& g = graphs_[{nb, mb, splits, masked, par, chunks}];
+  if (!use_graph_) return forward(nb, mb, sh, out);
+  cudaGraphExec_t& g = graphs_[{nb, mb, sh.splits, sh.masked, par, sh.chunks, sh.cascade}];
   if (!g) {
     // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
     // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
     // and ids are written again by the replay). One-row steps have no dense GEMM, and their
     // hand-off advances the staging: they are captured at once.
-    if (nb > 1) forward(nb, mb, splits, masked, out, chunks);
+    if (nb > 1) forward(nb, mb, sh, out);
     cudaGraph_t graph;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    forward(nb, mb, splits, masked, out, chunks);
+    forward(nb, mb, sh, out);
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
@@ -740,12 +786,16 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   if (lone) kv_->gather(batch[0].seq, rows, copies);
   // Prompt chunks (attention_prefill): each one's span and query tiles, the tiles longest first.
   const int q_tile = cuda::attention_prefill_query_tile(c_.head_dim);
-  int n_spans = 0, n_attn = 0, attn_max_pos = 0;
+  int n_spans = 0, n_attn = 0;
   std::vector<std::pair<int, int>> tiles;  // (keys the tile's last query sees, its entry)
   int* span = st_ + spans_at(nb);
+  // Each entry's first position and first row, and whether its rows take attention_paged.
+  std::vector<int> p0s(batch.size()), row0s(batch.size());
+  std::vector<char> paged(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
     const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
+    p0s[i] = p0, row0s[i] = n;
     kv_->grow(s.seq, s.tokens, copies);
     if (stage_tables(s.seq)) lo = std::min(lo, s.seq), hi = std::max(hi, s.seq + 1);
     if (chunks && len >= 2) {
@@ -756,7 +806,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
       ++n_spans;
     } else {
       for (int j = 0; j < len; ++j) attn_row[n_attn++] = n + j;
-      attn_max_pos = std::max(attn_max_pos, p0 + len - 1);
+      paged[i] = 1;
     }
     const int first = s.logits == 2 ? n : n + len - 1;
     const int count = s.logits == 2 ? len : (s.sample || s.logits == 1 ? 1 : 0);
@@ -779,8 +829,67 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     n_masks += masked ? 1 : 0;
   }
   const int mb = bucket(std::max(m, 1));
+  // Rows sharing a prefix (cascade attention): the entries whose rows take attention_paged,
+  // grouped by the first page of their tables; a group's shared keys are the pages all of them
+  // hold, up to the first position any of them writes now (so they were written by earlier
+  // steps), in whole tiles.
+  std::vector<int> skip(batch.size(), 0);
+  int n_groups = 0;
+  if (nb > 1 && nb <= kCascadeMaxRows && n_attn >= cascade_rows_) {
+    std::vector<std::pair<int, int>> firsts;  // (first page, entry)
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (paged[i] && p0s[i] >= cuda::kSharedTile)
+        firsts.emplace_back(kv_->block_table(batch[i].seq)[0], (int)i);
+    std::sort(firsts.begin(), firsts.end());
+    const int G = c_.n_heads / c_.n_kv_heads, ps = kv_->page_size();
+    int* cb = st_ + cascade_at(nb);
+    int* cg = st_ + cgroups_at(nb);
+    int* cm = st_ + cmembers_at(nb);
+    int n_members = 0, n_blocks = 0;
+    for (size_t a = 0, b; a < firsts.size() && n_groups < kCascadeGroups; a = b) {
+      for (b = a + 1; b < firsts.size() && firsts[b].first == firsts[a].first;) ++b;
+      int keys = INT_MAX, rows_in = 0;
+      for (size_t e = a; e < b; ++e) {
+        keys = std::min(keys, p0s[firsts[e].second]);
+        rows_in += (int)batch[firsts[e].second].tokens.size();
+      }
+      if (rows_in < cascade_rows_) continue;  // (most steps: no page in common)
+      const std::span<const int> t0 = kv_->block_table(batch[firsts[a].second].seq);
+      for (size_t e = a + 1; e < b; ++e) {
+        const std::span<const int> t = kv_->block_table(batch[firsts[e].second].seq);
+        int j = 1;  // page 0 is the group's
+        while (j * ps < keys && t[j] == t0[j]) ++j;
+        keys = std::min(keys, j * ps);
+      }
+      keys -= keys % cuda::kSharedTile;
+      if (keys < std::max(cascade_keys_, cuda::kSharedTile)) continue;
+      int* gr = cg + n_groups * cuda::kSharedGroupInts;
+      gr[0] = batch[firsts[a].second].seq, gr[1] = keys, gr[2] = n_members, gr[3] = rows_in;
+      for (size_t e = a; e < b; ++e) {
+        const int i = firsts[e].second;
+        skip[i] = keys;
+        for (int j = 0; j < (int)batch[i].tokens.size(); ++j) cm[n_members++] = row0s[i] + j;
+      }
+      for (int q = 0; q * cuda::kSharedQueryRows < rows_in * G; ++q)
+        cb[1 + n_blocks++] = n_groups << 16 | q;
+      ++n_groups;
+      cascaded_ += rows_in;
+    }
+    cb[0] = n_blocks;
+    if (n_groups > 0) {
+      int* cs = st_ + cskip_at(nb);
+      std::fill(cs, cs + nb, 0);
+      for (size_t i = 0; i < batch.size(); ++i)
+        std::fill_n(cs + row0s[i], batch[i].tokens.size(), skip[i]);
+    }
+  }
   // attention_paged's splits for its rows (every row of the bucket without chunks; none in one-row
-  // steps: their attention picks its own on the device, so their graph serves every context)
+  // steps: their attention picks its own on the device, so their graph serves every context), by
+  // the most keys a row reads past its shared prefix
+  int attn_max_pos = 0;
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (paged[i])
+      attn_max_pos = std::max(attn_max_pos, p0s[i] + (int)batch[i].tokens.size() - 1 - skip[i]);
   const int splits =
       nb == 1 || n_attn == 0
           ? 0
@@ -812,9 +921,10 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
         d_tables_ + size_t(lo) * table_stride_, tables_host_ + size_t(lo) * table_stride_,
         sizeof(int) * size_t(hi - lo) * table_stride_, cudaMemcpyHostToDevice, stream_));
   if (nb == 1) st(kConsec, nb)[0] = kv_->consecutive(batch[0].seq);
-  const int staged = nb == 1       ? stage_table(st_, batch[0].seq)
-                     : n_spans > 0 ? spans_at(nb) + n_spans * cuda::kPrefillSpanInts
-                                   : kStaged * nb;
+  const int staged = nb == 1        ? stage_table(st_, batch[0].seq)
+                     : n_groups > 0 ? cskip_at(nb) + nb
+                     : n_spans > 0  ? spans_at(nb) + n_spans * cuda::kPrefillSpanInts
+                                    : kStaged * nb;
   CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * staged, cudaMemcpyHostToDevice, stream_));
   if (n_masks > 0)
     CUDA_CHECK(cudaMemcpyAsync(d_masks_, masks_host_, sizeof(uint32_t) * n_masks * mask_words_,
@@ -823,7 +933,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
 
   const int par = nb == 1 ? (par_ ^= 1) : 0;
   int* out = ids_out(nb, par);
-  launch(nb, mb, splits, masked, par, chunks);
+  launch(nb, mb, Shape{splits, masked, chunks, n_groups > 0}, par);
 
   // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
   // one copy); a row it cannot take (vocab or candidates past its limits: -1) samples on the host.
