@@ -536,14 +536,17 @@ void CudaBatchBackend::stage_padding(int from, int nb) {
 
 // Each kind of step once, on padding rows only: their K/V rows go to the padding page and their
 // attention reads the scratch sequence's table row (that page, then page 0 of the pool: read, never
-// written). Many-row steps run at every bucket with one output row and with all rows out (the
-// GEMM kernels and the fp16 plans go by row count; the longest context's attention splits for
-// the latter), eagerly: their graphs are keyed by the splits a step's contexts need, captured when
-// a shape first comes. The one-row graphs are captured here.
+// written); a cascade step loads the shared pass's kernel (CUDA loads a kernel at its first
+// launch: tens of ms, which the first requests sharing a prefix would otherwise wait for). Many-row
+// steps run at every bucket with one output row and with all rows out (the GEMM kernels and the
+// fp16 plans go by row count; the longest context's attention splits for the latter), eagerly:
+// their graphs are keyed by the splits a step's contexts need, captured when a shape first comes.
+// The one-row graphs are captured here.
 void CudaBatchBackend::warm_up() {
   spec_.on = false;  // a pending one runs first (stream order); stage() waits for it
-  // chunk: the rows as one prompt chunk (of the scratch sequence).
-  auto stage = [&](int nb, int mb, bool chunk) {
+  // chunk: the rows as one prompt chunk (of the scratch sequence); cascade: the rows at position
+  // kSharedTile, one group sharing the scratch sequence's first tile.
+  auto stage = [&](int nb, int mb, bool chunk, bool cascade = false) {
     // The staging block is pinned host memory: the last step's copy must have read it.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     stage_padding(0, nb);
@@ -562,6 +565,15 @@ void CudaBatchBackend::warm_up() {
       int* span = st_ + spans_at(nb);
       span[0] = 0, span[1] = nb, span[2] = max_seqs(), span[3] = 0, span[4] = 0;
       ints = spans_at(nb) + cuda::kPrefillSpanInts;
+    } else if (cascade) {
+      const int t = cuda::kSharedTile;
+      for (int r = 0; r < nb; ++r) st(kPos, nb)[r] = st(kFirstPos, nb)[r] = t;
+      int* cb = st_ + cascade_at(nb);
+      cb[0] = 1, cb[1] = 0;  // group 0's query block 0 (nb * G <= kSharedQueryRows rows)
+      int* gr = st_ + cgroups_at(nb);
+      gr[0] = max_seqs(), gr[1] = t, gr[2] = 0, gr[3] = nb;
+      for (int r = 0; r < nb; ++r) st_[cmembers_at(nb) + r] = r, st_[cskip_at(nb) + r] = t;
+      ints = cskip_at(nb) + nb;
     }
     CUDA_CHECK(cudaMemcpyAsync(d_st_, st_, sizeof(int) * ints, cudaMemcpyHostToDevice, stream_));
   };
@@ -574,6 +586,12 @@ void CudaBatchBackend::warm_up() {
     forward(nb, 1, Shape{1}, out_host_);
     stage(nb, nb, false);
     forward(nb, nb, Shape{wide, nb == 2}, out_host_);  // masked once: its kernel
+  }
+  // Cascade attention's shared pass: two rows at position kSharedTile over the scratch sequence's
+  // table row (its page, then pool page 0 for the rest: read, never written).
+  if (cap >= 2 && kv_->seq_ctx() > 2 * cuda::kSharedTile) {
+    stage(2, 1, false, true);
+    forward(2, 1, Shape{1, false, false, true}, out_host_);
   }
   // A prompt's chunk (attention_prefill): positions up to its rows must be in a table row.
   const int chunk = bucket(kChunkAttnRows);
