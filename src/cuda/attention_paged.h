@@ -102,8 +102,8 @@ void attention_paged(const PagedAttnArgs& a, const Launch& stream);
 // those keys once for all of them, where attention_paged reads a row's context once per row. One
 // block per (query block of a group, KV head, split of the shared keys): the group's query rows
 // (a member's query heads of the KV head) are the rows of the mma, 16 per warp, against 32-key
-// tiles staged in shared memory for all the block's warps (cp.async, double-buffered, loaded
-// before the PDL wait: the shared keys were written by earlier steps). Each writes its partials
+// tiles staged in shared memory for all the block's warps (cp.async, 4 tiles in flight, the first
+// 4 before the PDL wait: the shared keys were written by earlier steps). Each writes its partials
 // to `prefix`; attention_paged, launched next with row_skip, reads the rest of each row's context
 // and combines. Reads the fields attention_paged does and `shared` (but row_skip:
 // attention_paged's).
