@@ -164,9 +164,9 @@ def client_process(a, ids, conc, headers, q):
 SERVER_SERIES = ("smolrt_time_to_first_token_seconds_sum", "smolrt_time_to_first_token_seconds_count",
                  "smolrt_step_seconds_sum", "smolrt_step_seconds_count",
                  "smolrt_batch_tokens_sum", "smolrt_batch_sequences_sum", "smolrt_steps_ahead_total")
-# TTFT's two parts (servers from 2026-11-29 on): arrival -> first step, first step -> first token;
-# and the rows that took cascade attention.
-SPLIT_SERIES = ("smolrt_request_queue_seconds_sum", "smolrt_request_queue_seconds_count",
+# Series of servers from 2026-11-29 on (taken where present): TTFT's two parts (arrival -> first
+# step, first step -> first token) and the rows that took cascade attention.
+NEWER_SERIES = ("smolrt_request_queue_seconds_sum", "smolrt_request_queue_seconds_count",
                 "smolrt_request_prefill_seconds_sum", "smolrt_request_prefill_seconds_count",
                 "smolrt_shared_prefix_rows_total")
 
@@ -186,7 +186,7 @@ def server_counters(a, headers):
     v = {}
     for line in body.splitlines():
         parts = line.split()
-        if len(parts) == 2 and (parts[0] in SERVER_SERIES or parts[0] in SPLIT_SERIES):
+        if len(parts) == 2 and (parts[0] in SERVER_SERIES or parts[0] in NEWER_SERIES):
             v[parts[0]] = float(parts[1])
     return v if all(k in v for k in SERVER_SERIES) else None
 
@@ -198,7 +198,7 @@ def server_view(before, after, wall):
     (speculated)."""
     if before is None or after is None:
         return None
-    d = {k: after[k] - before[k] for k in SERVER_SERIES + SPLIT_SERIES if k in after and k in before}
+    d = {k: after[k] - before[k] for k in SERVER_SERIES + NEWER_SERIES if k in after and k in before}
     steps = d["smolrt_step_seconds_count"]
     firsts = d["smolrt_time_to_first_token_seconds_count"]
     if steps <= 0:

@@ -18,8 +18,12 @@ namespace smolrt::server {
 using Clock = std::chrono::steady_clock;
 
 namespace {
+// Seconds from one time point to another (a request's parts measured on one clock add up).
+double seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
 double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+  return seconds(t, Clock::now());
 }
 
 // The matcher's allowed-token bitset as the backends take it (SeqStep::allowed: 32-bit words,
@@ -532,11 +536,10 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
   if (metrics_) {
     metrics_->generated_tokens(1);
     if (e.n_gen == 0) {
-      metrics_->time_to_first_token(std::chrono::duration<double>(now - e.job->arrived()).count());
-      if (e.scheduled)
-        metrics_->prefill_time(std::chrono::duration<double>(now - *e.scheduled).count());
+      metrics_->time_to_first_token(seconds(e.job->arrived(), now));
+      if (e.scheduled) metrics_->prefill_time(seconds(*e.scheduled, now));
     } else {
-      metrics_->inter_token_latency(std::chrono::duration<double>(now - e.last_token).count());
+      metrics_->inter_token_latency(seconds(e.last_token, now));
     }
   }
   e.last_token = now;
@@ -641,8 +644,7 @@ void Scheduler::run_step() {
     Entry& e = *c.first;
     if (e.scheduled) continue;
     e.scheduled = t0;
-    if (metrics_)
-      metrics_->queue_time(std::chrono::duration<double>(t0 - e.job->arrived()).count());
+    if (metrics_) metrics_->queue_time(seconds(e.job->arrived(), t0));
   }
   std::vector<SeqResult> results;
   try {
