@@ -53,44 +53,38 @@ __device__ __forceinline__ void pv_tile(float (&o)[HD / 8][4], const uint32_t (&
   }
 }
 
-// Folds partials p[0..n) (S slots of HD + 2 floats: base-2 max, sum, unnormalized output; written
-// by another block or launch) into a softmax state of column d: base-2 max mm (-inf: none yet),
-// sum den, numerator num. Every slot is loaded at once (one round trip to L2, which a loop over
-// n would make twice: the max, then the sums), then combined.
-template <int HD, int S>
-__device__ __forceinline__ void merge_partials(const float* p, int n, int d, float& mm, float& den,
-                                               float& num) {
-  float ms[S], ls[S], os[S];
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    ms[s] = s < n ? __ldcg(p + s * (HD + 2)) : -INFINITY;
-    ls[s] = s < n ? __ldcg(p + s * (HD + 2) + 1) : 0.f;
-    os[s] = s < n ? __ldcg(p + s * (HD + 2) + 2 + d) : 0.f;
-  }
-  float m = mm;
-#pragma unroll
-  for (int s = 0; s < S; ++s) m = fmaxf(m, ms[s]);
-  const float w0 = mm == -INFINITY ? 0.f : exp2f(mm - m);
-  num *= w0, den *= w0;
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    const float w = s < n ? exp2f(ms[s] - m) : 0.f;
-    den += w * ls[s];
-    num += w * os[s];
-  }
-  mm = m;
-}
-
-// Folds the shared prefix's partials of (row, head h) (attention_paged_shared's, over the row's
+// Folds the shared prefix's partials of (row, head h) (the shared pass's, over the row's
 // first `skip` keys) into a softmax state of column d.
 template <int HD>
 __device__ __forceinline__ void fold_prefix(const PagedAttnArgs& a, int row, int h, int d, int skip,
                                             float& mm, float& den, float& num) {
   int per = 0;
   const int n = shared_splits(skip / kSharedTile, &per);
-  merge_partials<HD, kAttnSharedSplits>(
-      a.shared.prefix + ((size_t)row * a.n_heads + h) * kAttnSharedSplits * (HD + 2), n, d, mm, den,
-      num);
+  merge_partials<kAttnSharedSplits>(
+      a.shared.prefix + ((size_t)row * a.n_heads + h) * kAttnSharedSplits * (HD + 2), n, HD + 2, 0,
+      2 + d, mm, den, num);
+}
+
+// Waits until the shared pass has written every split of (row, head h0 + g) for g < G: its
+// blocks count each (row, head) pair they finish (attention_shared_body). Rows with a skip run in
+// the launch that also holds the shared pass, in blocks indexed after all of its blocks; blocks
+// are dispatched in index order (as CUB's single-pass scan also relies on), so the blocks waited
+// for are resident or done and the wait ends. It leaves the counters zero for the next launch. A
+// count that never arrives (a staging bug) traps instead of hanging the GPU.
+template <int G>
+__device__ __forceinline__ void wait_prefix(const PagedAttnArgs& a, int row, int h0, int skip) {
+  if ((int)threadIdx.x < G) {
+    int per = 0;
+    const int want = shared_splits(skip / kSharedTile, &per);
+    int* c = a.shared.counters + (size_t)row * a.n_heads + h0 + threadIdx.x;
+    for (long spins = 0; ld_acquire(c) < want; ++spins) {
+      if (spins == (1l << 24)) __trap();
+      __nanosleep(64);
+    }
+    *c = 0;
+  }
+  __syncthreads();
+  __threadfence();
 }
 
 // One block per (row, KV head, split); see attention_paged.h. The body of the builds below, with
@@ -100,9 +94,11 @@ __device__ __forceinline__ void fold_prefix(const PagedAttnArgs& a, int row, int
 // instructions than a SIMT form, which is issue-bound. The score fragments (C layout) are
 // re-packed in registers as P's A operand.
 // Scores run in base 2 (the query is pre-scaled by log2(e)); q, K, V and P are rounded to fp16.
+// The block is (block row bx, KV head kvh, split) of a grid of n_z splits.
 template <int HD, int G, bool HALF, int W = kWarps>
 __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, float* partials,
-                                                     int* counters) {
+                                                     int* counters, int bx, int kvh, int split,
+                                                     int n_z) {
   constexpr int P = kPitch<HD>;
   constexpr int KC = HD >= 16 ? HD / 16 : 1;    // 16-wide k chunks of q K^T (head_dim 8: one,
                                                 // its upper half zero)
@@ -115,8 +111,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   __shared__ __align__(16) __half sq[G][HD];  // the group's queries, scaled by scale * log2(e)
   __shared__ float sm[W][G], sl[W][G];
   __shared__ int last;
-  const int row = a.rows ? a.rows[blockIdx.x] : (int)blockIdx.x, kvh = blockIdx.y,
-            split = blockIdx.z;
+  const int row = a.rows ? a.rows[bx] : bx;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
   __half* kt = reinterpret_cast<__half*>(smem4) + (size_t)warp * 2 * kTile * P;
   __half* vt = kt + kTile * P;
@@ -138,7 +133,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   const int lo = max(skip, a.window > 0 && n_pos > a.window ? n_pos - a.window : 0);
   const int tile0 = lo / kTile;
   const int tiles = (n_pos + kTile - 1) / kTile - tile0;
-  const int per = max(W, (tiles + (int)gridDim.z - 1) / (int)gridDim.z);
+  const int per = max(W, (tiles + n_z - 1) / n_z);
   const int n_split = (tiles + per - 1) / per;
   if (split >= n_split) {
     detail::pdl_wait();  // every block waits, so completion stays transitive along the chain
@@ -282,6 +277,7 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   }
   __syncthreads();
   const int h0 = kvh * G;
+  if (n_split == 1 && skip > 0) wait_prefix<G>(a, row, h0, skip);
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
     const int g = i / HD, d = i % HD;
     float mm = -INFINITY;
@@ -316,12 +312,13 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
   __syncthreads();
   if (!last) return;
   __threadfence();
+  if (skip > 0) wait_prefix<G>(a, row, h0, skip);
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
     const int g = i / HD, d = i % HD;
     float mm = -INFINITY, num = 0.f, den = 0.f;
-    merge_partials<HD, kAttnPagedSplits>(
-        partials + ((size_t)row * a.n_heads + h0 + g) * kAttnPagedSplits * (HD + 2), n_split, d, mm,
-        den, num);
+    merge_partials<kAttnPagedSplits>(
+        partials + ((size_t)row * a.n_heads + h0 + g) * kAttnPagedSplits * (HD + 2), n_split,
+        HD + 2, 0, 2 + d, mm, den, num);
     if (skip > 0) fold_prefix<HD>(a, row, h0 + g, d, skip, mm, den, num);
     store_out(a.out, a.out_h, (size_t)row * a.ldo + (h0 + g) * HD + d, num / den);
   }
@@ -332,7 +329,8 @@ __device__ __forceinline__ void attention_paged_body(const PagedAttnArgs& a, flo
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_paged_kernel(const PagedAttnArgs a, float* partials, int* counters) {
-  attention_paged_body<HD, G, HALF>(a, partials, counters);
+  attention_paged_body<HD, G, HALF>(a, partials, counters, blockIdx.x, blockIdx.y, blockIdx.z,
+                                    gridDim.z);
 }
 
 // The narrow build: 2 warps per block, for grids past one resident wave of the latency build
@@ -343,7 +341,8 @@ constexpr int kNarrowWarps = 2;
 template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kNarrowWarps)
     attention_paged_narrow_kernel(const PagedAttnArgs a, float* partials, int* counters) {
-  attention_paged_body<HD, G, HALF, kNarrowWarps>(a, partials, counters);
+  attention_paged_body<HD, G, HALF, kNarrowWarps>(a, partials, counters, blockIdx.x, blockIdx.y,
+                                                  blockIdx.z, gridDim.z);
 }
 
 // The wide build: 8 warps per block with half the splits, for steps whose grid then fits one
@@ -360,11 +359,12 @@ template <int HD, int G, bool HALF>
 __global__ void __launch_bounds__(32 * kWideWarps)
     attention_paged_wide_kernel(const PagedAttnArgs a, float* partials, int* counters) {
   static_assert(kWideBuild<HD, G>, "instantiated only where launch_t may take it");
-  attention_paged_body<HD, G, HALF, kWideWarps>(a, partials, counters);
+  attention_paged_body<HD, G, HALF, kWideWarps>(a, partials, counters, blockIdx.x, blockIdx.y,
+                                                blockIdx.z, gridDim.z);
 }
 
-// attention_paged_shared (see attention_paged.h): one block per (query block, KV head, split).
-// The block's 4 warps take 16 query rows each (row r of the group: member r / G, query head
+// Cascade attention's shared pass (see attention_paged.h): one block per (query block, KV head,
+// split). The block's 4 warps take 16 query rows each (row r of the group: member r / G, query head
 // kvh * G + r % G) as the full 16 rows of the mma, against each 32-key tile of the split, staged
 // for all of them in shared memory, kSharedStages tiles in flight: a split of up to that many
 // tiles (a 1,024-key prefix in 8 splits) is wholly copied before the PDL wait, during the QKV
@@ -378,8 +378,8 @@ constexpr size_t shared_smem_bytes() {
 }
 
 template <int HD, int G, bool HALF>
-__global__ void __launch_bounds__(32 * kSharedWarps)
-    attention_shared_kernel(const PagedAttnArgs a) {
+__device__ __forceinline__ void attention_shared_body(const PagedAttnArgs& a, int slot, int kvh,
+                                                      int split) {
   constexpr int P = kPitch<HD>;
   constexpr int KC = HD >= 16 ? HD / 16 : 1;  // 16-wide k chunks (head_dim 8: its upper half zero)
   constexpr int DT = HD / 8;
@@ -389,12 +389,11 @@ __global__ void __launch_bounds__(32 * kSharedWarps)
   constexpr int SPT = (kTile * SPR + T - 1) / T;  // slices per thread per tile
   extern __shared__ float4 smem4[];
   __half* const stage0 = reinterpret_cast<__half*>(smem4);  // [stages][K tile, V tile][kTile][P]
-  const int kvh = blockIdx.y, split = blockIdx.z;
-  if ((int)blockIdx.x >= a.shared.blocks[0]) {
+  if (slot >= a.shared.blocks[0]) {
     detail::pdl_wait();  // every block waits, so completion stays transitive along the chain
     return;
   }
-  const int e = a.shared.blocks[1 + blockIdx.x];
+  const int e = a.shared.blocks[1 + slot];
   const int* grp = a.shared.groups + (e >> 16) * kSharedGroupInts;
   const int keys = grp[1], m0 = grp[2], n_members = grp[3];
   int per = 0;
@@ -541,6 +540,34 @@ __global__ void __launch_bounds__(32 * kSharedWarps)
       *reinterpret_cast<float2*>(part + 2 + 8 * d + 2 * t4) =
           make_float2(o[d][2 * i], o[d][2 * i + 1]);
   }
+  // Each pair counted once its quad's partials are out (wait_prefix).
+  __threadfence();
+  __syncwarp();
+  if (t4 == 0)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (qrow[i] >= 0) atomicAdd(a.shared.counters + (size_t)qrow[i] * a.n_heads + head[i], 1);
+}
+
+// Cascade attention in one launch (attention_paged with shared.row_skip): the shared pass's blocks
+// first, (block slot, KV head, split) slot-major so the staged slots come before the spare ones,
+// then attention_paged's (row, KV head, split) in the latency build's 4 warps, whose combining
+// blocks wait for their rows' shared partials (wait_prefix). The two kinds of work overlap: the
+// suffix of each row (a few tiles past the shared keys) runs beside the shared tiles.
+static_assert(kSharedWarps == kWarps, "one block size serves both passes");
+template <int HD, int G, bool HALF>
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_cascade_kernel(const PagedAttnArgs a, float* partials, int* counters) {
+  const int shared = a.shared.max_blocks * a.n_kv_heads * kAttnSharedSplits;
+  if ((int)blockIdx.x < shared) {
+    const int b = blockIdx.x, split = b % kAttnSharedSplits,
+              kvh = b / kAttnSharedSplits % a.n_kv_heads;
+    attention_shared_body<HD, G, HALF>(a, b / (kAttnSharedSplits * a.n_kv_heads), kvh, split);
+  } else {
+    const int b = blockIdx.x - shared, kvh = b / a.n % a.n_kv_heads;
+    attention_paged_body<HD, G, HALF>(a, partials, counters, b % a.n, kvh, b / (a.n * a.n_kv_heads),
+                                      a.splits);
+  }
 }
 
 // Blocks of a build resident at once on the whole GPU (one wave).
@@ -551,23 +578,25 @@ long wave_of(K kern, int threads, int smem) {
   return (long)std::max(per_sm, 1) * sm_count();
 }
 
-// attention_paged_shared's grid: every block slot of the staged list, every split.
+// The cascade launch's grid: every block slot of the staged list for every KV head and split,
+// then attention_paged's blocks.
 template <int HD, int G, bool HALF>
-void launch_shared(const PagedAttnArgs& a, const Launch& s) {
-  constexpr int smem = (int)shared_smem_bytes<HD>();
+void launch_cascade(const PagedAttnArgs& a, const Launch& s) {
+  constexpr int smem = (int)std::max(smem_bytes<HD>(), shared_smem_bytes<HD>());
   static const bool configured = [] {
-    configure_prefill_kernel(attention_shared_kernel<HD, G, HALF>, smem);
+    configure_prefill_kernel(attention_cascade_kernel<HD, G, HALF>, smem);
     return true;
   }();
   (void)configured;
-  launch_kernel(attention_shared_kernel<HD, G, HALF>,
-                dim3(a.shared.max_blocks, a.n_kv_heads, kAttnSharedSplits), dim3(32 * kSharedWarps),
-                smem, s, a);
+  const long blocks =
+      ((long)a.shared.max_blocks * kAttnSharedSplits + (long)a.n * a.splits) * a.n_kv_heads;
+  launch_kernel(attention_cascade_kernel<HD, G, HALF>, dim3((unsigned)blocks), dim3(32 * kWarps),
+                smem, s, a, a.partials, a.counters);
 }
 
 template <int HD, int G, bool HALF>
-void launch_t(const PagedAttnArgs& a, const Launch& s, bool shared) {
-  if (shared) return launch_shared<HD, G, HALF>(a, s);
+void launch_t(const PagedAttnArgs& a, const Launch& s) {
+  if (a.shared.row_skip) return launch_cascade<HD, G, HALF>(a, s);
   constexpr int smem = (int)smem_bytes<HD>();
   constexpr int smem_wide = (int)smem_bytes<HD, kWideWarps>();
   constexpr int smem_narrow = (int)smem_bytes<HD, kNarrowWarps>();
@@ -603,33 +632,33 @@ void launch_t(const PagedAttnArgs& a, const Launch& s, bool shared) {
 }
 
 template <int HD, int G>
-void launch_g(const PagedAttnArgs& a, const Launch& s, bool shared) {
+void launch_g(const PagedAttnArgs& a, const Launch& s) {
   if (a.kv_half) {
-    launch_t<HD, G, true>(a, s, shared);
+    launch_t<HD, G, true>(a, s);
   } else {
-    launch_t<HD, G, false>(a, s, shared);
+    launch_t<HD, G, false>(a, s);
   }
 }
 
 template <int HD>
-void launch_hd(const PagedAttnArgs& a, const Launch& s, bool shared) {
+void launch_hd(const PagedAttnArgs& a, const Launch& s) {
   switch (a.n_heads / a.n_kv_heads) {
     case 1:
-      return launch_g<HD, 1>(a, s, shared);
+      return launch_g<HD, 1>(a, s);
     case 2:
-      return launch_g<HD, 2>(a, s, shared);
+      return launch_g<HD, 2>(a, s);
     case 3:
-      return launch_g<HD, 3>(a, s, shared);
+      return launch_g<HD, 3>(a, s);
     case 4:
-      return launch_g<HD, 4>(a, s, shared);
+      return launch_g<HD, 4>(a, s);
     case 5:
-      return launch_g<HD, 5>(a, s, shared);
+      return launch_g<HD, 5>(a, s);
     case 6:
-      return launch_g<HD, 6>(a, s, shared);
+      return launch_g<HD, 6>(a, s);
     case 7:
-      return launch_g<HD, 7>(a, s, shared);
+      return launch_g<HD, 7>(a, s);
     case 8:
-      return launch_g<HD, 8>(a, s, shared);
+      return launch_g<HD, 8>(a, s);
   }
 }
 
@@ -648,10 +677,8 @@ int attn_paged_splits(int max_pos, int pairs, int sms) {
   return z;
 }
 
-namespace {
-
-// The checks both launches share, then the build for the head shape (shared: the shared pass).
-void dispatch(const PagedAttnArgs& a, const Launch& s, bool shared) {
+void attention_paged(const PagedAttnArgs& a, const Launch& s) {
+  if (!a.out == !a.out_h) fail("attention_paged: set exactly one of out (fp32) and out_h (fp16)");
   if (!a.q || !a.k_pool || !a.v_pool || !a.row_pos || !a.row_seq || !a.tables || !a.partials ||
       !a.counters)
     fail("attention_paged: null pointer");
@@ -666,37 +693,27 @@ void dispatch(const PagedAttnArgs& a, const Launch& s, bool shared) {
          kAttnPagedMaxGroup, " heads per KV head)");
   if (a.ldq < a.n_heads * a.head_dim || a.ldo < a.n_heads * a.head_dim)
     fail("attention_paged: ldq/ldo smaller than n_heads * head_dim");
+  const SharedPrefix& sp = a.shared;
+  if (sp.row_skip && (!sp.prefix || !sp.counters || !sp.groups || !sp.members || !sp.blocks ||
+                      sp.max_blocks <= 0 || a.window != 0))
+    fail(
+        "attention_paged: cascade attention (row_skip) needs the shared pass's partials, "
+        "counters, groups, members and block slots (",
+        sp.max_blocks, "), and no sliding window");
   switch (a.head_dim) {
     case 8:
-      return launch_hd<8>(a, s, shared);
+      return launch_hd<8>(a, s);
     case 16:
-      return launch_hd<16>(a, s, shared);
+      return launch_hd<16>(a, s);
     case 32:
-      return launch_hd<32>(a, s, shared);
+      return launch_hd<32>(a, s);
     case 64:
-      return launch_hd<64>(a, s, shared);
+      return launch_hd<64>(a, s);
     case 128:
-      return launch_hd<128>(a, s, shared);
+      return launch_hd<128>(a, s);
     case 256:
-      return launch_hd<256>(a, s, shared);
+      return launch_hd<256>(a, s);
   }
-}
-
-}  // namespace
-
-void attention_paged(const PagedAttnArgs& a, const Launch& s) {
-  if (!a.out == !a.out_h) fail("attention_paged: set exactly one of out (fp32) and out_h (fp16)");
-  if (a.shared.row_skip && !a.shared.prefix)
-    fail("attention_paged: row_skip without its prefix partials");
-  dispatch(a, s, false);
-}
-
-void attention_paged_shared(const PagedAttnArgs& a, const Launch& s) {
-  if (!a.shared.prefix || !a.shared.groups || !a.shared.members || !a.shared.blocks ||
-      a.shared.max_blocks <= 0 || a.window != 0)
-    fail("attention_paged_shared: needs prefix, groups, members and block slots (",
-         a.shared.max_blocks, "), and no sliding window");
-  dispatch(a, s, true);
 }
 
 }  // namespace smolrt::cuda

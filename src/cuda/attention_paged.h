@@ -35,22 +35,34 @@ inline bool is_pow2(int n) {
   return n > 0 && std::has_single_bit(static_cast<unsigned>(n));
 }
 
-// Rows whose sequences share their first keys (cascade attention; see attention_paged_shared).
+// Rows whose sequences share their first keys: cascade attention (FlashInfer's cascade
+// inference). Rows whose sequences hold the same pages at the start of their block tables (a
+// prompt prefix cached once, then shared) read those keys once for all of them, where
+// attention_paged reads a row's context once per row. With row_skip set, attention_paged runs the
+// shared pass in the same launch, beside the rest: one block per (query block of a group, KV
+// head, split of the shared keys), the group's query rows (a member's query heads of the KV head)
+// the rows of the mma, 16 per warp, against 32-key tiles staged in shared memory for all the
+// block's warps (cp.async, 4 tiles in flight, the first 4 before the PDL wait: the shared keys
+// were written by earlier steps), each writing its partials to `prefix`; the blocks of the other
+// keys of each row fold them in when they are complete (`counters`).
 struct SharedPrefix {
-  // Device [..] by row (the rows index it as they index q), or null: keys [0, row_skip) of the row
-  // are already in `prefix`, written by attention_paged_shared (0: none), so attention_paged reads
-  // keys [row_skip, pos] alone and folds those partials into its softmax. A row's skip is a
-  // multiple of kSharedTile, at most its row_first_new, and 0 on a sliding-window layer.
+  // Device [..] by row (the rows index it as they index q), or null (no cascade): keys [0,
+  // row_skip) of the row are the shared pass's, so attention_paged reads keys [row_skip, pos]
+  // alone and folds those partials into its softmax. A row's skip is a multiple of kSharedTile, at
+  // most its row_first_new, 0 for a row outside the groups; no sliding window (window 0).
   const int* row_skip = nullptr;
-  // [rows][n_heads][kAttnSharedSplits][head_dim + 2]: per split of the shared keys, the base-2
-  // running max, the sum of exponentials and the unnormalized output.
+  // Scratch [rows][n_heads][kAttnSharedSplits][head_dim + 2]: per split of the shared keys, the
+  // base-2 running max, the sum of exponentials and the unnormalized output.
   float* prefix = nullptr;
-  // attention_paged_shared's work, staged by the host (read on the device, so one captured launch
-  // serves any groups): groups, kSharedGroupInts each {table row holding the shared pages, shared
-  // keys (a multiple of kSharedTile), first member, members}; members: the rows of q; blocks:
-  // {count, then per block: group << 16 | query block}, a query block being kSharedQueryRows of
-  // the group's (member, query head of the KV head) pairs, member-major. max_blocks: the grid's
-  // block slots (those past the count return at once).
+  // Scratch [rows][n_heads] ints, zero before the first launch (the kernel leaves them zero): the
+  // shared splits finished per (row, query head).
+  int* counters = nullptr;
+  // The shared pass's work, staged by the host (read on the device, so one captured launch serves
+  // any groups): groups, kSharedGroupInts each {table row holding the shared pages, shared keys (a
+  // multiple of kSharedTile), first member, members}; members: the rows of q; blocks: {count, then
+  // per block: group << 16 | query block}, a query block being kSharedQueryRows of the group's
+  // (member, query head of the KV head) pairs, member-major. max_blocks: the grid's block slots
+  // (those past the count return at once).
   const int* groups = nullptr;
   const int* members = nullptr;
   const int* blocks = nullptr;
@@ -97,24 +109,14 @@ struct PagedAttnArgs {
 
 void attention_paged(const PagedAttnArgs& a, const Launch& stream);
 
-// Cascade attention's shared pass (FlashInfer's cascade inference): rows whose sequences hold the
-// same pages at the start of their block tables (a prompt prefix cached once, then shared) read
-// those keys once for all of them, where attention_paged reads a row's context once per row. One
-// block per (query block of a group, KV head, split of the shared keys): the group's query rows
-// (a member's query heads of the KV head) are the rows of the mma, 16 per warp, against 32-key
-// tiles staged in shared memory for all the block's warps (cp.async, 4 tiles in flight, the first
-// 4 before the PDL wait: the shared keys were written by earlier steps). Each writes its partials
-// to `prefix`; attention_paged, launched next with row_skip, reads the rest of each row's context
-// and combines. Reads the fields attention_paged does and `shared` (but row_skip:
-// attention_paged's).
+// The shared pass's shape (SharedPrefix).
 constexpr int kAttnSharedSplits = 8;  // splits of a group's shared keys at most
 constexpr int kSharedGroupInts = 4;
 constexpr int kSharedQueryRows = 64;  // query rows per block (4 warps of 16)
 constexpr int kSharedTile = 32;       // keys per tile; shared keys come in whole tiles
-void attention_paged_shared(const PagedAttnArgs& a, const Launch& stream);
 
 // The splits of a shared range of `tiles` tiles (>= 1): at least 4 tiles each, at most
-// kAttnSharedSplits, in `per` tiles each (the last may hold fewer); both kernels compute it from
+// kAttnSharedSplits, in `per` tiles each (the last may hold fewer); both passes compute it from
 // the row's skip.
 constexpr int shared_splits(int tiles, int* per) {
   const int want =

@@ -405,15 +405,9 @@ __global__ void attention_merge_kernel(AttentionPrefillArgs a, int n_split) {
     row = sp.row0 + q0 + i;
   }
   const size_t pitch = (size_t)(hd + 2), zstride = (size_t)a.n_tokens * a.n_heads * pitch;
-  const float* p = a.partials + ((size_t)row * a.n_heads + h) * pitch;
-  float mx = -INFINITY;
-  for (int z = 0; z < n_split; ++z) mx = fmaxf(mx, p[z * zstride + hd]);
-  float l = 0.f, o = 0.f;
-  for (int z = 0; z < n_split; ++z) {
-    const float m = p[z * zstride + hd];
-    const float w = m == -INFINITY ? 0.f : exp2f(m - mx);  // an empty split adds nothing
-    l += w * p[z * zstride + hd + 1], o += w * p[z * zstride + d];
-  }
+  float mm = -INFINITY, l = 0.f, o = 0.f;
+  merge_partials<kAttnPrefillSplits>(a.partials + ((size_t)row * a.n_heads + h) * pitch, n_split,
+                                     zstride, hd, d, mm, l, o);
   store_out(a.out, a.out_h, (size_t)row * a.ldo + h * hd + d, o / l);
 }
 

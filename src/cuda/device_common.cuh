@@ -53,6 +53,44 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// A load with acquire semantics at GPU scope: the loads after it see what the writer released
+// before the value it reads (a flag or counter another block set after a fence).
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Folds n (<= S) partial softmax states of one output column (flash-decoding's key splits,
+// written by other blocks or launches) into the state (mm, den, num): split s's base-2 running
+// max at p[s * stride + m_at], its sum of exponentials at m_at + 1 and its unnormalized output at
+// o_at; mm = -inf: no state yet. Every split is loaded at once (one round trip to L2, where a
+// loop over the max and then the sums makes two), then combined. At least one split (or the
+// state) must hold a key.
+template <int S>
+__device__ __forceinline__ void merge_partials(const float* p, int n, size_t stride, int m_at,
+                                               int o_at, float& mm, float& den, float& num) {
+  float ms[S], ls[S], os[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    ms[s] = s < n ? __ldcg(p + s * stride + m_at) : -INFINITY;
+    ls[s] = s < n ? __ldcg(p + s * stride + m_at + 1) : 0.f;
+    os[s] = s < n ? __ldcg(p + s * stride + o_at) : 0.f;
+  }
+  float m = mm;
+#pragma unroll
+  for (int s = 0; s < S; ++s) m = fmaxf(m, ms[s]);
+  const float w0 = mm == -INFINITY ? 0.f : exp2f(mm - m);
+  num *= w0, den *= w0;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    const float w = ms[s] == -INFINITY ? 0.f : exp2f(ms[s] - m);  // an empty split adds nothing
+    den += w * ls[s];
+    num += w * os[s];
+  }
+  mm = m;
+}
+
 // RoPE: frequency base^(-2i/rope_dim) of rotation pair i; the angle at position p is p times it
 // (the expression every RoPE kernel and the CPU twin use).
 __device__ __forceinline__ float rope_inv_freq(int i, int rope_dim, float base) {

@@ -334,7 +334,7 @@ TEST(CudaBatch, ChunkStepsReplayTheirBucketsGraph) {
 }
 
 // Sequences whose prompts begin with a cached prefix (12 shared pages) take cascade attention
-// (attention_paged_shared over those keys, attention_paged over the rest) in their shared steps:
+// (attention_paged's shared pass over those keys, its other blocks over the rest) in their steps:
 // their prompts' rests as chunks beside another sequence's decode row, then decode rows, every
 // row counted (shared_prefix_rows). The logits as without cascade (cascade_rows INT_MAX) within
 // the attention's fp16 rounding; graphs replay the plain launches bit for bit.

@@ -218,16 +218,16 @@ TEST(AttentionPaged, MatchesCpuTwin) {
   }
 }
 
-// --- cascade: attention_paged_shared + attention_paged over the rest ----------------------------
+// --- cascade: the shared pass + attention_paged over the rest, one launch ------------------------
 
 // Rows of sequences that share their first pages (a cached prefix) take the shared pass over those
-// keys and attention_paged over the rest (row_skip); the result is each row's whole attention,
-// against cpu::attention_decode. Group A: 10 sequences over 64 shared pages (1,024 keys: 8 splits)
-// with a decode row each but for a 30-row chunk of one (39 rows: two query blocks from 2 heads
-// per KV head on), one row exactly at the shared end; group B: 2 sequences whose 6 shared pages
-// (96 keys: one split of 3 tiles) end mid-tile of their rows' contexts; a sequence alone (no
-// skip). Spare block slots return at once. Rows outside the groups and the others' columns are
-// checked like the members'.
+// keys and attention_paged over the rest (row_skip), in one launch; the result is each row's whole
+// attention, against cpu::attention_decode, and both kinds of counters are left zero. Group A: 10
+// sequences over 64 shared pages (1,024 keys: 8 splits) with a decode row each but for a 30-row
+// chunk of one (39 rows: two query blocks from 2 heads per KV head on), one row exactly at the
+// shared end; group B: 2 sequences whose 6 shared pages (96 keys: one split of 3 tiles) end
+// mid-tile of their rows' contexts; a sequence alone (no skip). Spare block slots return at once.
+// Rows outside the groups and the others' columns are checked like the members'.
 void check_shared(int head_dim, int n_heads, int n_kv_heads, bool half) {
   const int page = 16, stride = 128, n_pages = 2000, kv_dim = n_kv_heads * head_dim;
   const int slots = n_pages * page, G = n_heads / n_kv_heads;
@@ -284,6 +284,7 @@ void check_shared(int head_dim, int n_heads, int n_kv_heads, bool half) {
   Dev<float> prefix(size_t(n) * n_heads * cuda::kAttnSharedSplits * (head_dim + 2));
   Dev<float> partials(size_t(n) * n_heads * cuda::kAttnPagedSplits * (head_dim + 2));
   Dev<int> counters(std::vector<int>(size_t(n) * n_kv_heads, 0));
+  Dev<int> prefix_counters(std::vector<int>(size_t(n) * n_heads, 0));
   cuda::PagedAttnArgs a;
   a.q = dq.p(), a.ldq = q_dim;
   a.k_pool = half ? (const void*)dkh.p() : dk.p();
@@ -294,6 +295,7 @@ void check_shared(int head_dim, int n_heads, int n_kv_heads, bool half) {
   a.n_heads = n_heads, a.n_kv_heads = n_kv_heads, a.head_dim = head_dim;
   a.partials = partials.p(), a.counters = counters.p();
   a.shared.row_skip = dskip.p(), a.shared.prefix = prefix.p();
+  a.shared.counters = prefix_counters.p();
   a.shared.groups = dg.p(), a.shared.members = dm.p(), a.shared.blocks = db.p();
   a.shared.max_blocks = slots_given;
 
@@ -314,9 +316,10 @@ void check_shared(int head_dim, int n_heads, int n_kv_heads, bool half) {
     a.splits = splits;
     out.poison();
     prefix.poison();
-    cuda::attention_paged_shared(a, nullptr);
     cuda::attention_paged(a, nullptr);
     const std::vector<float> got = out.get();
+    for (const std::vector<int>& c : {counters.get(), prefix_counters.get()})
+      ASSERT_EQ(std::count(c.begin(), c.end(), 0), (long)c.size()) << "counters left nonzero";
     for (int r = 0; r < n; ++r) {
       for (int i = 0; i < q_dim; ++i)
         ASSERT_TRUE(std::isfinite(got[size_t(r) * q_dim + i])) << "row " << r << " col " << i;

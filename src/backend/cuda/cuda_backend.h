@@ -35,7 +35,7 @@ struct CudaOptions {
   // cheaper as attention_paged blocks beside the step's decodes than as a second launch.
   int64_t span_row_keys = 262144;
   // Rows of a many-row step whose sequences hold the same first pages (a cached prompt prefix)
-  // take cascade attention (attention_paged_shared: the shared keys read once for all of them)
+  // take cascade attention (attention_paged's shared pass: the shared keys read once for all)
   // when at least cascade_rows rows share at least cascade_keys keys. Tests set 1 and 32 (any
   // shared tile) or INT_MAX (never).
   int cascade_rows = 8;

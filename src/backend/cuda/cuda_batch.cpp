@@ -22,10 +22,11 @@
 //
 // Rows whose sequences hold the same first pages (a cached prompt prefix, a fork's prompt) take
 // cascade attention where enough of them share enough keys (CudaOptions::cascade_rows /
-// cascade_keys): attention_paged_shared reads the shared keys once for the whole group (its rows'
-// query heads as the rows of the mma), attention_paged the rest of each row's context, folding
-// the shared pass's partials in. The groups, their members and each row's skip travel in the
-// step's staging after the spans, so the graph (keyed by cascade or not) serves any groups.
+// cascade_keys): in the same attention_paged launch, the shared pass reads the shared keys once
+// for the whole group (its rows' query heads as the rows of the mma) while the other blocks read
+// the rest of each row's context, then fold the shared pass's partials in. The groups, their
+// members and each row's skip travel in the step's staging after the spans, so the graph (keyed by
+// cascade or not) serves any groups.
 //
 // Rows are padded up to a bucket (kBuckets) so a few shapes recur; each (rows, output rows)
 // bucket (and attention split count, from the step's longest context) is captured once as a CUDA
@@ -245,6 +246,15 @@ class CudaBatchBackend final : public BatchBackend {
   // Stages rows [from, nb) of a step of bucket nb as padding: token 0 at position 0 of the scratch
   // sequence (row max_seqs of the tables), whose one page is past the pool.
   void stage_padding(int from, int nb);
+  // Cascade attention's groups for a step of bucket nb (with its entries' first positions, first
+  // rows and whether their rows take attention_paged): staged, skip[i] set for the entries in
+  // them; returns how many.
+  int stage_cascade(int nb, std::span<const SeqStep> batch, const std::vector<int>& p0s,
+                    const std::vector<int>& row0s, const std::vector<char>& paged,
+                    std::vector<int>& skip);
+  // Stages group g of a cascade step of bucket nb: {table row, shared keys, members [m0, m0 +
+  // count) of the member list}, its query blocks after the block list's (from a count of 0).
+  void stage_group(int nb, int g, int table_row, int keys, int m0, int count);
   int* tables_host_ = nullptr;  // [max_seqs + 1][table_stride]
   int* d_tables_ = nullptr;
   int* d_ring_tables_ = nullptr;  // [max_seqs + 1][table_stride]: ring pages, repeated
@@ -260,8 +270,9 @@ class CudaBatchBackend final : public BatchBackend {
   uint32_t* masks_host_ = nullptr;
   int mask_words_ = 0;
   cuda::PinnedBuffer masks_pinned_;
-  float* d_partials_ = nullptr;  // attention_paged scratch
-  float* d_prefix_ = nullptr;    // attention_paged_shared's partials (kCascadeMaxRows rows)
+  float* d_partials_ = nullptr;       // attention_paged scratch
+  float* d_prefix_ = nullptr;         // the shared pass's partials (kCascadeMaxRows rows)
+  int* d_prefix_counters_ = nullptr;  // and its counters
   int* d_counters_ = nullptr;
   cuda::AttnScratch attn1_;    // one-row steps: the decode attention's split scratch
   float* d_part_v_ = nullptr;  // one-row lm_head's argmax partials
@@ -390,6 +401,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
     d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
     d_prefix_ = cv.take<float>(size_t(std::min(cap, kCascadeMaxRows)) * c_.n_heads *
                                cuda::kAttnSharedSplits * (c_.head_dim + 2));
+    d_prefix_counters_ = cv.take<int>(size_t(std::min(cap, kCascadeMaxRows)) * c_.n_heads);
     attn1_.partials = cv.take<float>(size_t(c_.n_heads) * cuda::attn_splits(seq_ctx, c_.head_dim) *
                                      (c_.head_dim + 2));
     attn1_.counters = cv.take<int>(c_.n_heads);
@@ -401,6 +413,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
   cuda::Carver placer(static_cast<char*>(dev_.get()));
   carve(placer);
   CUDA_CHECK(cudaMemset(d_counters_, 0, sizeof(int) * size_t(cap) * c_.n_kv_heads));
+  CUDA_CHECK(cudaMemset(d_prefix_counters_, 0,
+                        sizeof(int) * size_t(std::min(cap, kCascadeMaxRows)) * c_.n_heads));
   CUDA_CHECK(cudaMemset(attn1_.counters, 0, sizeof(int) * c_.n_heads));
   auto carve_host = [&](cuda::Carver& cv) {
     st_ = cv.take<int>(staged_ints(cap));
@@ -534,6 +548,63 @@ void CudaBatchBackend::stage_padding(int from, int nb) {
   }
 }
 
+void CudaBatchBackend::stage_group(int nb, int g, int table_row, int keys, int m0, int count) {
+  int* gr = st_ + cgroups_at(nb) + g * cuda::kSharedGroupInts;
+  gr[0] = table_row, gr[1] = keys, gr[2] = m0, gr[3] = count;
+  int* cb = st_ + cascade_at(nb);
+  const int G = c_.n_heads / c_.n_kv_heads;
+  for (int q = 0; q * cuda::kSharedQueryRows < count * G; ++q) cb[1 + cb[0]++] = g << 16 | q;
+}
+
+// The entries whose rows take attention_paged, grouped by the first page of their tables; a
+// group's shared keys are the pages all of them hold, up to the first position any of them writes
+// now (so earlier steps wrote them), in whole tiles.
+int CudaBatchBackend::stage_cascade(int nb, std::span<const SeqStep> batch,
+                                    const std::vector<int>& p0s, const std::vector<int>& row0s,
+                                    const std::vector<char>& paged, std::vector<int>& skip) {
+  std::vector<std::pair<int, int>> firsts;  // (first page, entry)
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (paged[i] && p0s[i] >= cuda::kSharedTile)
+      firsts.emplace_back(kv_->block_table(batch[i].seq)[0], (int)i);
+  std::sort(firsts.begin(), firsts.end());
+  const int ps = kv_->page_size();
+  int* cm = st_ + cmembers_at(nb);
+  st_[cascade_at(nb)] = 0;
+  int n_groups = 0, n_members = 0;
+  for (size_t a = 0, b; a < firsts.size() && n_groups < kCascadeGroups; a = b) {
+    for (b = a + 1; b < firsts.size() && firsts[b].first == firsts[a].first;) ++b;
+    int keys = INT_MAX, rows_in = 0;
+    for (size_t e = a; e < b; ++e) {
+      keys = std::min(keys, p0s[firsts[e].second]);
+      rows_in += (int)batch[firsts[e].second].tokens.size();
+    }
+    if (rows_in < cascade_rows_) continue;  // (most steps: no page in common)
+    const std::span<const int> t0 = kv_->block_table(batch[firsts[a].second].seq);
+    for (size_t e = a + 1; e < b; ++e) {
+      const std::span<const int> t = kv_->block_table(batch[firsts[e].second].seq);
+      int j = 1;  // page 0 is the group's
+      while (j * ps < keys && t[j] == t0[j]) ++j;
+      keys = std::min(keys, j * ps);
+    }
+    keys -= keys % cuda::kSharedTile;
+    if (keys < std::max(cascade_keys_, cuda::kSharedTile)) continue;
+    stage_group(nb, n_groups++, batch[firsts[a].second].seq, keys, n_members, rows_in);
+    for (size_t e = a; e < b; ++e) {
+      const int i = firsts[e].second;
+      skip[i] = keys;
+      for (int j = 0; j < (int)batch[i].tokens.size(); ++j) cm[n_members++] = row0s[i] + j;
+    }
+    cascaded_ += rows_in;
+  }
+  if (n_groups > 0) {
+    int* cs = st_ + cskip_at(nb);
+    std::fill(cs, cs + nb, 0);
+    for (size_t i = 0; i < batch.size(); ++i)
+      std::fill_n(cs + row0s[i], batch[i].tokens.size(), skip[i]);
+  }
+  return n_groups;
+}
+
 // Each kind of step once, on padding rows only: their K/V rows go to the padding page and their
 // attention reads the scratch sequence's table row (that page, then page 0 of the pool: read, never
 // written); a cascade step loads the shared pass's kernel (CUDA loads a kernel at its first
@@ -568,10 +639,8 @@ void CudaBatchBackend::warm_up() {
     } else if (cascade) {
       const int t = cuda::kSharedTile;
       for (int r = 0; r < nb; ++r) st(kPos, nb)[r] = st(kFirstPos, nb)[r] = t;
-      int* cb = st_ + cascade_at(nb);
-      cb[0] = 1, cb[1] = 0;  // group 0's query block 0 (nb * G <= kSharedQueryRows rows)
-      int* gr = st_ + cgroups_at(nb);
-      gr[0] = max_seqs(), gr[1] = t, gr[2] = 0, gr[3] = nb;
+      st_[cascade_at(nb)] = 0;
+      stage_group(nb, 0, max_seqs(), t, 0, nb);
       for (int r = 0; r < nb; ++r) st_[cmembers_at(nb) + r] = r, st_[cskip_at(nb) + r] = t;
       ints = cskip_at(nb) + nb;
     }
@@ -643,7 +712,7 @@ void CudaBatchBackend::forward(int nb, int mb, const Shape& sh, int* out) {
     cuda::SharedPrefix& sp = rows.shared;
     sp.blocks = d_st_ + cascade_at(nb), sp.groups = d_st_ + cgroups_at(nb);
     sp.members = d_st_ + cmembers_at(nb), sp.row_skip = d_st_ + cskip_at(nb);
-    sp.prefix = d_prefix_, sp.max_blocks = cblock_cap(nb);
+    sp.prefix = d_prefix_, sp.counters = d_prefix_counters_, sp.max_blocks = cblock_cap(nb);
   }
   if (sh.chunks) {
     rows.tiles = d_st_ + tiles_at(nb), rows.spans = d_st_ + spans_at(nb);
@@ -847,60 +916,11 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     n_masks += masked ? 1 : 0;
   }
   const int mb = bucket(std::max(m, 1));
-  // Rows sharing a prefix (cascade attention): the entries whose rows take attention_paged,
-  // grouped by the first page of their tables; a group's shared keys are the pages all of them
-  // hold, up to the first position any of them writes now (so they were written by earlier
-  // steps), in whole tiles.
+  // Rows sharing a prefix (cascade attention).
   std::vector<int> skip(batch.size(), 0);
-  int n_groups = 0;
-  if (nb > 1 && nb <= kCascadeMaxRows && n_attn >= cascade_rows_) {
-    std::vector<std::pair<int, int>> firsts;  // (first page, entry)
-    for (size_t i = 0; i < batch.size(); ++i)
-      if (paged[i] && p0s[i] >= cuda::kSharedTile)
-        firsts.emplace_back(kv_->block_table(batch[i].seq)[0], (int)i);
-    std::sort(firsts.begin(), firsts.end());
-    const int G = c_.n_heads / c_.n_kv_heads, ps = kv_->page_size();
-    int* cb = st_ + cascade_at(nb);
-    int* cg = st_ + cgroups_at(nb);
-    int* cm = st_ + cmembers_at(nb);
-    int n_members = 0, n_blocks = 0;
-    for (size_t a = 0, b; a < firsts.size() && n_groups < kCascadeGroups; a = b) {
-      for (b = a + 1; b < firsts.size() && firsts[b].first == firsts[a].first;) ++b;
-      int keys = INT_MAX, rows_in = 0;
-      for (size_t e = a; e < b; ++e) {
-        keys = std::min(keys, p0s[firsts[e].second]);
-        rows_in += (int)batch[firsts[e].second].tokens.size();
-      }
-      if (rows_in < cascade_rows_) continue;  // (most steps: no page in common)
-      const std::span<const int> t0 = kv_->block_table(batch[firsts[a].second].seq);
-      for (size_t e = a + 1; e < b; ++e) {
-        const std::span<const int> t = kv_->block_table(batch[firsts[e].second].seq);
-        int j = 1;  // page 0 is the group's
-        while (j * ps < keys && t[j] == t0[j]) ++j;
-        keys = std::min(keys, j * ps);
-      }
-      keys -= keys % cuda::kSharedTile;
-      if (keys < std::max(cascade_keys_, cuda::kSharedTile)) continue;
-      int* gr = cg + n_groups * cuda::kSharedGroupInts;
-      gr[0] = batch[firsts[a].second].seq, gr[1] = keys, gr[2] = n_members, gr[3] = rows_in;
-      for (size_t e = a; e < b; ++e) {
-        const int i = firsts[e].second;
-        skip[i] = keys;
-        for (int j = 0; j < (int)batch[i].tokens.size(); ++j) cm[n_members++] = row0s[i] + j;
-      }
-      for (int q = 0; q * cuda::kSharedQueryRows < rows_in * G; ++q)
-        cb[1 + n_blocks++] = n_groups << 16 | q;
-      ++n_groups;
-      cascaded_ += rows_in;
-    }
-    cb[0] = n_blocks;
-    if (n_groups > 0) {
-      int* cs = st_ + cskip_at(nb);
-      std::fill(cs, cs + nb, 0);
-      for (size_t i = 0; i < batch.size(); ++i)
-        std::fill_n(cs + row0s[i], batch[i].tokens.size(), skip[i]);
-    }
-  }
+  const int n_groups = nb > 1 && nb <= kCascadeMaxRows && n_attn >= cascade_rows_
+                           ? stage_cascade(nb, batch, p0s, row0s, paged, skip)
+                           : 0;
   // attention_paged's splits for its rows (every row of the bucket without chunks; none in one-row
   // steps: their attention picks its own on the device, so their graph serves every context), by
   // the most keys a row reads past its shared prefix

@@ -100,8 +100,8 @@ struct AttnOut {
 };
 
 // Attention of a multi-sequence step's n rows for one layer: roped queries q (pitch ldq) over the
-// paged pool in the layer's k_cache / v_cache (attention_paged, after attention_paged_shared where
-// rows share a prefix).
+// paged pool in the layer's k_cache / v_cache (attention_paged, with its shared pass where rows
+// share a prefix).
 void attention_rows(const StepWeights& w, int l, const float* q, int ldq, const AttnOut& out, int n,
                     const StepRows& rows, const Launch& s) {
   const ModelConfig& c = w.cfg;
@@ -116,10 +116,7 @@ void attention_rows(const StepWeights& w, int l, const float* q, int ldq, const 
   pa.n_heads = c.n_heads, pa.n_kv_heads = c.n_kv_heads, pa.head_dim = c.head_dim;
   pa.partials = rows.attn_partials, pa.counters = rows.attn_counters, pa.splits = rows.attn_splits;
   pa.window = c.is_swa(l) ? c.sliding_window : 0, pa.scale = c.attn_scale;
-  if (rows.shared.max_blocks > 0 && pa.window == 0) {
-    pa.shared = rows.shared;
-    attention_paged_shared(pa, s);
-  }
+  if (rows.shared.max_blocks > 0 && pa.window == 0) pa.shared = rows.shared;
   attention_paged(pa, s);
 }
 

@@ -152,8 +152,8 @@ struct StepRows {
   const int* attn_rows = nullptr;
   int attn_n = 0;  // attn_rows' length (attention_paged's grid rows)
   // shared.max_blocks > 0: rows that share a prefix (the same first pages) take cascade
-  // attention on the layers without a sliding window: attention_paged_shared over the shared
-  // keys, then attention_paged over the rest.
+  // attention on the layers without a sliding window: attention_paged's shared pass over the
+  // shared keys, beside its blocks over the rest.
   SharedPrefix shared;
   // row_table != nullptr: a one-row step (n 1) whose sequence's block table was staged with the
   // step (row_table, stride table_stride), which the split decode attention (attention_decode.h)
