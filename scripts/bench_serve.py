@@ -4,8 +4,9 @@
 For each concurrency level C (default 1,8,64,256) it sends max(4*C, 16) streaming
 /v1/completions requests from C clients (threads spread over up to 64 processes; each client
 keeps its HTTP connection alive between its requests), after one
-unrecorded warm-up round: ~100-word text prompts (the text differs per request; ~100 tokens on
-the SmolLM2 vocabulary), or with --prompt-ids N prompts of exactly N token ids (the same length
+unrecorded warm-up round of other prompts: ~100-word text prompts (the text differs per request
+and from the warm-up's, so the prefix cache holds none of it; ~100 tokens on the SmolLM2
+vocabulary), or with --prompt-ids N prompts of exactly N token ids (the same length
 on every vocabulary), 128 generated tokens each (ignore_eos, temperature 0). It measures the time
 to the first streamed token and the whole request time, and prints and appends one JSON line per
 level to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
@@ -33,6 +34,7 @@ import datetime
 import http.client
 import json
 import multiprocessing
+import random
 import sys
 import threading
 import time
@@ -43,8 +45,10 @@ WORDS = ("the a little girl boy dog cat tree house ran jumped played found happy
 
 
 def prompt_text(i, n_words=99):
-    # ~100 tokens of story-like text, different for every request.
-    return " ".join(WORDS[(i * 7 + k * (i % 11 + 3)) % len(WORDS)] for k in range(n_words)) + "."
+    # ~100 tokens of story-like text drawn for request id i: no two ids share a first page of
+    # tokens (which the server's prefix cache would serve instead of prefilling them).
+    r = random.Random(i)
+    return " ".join(r.choice(WORDS) for _ in range(n_words)) + "."
 
 
 def percentile(xs, p):
@@ -56,8 +60,9 @@ def percentile(xs, p):
 
 
 def prompt_ids(i, n):
-    # n ids in [100, 1100), different for every request (in every vocabulary of the presets).
-    return [100 + (i * 7919 + k * (i % 13 + 5)) % 1000 for k in range(n)]
+    # n ids in [100, 1100) drawn for request id i (in every vocabulary of the presets).
+    r = random.Random(i)
+    return [r.randrange(100, 1100) for _ in range(n)]
 
 
 def request_body(a, i):
@@ -223,14 +228,16 @@ def server_view(before, after, wall):
     }
 
 
-def run_level(a, conc, info, headers):
+def run_level(a, conc, info, headers, warmup=False):
     """C clients, spread over up to --procs processes (threads in each), so the GIL of one
     Python process does not cap the request rate; each client sends its requests back to back."""
     n = max(a.requests_per_client * conc, a.min_requests)
     procs = max(1, min(a.procs, conc))
     q = multiprocessing.Queue()
     ps = []
-    base = conc * 100000  # prompts differ across levels too
+    # Request ids differ across levels and between a level's warm-up and its measured run: the
+    # measured prompts are new to the server (their own tokens prefilled, not cache hits).
+    base = conc * 1000000 + (500000 if warmup else 0)
     for k in range(procs):
         ids = [base + i for i in range(k, n, procs)]
         cc = conc // procs + (1 if k < conc % procs else 0)
@@ -323,7 +330,7 @@ def main():
     a.prefix_ids = shared_prefix_ids(a, headers) if a.shared_prefix > 0 else []
     for conc in [int(x) for x in a.concurrency.split(",") if x]:
         if a.warmup:
-            run_level(a, conc, info, headers)
+            run_level(a, conc, info, headers, warmup=True)
         rec = run_level(a, conc, info, headers)
         line = json.dumps(rec)
         print(line, flush=True)

@@ -509,15 +509,16 @@ def case_smollm2(binary):
 
 def case_bench(binary):
     # scripts/bench_serve.py, the benchmark client the GPU figures come from: every request
-    # answered, the generated count what was asked (ignore_eos), and the server's own view of
-    # the level from /metrics consistent with it.
+    # answered, the generated count what was asked (ignore_eos), the server's own view of the
+    # level from /metrics consistent with it, and none of the measured prompts served by the
+    # prefix cache (they differ from each other and from the warm-up round's).
     srv = Server(binary, STORIES, "--parallel", "4", "--ctx", "512")  # its prompts: ~270 tokens
     out = tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False)
     try:
         script = os.path.join(HERE, "..", "..", "scripts", "bench_serve.py")
         r = subprocess.run([sys.executable, script, "--port", str(srv.port), "--concurrency", "1,4",
                             "--min-requests", "8", "--requests-per-client", "2", "--gen-tokens",
-                            "8", "--procs", "2", "--warmup", "0", "--out", out.name],
+                            "8", "--procs", "2", "--warmup", "1", "--out", out.name],
                            capture_output=True, text=True, timeout=120)
         check(r.returncode == 0, f"bench_serve exited {r.returncode}: {r.stderr[-2000:]}")
         recs = [json.loads(line) for line in open(out.name)]
@@ -525,6 +526,7 @@ def case_bench(binary):
         for d in recs:
             c = d["concurrency"]
             check(d["errors"] == 0 and d["requests"] == 8, f"C={c}: {d}")
+            check(d["cached_tokens_per_request"] == 0, f"C={c}: prompts repeated: {d}")
             made = d["gen_tok_s"] * d["wall_s"]
             check(abs(made - 8 * 8) < 1, f"C={c}: {made} tokens generated, 64 asked")
             check(0 < d["ttft_p50_s"] <= d["request_p50_s"], f"C={c}: latencies {d}")
