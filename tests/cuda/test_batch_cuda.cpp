@@ -335,14 +335,18 @@ TEST(CudaBatch, ChunkStepsReplayTheirBucketsGraph) {
 
 // Sequences whose prompts begin with a cached prefix (12 shared pages) take cascade attention
 // (attention_paged's shared pass over those keys, its other blocks over the rest) in their steps:
-// their prompts' rests as chunks beside another sequence's decode row, then decode rows, every
-// row counted (shared_prefix_rows). The logits as without cascade (cascade_rows INT_MAX) within
-// the attention's fp16 rounding; graphs replay the plain launches bit for bit.
+// their prompts' rests as chunks beside another sequence's decode row (kept in attention_paged
+// where only the keys past the shared ones would pass span_row_keys), then decode rows, every row
+// counted (shared_prefix_rows). The logits as without cascade (cascade_rows INT_MAX) within the
+// attention's fp16 rounding; graphs replay the plain launches bit for bit.
 TEST(CudaBatch, SharedPrefixStepsMatchWithoutCascade) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
   CudaOptions graphs = CudaOptions{};
   graphs.split_k = false, graphs.cascade_rows = 1, graphs.cascade_keys = 32;
+  // The chunks' rows read 33,605 keys in all, 2,885 past the 192 they share: with cascade they
+  // stay in attention_paged, without it (off) they take attention_prefill.
+  graphs.span_row_keys = 8192;
   CudaOptions plain = graphs;
   plain.use_graph = false;
   CudaOptions off = graphs;
@@ -371,7 +375,8 @@ TEST(CudaBatch, SharedPrefixStepsMatchWithoutCascade) {
       EXPECT_EQ(b->match_prefix(seqs.back(), pr), 192);
       prompts.push_back(pr);
     }
-    // 5 chunks of 18..46 rows at position 192 beside one decode row: attention_paged for all.
+    // 5 chunks of 18..46 rows at position 192 beside one decode row: attention_paged for all (off:
+    // attention_prefill for the chunks).
     const int tok0 = 7;
     std::vector<SeqStep> st;
     for (int i = 0; i < 5; ++i)

@@ -27,10 +27,11 @@ struct CudaOptions {
   // last bits vary from run to run).
   bool split_k = true;
   // A many-row step whose prompt chunks' rows read at least this many keys in all (each row its
-  // position + 1) runs their attention as attention_prefill (64 queries share each key tile) and
-  // the other rows' as attention_paged (one row per block), else every row's as attention_paged;
-  // a step of chunks alone takes attention_prefill from kChunkAttnRows rows on (cuda_batch.cpp).
-  // Tests set 1 (any chunk) or INT_MAX (none). The default: measured on SmolLM2-135M served with
+  // position + 1, less the keys it shares with other rows through cascade attention) runs their
+  // attention as attention_prefill (64 queries share each key tile) and the other rows' as
+  // attention_paged (one row per block), else every row's as attention_paged; a step of chunks
+  // alone takes attention_prefill from kChunkAttnRows rows on (cuda_batch.cpp). Tests set 1 (any
+  // chunk), INT_MAX (none) or a count between. The default: measured on SmolLM2-135M served with
   // a 1,000-token shared prefix (bench/results/2026-11-29-h200-spans-notes.md): fewer keys are
   // cheaper as attention_paged blocks beside the step's decodes than as a second launch.
   int64_t span_row_keys = 262144;

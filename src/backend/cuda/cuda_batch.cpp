@@ -246,6 +246,17 @@ class CudaBatchBackend final : public BatchBackend {
   // Stages rows [from, nb) of a step of bucket nb as padding: token 0 at position 0 of the scratch
   // sequence (row max_seqs of the tables), whose one page is past the pool.
   void stage_padding(int from, int nb);
+  // Rows sharing a prefix (cascade attention): entries whose tables start with the same page, the
+  // keys they all hold below their first positions (p0s) in whole tiles, their rows.
+  struct CascadeGroup {
+    int table_row = 0, keys = 0, rows = 0;
+    std::vector<int> entries;
+  };
+  // The groups among the entries with paged[i] (at most kCascadeGroups; those of at least
+  // cascade_rows rows sharing at least cascade_keys keys).
+  std::vector<CascadeGroup> cascade_groups(std::span<const SeqStep> batch,
+                                           const std::vector<int>& p0s,
+                                           const std::vector<char>& paged) const;
   // Cascade attention's groups for a step of bucket nb (with its entries' first positions, first
   // rows and whether their rows take attention_paged): staged, skip[i] set for the entries in
   // them; returns how many.
@@ -556,53 +567,64 @@ void CudaBatchBackend::stage_group(int nb, int g, int table_row, int keys, int m
   for (int q = 0; q * cuda::kSharedQueryRows < count * G; ++q) cb[1 + cb[0]++] = g << 16 | q;
 }
 
-// The entries whose rows take attention_paged, grouped by the first page of their tables; a
-// group's shared keys are the pages all of them hold, up to the first position any of them writes
-// now (so earlier steps wrote them), in whole tiles.
-int CudaBatchBackend::stage_cascade(int nb, std::span<const SeqStep> batch,
-                                    const std::vector<int>& p0s, const std::vector<int>& row0s,
-                                    const std::vector<char>& paged, std::vector<int>& skip) {
+// A group's shared keys are the pages all its entries hold, up to the first position any of them
+// writes now (so earlier steps wrote them), in whole tiles.
+std::vector<CudaBatchBackend::CascadeGroup> CudaBatchBackend::cascade_groups(
+    std::span<const SeqStep> batch, const std::vector<int>& p0s,
+    const std::vector<char>& paged) const {
   std::vector<std::pair<int, int>> firsts;  // (first page, entry)
   for (size_t i = 0; i < batch.size(); ++i)
     if (paged[i] && p0s[i] >= cuda::kSharedTile)
       firsts.emplace_back(kv_->block_table(batch[i].seq)[0], (int)i);
   std::sort(firsts.begin(), firsts.end());
   const int ps = kv_->page_size();
-  int* cm = st_ + cmembers_at(nb);
-  st_[cascade_at(nb)] = 0;
-  int n_groups = 0, n_members = 0;
-  for (size_t a = 0, b; a < firsts.size() && n_groups < kCascadeGroups; a = b) {
+  std::vector<CascadeGroup> groups;
+  for (size_t a = 0, b; a < firsts.size() && groups.size() < kCascadeGroups; a = b) {
     for (b = a + 1; b < firsts.size() && firsts[b].first == firsts[a].first;) ++b;
-    int keys = INT_MAX, rows_in = 0;
+    CascadeGroup g;
+    g.keys = INT_MAX;
     for (size_t e = a; e < b; ++e) {
-      keys = std::min(keys, p0s[firsts[e].second]);
-      rows_in += (int)batch[firsts[e].second].tokens.size();
+      g.keys = std::min(g.keys, p0s[firsts[e].second]);
+      g.rows += (int)batch[firsts[e].second].tokens.size();
     }
-    if (rows_in < cascade_rows_) continue;  // (most steps: no page in common)
+    if (g.rows < cascade_rows_) continue;  // (most steps: no page in common)
     const std::span<const int> t0 = kv_->block_table(batch[firsts[a].second].seq);
     for (size_t e = a + 1; e < b; ++e) {
       const std::span<const int> t = kv_->block_table(batch[firsts[e].second].seq);
       int j = 1;  // page 0 is the group's
-      while (j * ps < keys && t[j] == t0[j]) ++j;
-      keys = std::min(keys, j * ps);
+      while (j * ps < g.keys && t[j] == t0[j]) ++j;
+      g.keys = std::min(g.keys, j * ps);
     }
-    keys -= keys % cuda::kSharedTile;
-    if (keys < std::max(cascade_keys_, cuda::kSharedTile)) continue;
-    stage_group(nb, n_groups++, batch[firsts[a].second].seq, keys, n_members, rows_in);
-    for (size_t e = a; e < b; ++e) {
-      const int i = firsts[e].second;
-      skip[i] = keys;
+    g.keys -= g.keys % cuda::kSharedTile;
+    if (g.keys < std::max(cascade_keys_, cuda::kSharedTile)) continue;
+    g.table_row = batch[firsts[a].second].seq;
+    for (size_t e = a; e < b; ++e) g.entries.push_back(firsts[e].second);
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+int CudaBatchBackend::stage_cascade(int nb, std::span<const SeqStep> batch,
+                                    const std::vector<int>& p0s, const std::vector<int>& row0s,
+                                    const std::vector<char>& paged, std::vector<int>& skip) {
+  const std::vector<CascadeGroup> groups = cascade_groups(batch, p0s, paged);
+  if (groups.empty()) return 0;
+  int* cm = st_ + cmembers_at(nb);
+  st_[cascade_at(nb)] = 0;
+  int n_members = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    stage_group(nb, (int)g, groups[g].table_row, groups[g].keys, n_members, groups[g].rows);
+    for (int i : groups[g].entries) {
+      skip[i] = groups[g].keys;
       for (int j = 0; j < (int)batch[i].tokens.size(); ++j) cm[n_members++] = row0s[i] + j;
     }
-    cascaded_ += rows_in;
+    cascaded_ += groups[g].rows;
   }
-  if (n_groups > 0) {
-    int* cs = st_ + cskip_at(nb);
-    std::fill(cs, cs + nb, 0);
-    for (size_t i = 0; i < batch.size(); ++i)
-      std::fill_n(cs + row0s[i], batch[i].tokens.size(), skip[i]);
-  }
-  return n_groups;
+  int* cs = st_ + cskip_at(nb);
+  std::fill(cs, cs + nb, 0);
+  for (size_t i = 0; i < batch.size(); ++i)
+    std::fill_n(cs + row0s[i], batch[i].tokens.size(), skip[i]);
+  return (int)groups.size();
 }
 
 // Each kind of step once, on padding rows only: their K/V rows go to the padding page and their
@@ -855,13 +877,27 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int *toks = st(kTok, nb), *pos = st(kPos, nb), *slot = st(kSlot, nb), *seq = st(kSeq, nb);
   int *out_row = st(kOutRow, nb), *ring = st(kRingSlot, nb), *first_pos = st(kFirstPos, nb);
   int *mask_idx = st(kMaskIdx, nb), *attn_row = st(kAttnRow, nb);
-  // Whether the chunks take attention_prefill: the keys their rows read (each row its position + 1)
-  // beside one-row entries, or their rows alone.
-  int64_t row_keys = 0;
+  // Each entry's first position and first row, and whether its rows take attention_paged.
+  std::vector<int> p0s(batch.size()), row0s(batch.size());
+  std::vector<char> paged(batch.size(), 1);
   int chunk_rows = 0;
-  for (const SeqStep& s : batch) {
-    const int64_t len = (int64_t)s.tokens.size(), p0 = kv_->position(s.seq);
-    if (len >= 2) row_keys += len * p0 + len * (len + 1) / 2, chunk_rows += (int)len;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    p0s[i] = kv_->position(batch[i].seq);
+    if (batch[i].tokens.size() >= 2) chunk_rows += (int)batch[i].tokens.size();
+  }
+  // Rows sharing a prefix (cascade attention) read the shared keys once for all.
+  const bool cascading = nb > 1 && nb <= kCascadeMaxRows;
+  std::vector<int> skip(batch.size(), 0);
+  if (cascading && chunk_rows > 0)
+    for (const CascadeGroup& g : cascade_groups(batch, p0s, paged))
+      for (int i : g.entries) skip[i] = g.keys;
+  // Whether the chunks take attention_prefill: the keys their rows read (each row its position + 1,
+  // past the keys it would share through cascade attention) beside one-row entries, or their rows
+  // alone.
+  int64_t row_keys = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t len = (int64_t)batch[i].tokens.size(), p0 = p0s[i] - skip[i];
+    if (len >= 2) row_keys += len * p0 + len * (len + 1) / 2;
   }
   const bool chunks =
       nb > 1 && chunk_rows > 0 &&
@@ -876,13 +912,10 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int n_spans = 0, n_attn = 0;
   std::vector<std::pair<int, int>> tiles;  // (keys the tile's last query sees, its entry)
   int* span = st_ + spans_at(nb);
-  // Each entry's first position and first row, and whether its rows take attention_paged.
-  std::vector<int> p0s(batch.size()), row0s(batch.size());
-  std::vector<char> paged(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
-    const int p0 = kv_->position(s.seq), len = (int)s.tokens.size();
-    p0s[i] = p0, row0s[i] = n;
+    const int p0 = p0s[i], len = (int)s.tokens.size();
+    row0s[i] = n;
     kv_->grow(s.seq, s.tokens, copies);
     if (stage_tables(s.seq)) lo = std::min(lo, s.seq), hi = std::max(hi, s.seq + 1);
     if (chunks && len >= 2) {
@@ -891,9 +924,9 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
       for (int t = 0; t * q_tile < len; ++t)
         tiles.emplace_back(p0 + std::min(len, (t + 1) * q_tile), n_spans << 16 | t);
       ++n_spans;
+      paged[i] = 0;
     } else {
       for (int j = 0; j < len; ++j) attn_row[n_attn++] = n + j;
-      paged[i] = 1;
     }
     const int first = s.logits == 2 ? n : n + len - 1;
     const int count = s.logits == 2 ? len : (s.sample || s.logits == 1 ? 1 : 0);
@@ -916,11 +949,11 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     n_masks += masked ? 1 : 0;
   }
   const int mb = bucket(std::max(m, 1));
-  // Rows sharing a prefix (cascade attention).
-  std::vector<int> skip(batch.size(), 0);
-  const int n_groups = nb > 1 && nb <= kCascadeMaxRows && n_attn >= cascade_rows_
-                           ? stage_cascade(nb, batch, p0s, row0s, paged, skip)
-                           : 0;
+  // The cascade groups of the step's attention_paged entries, over their tables after grow (a
+  // shared page copied on write is no longer shared).
+  std::fill(skip.begin(), skip.end(), 0);
+  const int n_groups =
+      cascading && n_attn >= cascade_rows_ ? stage_cascade(nb, batch, p0s, row0s, paged, skip) : 0;
   // attention_paged's splits for its rows (every row of the bucket without chunks; none in one-row
   // steps: their attention picks its own on the device, so their graph serves every context), by
   // the most keys a row reads past its shared prefix
