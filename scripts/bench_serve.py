@@ -45,8 +45,8 @@ WORDS = ("the a little girl boy dog cat tree house ran jumped played found happy
 
 
 def prompt_text(i, n_words=99):
-    # ~100 tokens of story-like text drawn for request id i: no two ids share a first page of
-    # tokens (which the server's prefix cache would serve instead of prefilling them).
+    # ~100 tokens of story-like text drawn for request id i: two ids share a first page of tokens
+    # (which the server's prefix cache would serve instead of prefilling them) with negligible odds.
     r = random.Random(i)
     return " ".join(r.choice(WORDS) for _ in range(n_words)) + "."
 
