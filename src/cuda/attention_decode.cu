@@ -57,7 +57,9 @@ __device__ __forceinline__ void decode_block(float* out, const float* q, const E
   const int end = min(n_pos, start + chunk);
   const int kv_dim = n_kv_heads * HD;
   const int kvh = h / (n_heads / n_kv_heads);
-  const float scale = scale_arg > 0.f ? scale_arg : rsqrtf((float)HD);
+  // Scores in base 2 (scaled by log2(e)), as every attention kernel keeps them: exp2f, and the
+  // split partials merge through merge_partials.
+  const float scale = (scale_arg > 0.f ? scale_arg : rsqrtf((float)HD)) * 1.4426950408889634f;
 
   // Pass-1 role: position tid/kTpp of the sub-chunk, dims [j*DPT, j*DPT+DPT).
   const int pp = tid / kTpp, j = tid % kTpp;
@@ -198,14 +200,14 @@ __device__ __forceinline__ void decode_block(float* out, const float* q, const E
 #pragma unroll
     for (int k = 0; k < SUB / 32; ++k) m_c = fmaxf(m_c, sscore[lane + 32 * k]);
     const float m_new = fmaxf(m_run, warp_max(m_c));
-    const float corr = expf(m_run - m_new);
+    const float corr = exp2f(m_run - m_new);
     float lsum = 0.f;
 #pragma unroll
-    for (int k = 0; k < SUB / 32; ++k) lsum += expf(sscore[lane + 32 * k] - m_new);
+    for (int k = 0; k < SUB / 32; ++k) lsum += exp2f(sscore[lane + 32 * k] - m_new);
     l_run = l_run * corr + warp_sum(lsum);
     acc *= corr;
 #pragma unroll
-    for (int i = 0; i < PPT; ++i) acc += expf(sscore[g + G * i] - m_new) * to_f32(vr[i]);
+    for (int i = 0; i < PPT; ++i) acc += exp2f(sscore[g + G * i] - m_new) * to_f32(vr[i]);
     m_run = m_new;
     __syncthreads();  // sscore is rewritten by the next sub-chunk
   }
@@ -234,27 +236,9 @@ __device__ __forceinline__ void decode_block(float* out, const float* q, const E
     if (!last) return;
     __threadfence();
     if (tid < HD) {
-      const float* ph = partials + (size_t)h * n_splits_max * (HD + 2);
-      float ms[kAttnMaxSplits], ls[kAttnMaxSplits], as[kAttnMaxSplits];
-      float mm = -INFINITY;
-#pragma unroll
-      for (int s = 0; s < kAttnMaxSplits; ++s) {
-        if (s < n_split) {
-          ms[s] = __ldcg(ph + (size_t)s * (HD + 2));
-          ls[s] = __ldcg(ph + (size_t)s * (HD + 2) + 1);
-          as[s] = __ldcg(ph + (size_t)s * (HD + 2) + 2 + tid);
-          mm = fmaxf(mm, ms[s]);
-        }
-      }
-      float num = 0.f, den = 0.f;
-#pragma unroll
-      for (int s = 0; s < kAttnMaxSplits; ++s) {
-        if (s < n_split) {
-          const float w = expf(ms[s] - mm);
-          den += w * ls[s];
-          num += w * as[s];
-        }
-      }
+      float mm = -INFINITY, den = 0.f, num = 0.f;
+      merge_partials<kAttnMaxSplits>(partials + (size_t)h * n_splits_max * (HD + 2), n_split,
+                                     HD + 2, 0, 2 + tid, mm, den, num);
       o = num / den;
     }
     if (tid == 0) counters[h] = 0;  // ready for the next launch
