@@ -103,6 +103,13 @@ std::vector<std::vector<float>> single_path(const Model& m, const std::vector<in
 // relative L2 per logits row over 30 layers, applies.
 constexpr double kVsSingle = 2e-2;
 
+// The worst relative L2 distance between matching rows of two row-major [rows][V] logit blocks.
+double worst_row_rel_l2(const float* a, const float* b, size_t rows, int V) {
+  double worst = 0;
+  for (size_t i = 0; i < rows; ++i) worst = std::max(worst, rel_l2(a + i * V, b + i * V, V));
+  return worst;
+}
+
 TEST_P(CudaBatchGemms, SharedStepMatchesSingleSequencePath) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
@@ -259,9 +266,7 @@ TEST_P(CudaBatchGemms, LonePromptChunksMatchSharedSteps) {
   }
   ASSERT_EQ(got.size(), size_t(200) * V);
   ASSERT_EQ(ref.size(), got.size());
-  double worst = 0;
-  for (int i = 0; i < 200; ++i)
-    worst = std::max(worst, rel_l2(&ref[size_t(i) * V], &got[size_t(i) * V], V));
+  const double worst = worst_row_rel_l2(ref.data(), got.data(), 200, V);
   std::cout << "[ measure ] lone prompt chunks vs shared steps: worst rel L2 " << worst << "\n";
   // The attention rounds q, K, V and P to fp16 with fp32 sums; the steps' GEMMs run at different
   // row counts (128 vs 137 rows): the multi-row bound (kVsSingle). A wrong page, position or row
@@ -322,9 +327,7 @@ TEST(CudaBatch, ChunkStepsReplayTheirBucketsGraph) {
   ASSERT_EQ(g.size(), e.size());
   EXPECT_EQ(0, std::memcmp(g.data(), e.data(), g.size() * sizeof(float)));
   ASSERT_EQ(r.size(), e.size());
-  double worst = 0;
-  for (size_t i = 0; i < r.size() / V; ++i)
-    worst = std::max(worst, rel_l2(&r[i * V], &e[i * V], V));
+  const double worst = worst_row_rel_l2(r.data(), e.data(), r.size() / V, V);
   std::cout << "[ measure ] mixed steps' chunks through attention_prefill vs attention_paged: "
                "worst rel L2 "
             << worst << "\n";
@@ -405,9 +408,7 @@ TEST(CudaBatch, SharedPrefixStepsMatchWithoutCascade) {
   ASSERT_EQ(g.size(), e.size());
   EXPECT_EQ(0, std::memcmp(g.data(), e.data(), g.size() * sizeof(float)));
   ASSERT_EQ(o.size(), e.size());
-  double worst = 0;
-  for (size_t i = 0; i < o.size() / V; ++i)
-    worst = std::max(worst, rel_l2(&o[i * V], &e[i * V], V));
+  const double worst = worst_row_rel_l2(o.data(), e.data(), o.size() / V, V);
   std::cout << "[ measure ] shared-prefix rows with vs without cascade attention: worst rel L2 "
             << worst << "\n";
   // Both round q, K, V and P to fp16 with fp32 sums, in different orders: the multi-row bound
@@ -424,9 +425,7 @@ TEST(CudaBatch, HalfPoolAccuracy) {
   const auto rf = f->step(std::vector<SeqStep>{greedy(a, prompt, 2)});
   const auto rh = h->step(std::vector<SeqStep>{greedy(c, prompt, 2)});
   ASSERT_EQ(rf[0].logits.size(), size_t(200) * V);
-  double worst = 0;
-  for (int i = 0; i < 200; ++i)
-    worst = std::max(worst, rel_l2(&rh[0].logits[size_t(i) * V], &rf[0].logits[size_t(i) * V], V));
+  const double worst = worst_row_rel_l2(rh[0].logits.data(), rf[0].logits.data(), 200, V);
   std::cout << "[ measure ] fp16 vs fp32 KV pool, 200-token prompt: worst rel L2 " << worst << "\n";
   // fp16 K/V carry a relative 2^-11 rounding per element; through softmax and 30 layers it stays
   // within the GEMMs' own fp16-operand bound.
