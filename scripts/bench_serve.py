@@ -7,14 +7,15 @@ keeps its HTTP connection alive between its requests), after one
 unrecorded warm-up round of other prompts: ~100-word text prompts (the text differs per request
 and from the warm-up's, so the prefix cache holds none of it; ~100 tokens on the SmolLM2
 vocabulary), or with --prompt-ids N prompts of exactly N token ids (the same length
-on every vocabulary), 128 generated tokens each (ignore_eos, temperature 0). It measures the time
-to the first streamed token and the whole request time, and prints and appends one JSON line per
-level to --out: device (from /health), commit (--commit, else the server's), date, C, aggregate
-generated and prompt tok/s, TTFT p50/p99, request time p50/p99 (seconds), prompt tokens the prefix
-cache served per request, and "server": smolrt's own view of the level from its /metrics (mean
-TTFT from arrival to the first token's sampling and its two parts, queue (to the request's first
-step) and prefill (from there), mean step time, steps, rows and tokens per step, the share of the
-wall time spent in steps, the share of steps launched ahead), null for a server without them.
+on every vocabulary), 128 generated tokens each (ignore_eos, temperature 0 unless
+--temperature). It measures the time to the first streamed token and the whole request time, and
+prints and appends one JSON line per level to --out: device (from /health), commit (--commit,
+else the server's), date, C, aggregate generated and prompt tok/s, TTFT p50/p99, request time
+p50/p99 (seconds), prompt tokens the prefix cache served per request, and "server": smolrt's own
+view of the level from its /metrics (mean TTFT from arrival to the first token's sampling and its
+two parts, queue (to the request's first step) and prefill (from there), mean step time, steps,
+rows and tokens per step, the share of the wall time spent in steps, the share of steps launched
+ahead), null for a server without them.
 
 Workload options (recorded in each line):
   --shared-prefix N      every prompt starts with the same N tokens (natural text from the server's
@@ -71,7 +72,7 @@ def request_body(a, i):
         prompt = a.prefix_ids + prompt_ids(i, a.prompt_ids or 50)
     else:
         prompt = prompt_ids(i, a.prompt_ids) if a.prompt_ids > 0 else prompt_text(i)
-    body = {"prompt": prompt, "max_tokens": a.gen_tokens, "temperature": 0,
+    body = {"prompt": prompt, "max_tokens": a.gen_tokens, "temperature": a.temperature,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     if a.model:
         body["model"] = a.model
@@ -270,7 +271,7 @@ def run_level(a, conc, info, headers, warmup=False):
         "kv_type": info.get("kv_type"),
         "kv_ring_rows": info.get("kv_ring_rows"),
         "concurrency": conc, "requests": n, "errors": len(errors),
-        "shared_prefix": a.shared_prefix, "n": a.n, "response_format": a.response_format or None,
+        "shared_prefix": a.shared_prefix, "n": a.n, "temperature": a.temperature, "response_format": a.response_format or None,
         "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
         "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,
         "prompt_tokens_per_request": round(prompt / max(len(results), 1), 1),
@@ -302,6 +303,9 @@ def main():
     ap.add_argument("--response-format", default="", metavar="FILE",
                     help="a JSON schema file sent as response_format json_schema")
     ap.add_argument("--n", type=int, default=1, help="choices per request")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature (0: greedy; above 0 the server's sampler runs, "
+                         "its other settings at their defaults)")
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--requests-per-client", type=int, default=4,
                     help="requests each client sends back to back (the level sends max(this*C, "

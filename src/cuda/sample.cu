@@ -323,6 +323,7 @@ __device__ bool top_k_fast(const uint32_t* keys, int n, int k_eff, Shared& sh) {
       }
     }
   }
+  __syncthreads();  // the last compare-exchange's writes before thread 0 reads the k-th
   if (tid == 0) {
     sh.thr = tm[k_eff - 1];
     sh.n_cand = 0;
