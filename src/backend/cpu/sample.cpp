@@ -89,8 +89,31 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
         const float thr = l_top + std::log(p.min_p);
         std::erase_if(ids, [&](int id) { return logits[id] < thr; });
       }
+    } else if (p.top_p < 1.0f) {
+      // Top-k and min-p off, top-p on: the kept set is the shortest sorted prefix reaching top_p
+      // of every token's mass; a model's distribution puts that in its first few ids, so sort
+      // the first 256 and all of them only when those do not reach it. The denominator is over
+      // every token, as above.
+      float l_top = -std::numeric_limits<float>::infinity();
+      for (int id : ids) l_top = std::max(l_top, logits[id]);
+      if (l_top != -std::numeric_limits<float>::infinity()) {
+        z_all = 0.0f;
+        for (int id : ids) z_all += std::exp(logits[id] - l_top);
+        const size_t m = std::min(ids.size(), size_t{256});
+        std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(m), ids.end(),
+                          before);
+        // The sum the top-p step below takes, in its order: when it reaches top_p here, that
+        // step keeps at most these m ids.
+        float cum = 0.0f;
+        for (size_t i = 0; i < m; ++i) {
+          if ((cum += std::exp(logits[ids[i]] - l_top) / z_all) >= p.top_p) {
+            ids.resize(m);
+            break;
+          }
+        }
+      }
     }
-    std::sort(ids.begin(), ids.end(), before);
+    if (!std::is_sorted(ids.begin(), ids.end(), before)) std::sort(ids.begin(), ids.end(), before);
   }
   const float l_max = logits[ids[0]];
   if (l_max == -std::numeric_limits<float>::infinity()) {
