@@ -1,6 +1,7 @@
 #include "backend/cpu/sample.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -91,26 +92,32 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
       }
     } else if (p.top_p < 1.0f) {
       // Top-k and min-p off, top-p on: the kept set is the shortest sorted prefix reaching top_p
-      // of every token's mass; a model's distribution puts that in its first few ids, so sort
-      // the first 256 and all of them only when those do not reach it. The denominator is over
-      // every token, as above.
+      // of every token's mass. Sort only the tokens above a logit cut that keeps a little more
+      // than that mass (one pass bins the weights by their distance below the top logit): they
+      // are a prefix of the sorted order that holds the kept set. The denominator is over every
+      // token, as above.
       float l_top = -std::numeric_limits<float>::infinity();
       for (int id : ids) l_top = std::max(l_top, logits[id]);
       if (l_top != -std::numeric_limits<float>::infinity()) {
+        probs.resize(ids.size());
         z_all = 0.0f;
-        for (int id : ids) z_all += std::exp(logits[id] - l_top);
-        const size_t m = std::min(ids.size(), size_t{256});
-        std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(m), ids.end(),
-                          before);
-        // The sum the top-p step below takes, in its order: when it reaches top_p here, that
-        // step keeps at most these m ids.
-        float cum = 0.0f;
-        for (size_t i = 0; i < m; ++i) {
-          if ((cum += std::exp(logits[ids[i]] - l_top) / z_all) >= p.top_p) {
-            ids.resize(m);
-            break;
-          }
-        }
+        for (size_t i = 0; i < ids.size(); ++i)
+          z_all += probs[i] = std::exp(logits[ids[i]] - l_top);
+        constexpr int kBins = 512;
+        constexpr float kPerUnit = kBins / 32.0f;  // bins cover logits within 32 of the top
+        auto bin_of = [&](float l) {
+          const float d = (l_top - l) * kPerUnit;
+          return d < kBins ? static_cast<int>(d) : kBins;
+        };
+        std::array<double, kBins + 1> mass{};
+        for (size_t i = 0; i < ids.size(); ++i) mass[bin_of(logits[ids[i]])] += probs[i];
+        // 0.1% over top_p: the float sums of the top-p step below then surely reach it inside.
+        const double want = std::min(1.0, 1.001 * p.top_p) * z_all;
+        double acc = 0.0;
+        int b = 0;
+        for (; b < kBins; ++b)
+          if ((acc += mass[b]) >= want) break;
+        if (b < kBins) std::erase_if(ids, [&](int id) { return bin_of(logits[id]) > b; });
       }
     }
     if (!std::is_sorted(ids.begin(), ids.end(), before)) std::sort(ids.begin(), ids.end(), before);
