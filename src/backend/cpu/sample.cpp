@@ -76,33 +76,25 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
     std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), before);
     ids.resize(k);
   } else {
-    if (p.min_p > 0.0f) {
-      // Top-k off: only tokens at or above the min-p cut can survive (min-p comes last and the
-      // top token stays first), so sort just those (sorting a whole vocabulary per token would
-      // dominate sampling); top-p still normalizes over every token.
-      float l_top = -std::numeric_limits<float>::infinity();
+    // Top-k off: sort only the tokens that can survive, those at or above the min-p cut (min-p
+    // comes last and the top token stays first) or, top-p alone, those above a logit cut that
+    // keeps a little more than top_p of the mass (one pass bins the weights by their distance
+    // below the top logit: a prefix of the sorted order holding the kept set). Sorting a whole
+    // vocabulary per token would dominate sampling; top-p still normalizes over every token.
+    float l_top = -std::numeric_limits<float>::infinity();
+    if (p.min_p > 0.0f || p.top_p < 1.0f)
       for (int id : ids) l_top = std::max(l_top, logits[id]);
-      if (l_top != -std::numeric_limits<float>::infinity()) {
-        if (p.top_p < 1.0f) {
-          z_all = 0.0f;
-          for (int id : ids) z_all += std::exp(logits[id] - l_top);
-        }
-        const float thr = l_top + std::log(p.min_p);
-        std::erase_if(ids, [&](int id) { return logits[id] < thr; });
-      }
-    } else if (p.top_p < 1.0f) {
-      // Top-k and min-p off, top-p on: the kept set is the shortest sorted prefix reaching top_p
-      // of every token's mass. Sort only the tokens above a logit cut that keeps a little more
-      // than that mass (one pass bins the weights by their distance below the top logit): they
-      // are a prefix of the sorted order that holds the kept set. The denominator is over every
-      // token, as above.
-      float l_top = -std::numeric_limits<float>::infinity();
-      for (int id : ids) l_top = std::max(l_top, logits[id]);
-      if (l_top != -std::numeric_limits<float>::infinity()) {
+    if (l_top != -std::numeric_limits<float>::infinity()) {
+      if (p.top_p < 1.0f) {
         probs.resize(ids.size());
         z_all = 0.0f;
         for (size_t i = 0; i < ids.size(); ++i)
           z_all += probs[i] = std::exp(logits[ids[i]] - l_top);
+      }
+      if (p.min_p > 0.0f) {
+        const float thr = l_top + std::log(p.min_p);
+        std::erase_if(ids, [&](int id) { return logits[id] < thr; });
+      } else {
         constexpr int kBins = 512;
         constexpr float kPerUnit = kBins / 32.0f;  // bins cover logits within 32 of the top
         auto bin_of = [&](float l) {
@@ -120,7 +112,7 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
         if (b < kBins) std::erase_if(ids, [&](int id) { return bin_of(logits[id]) > b; });
       }
     }
-    if (!std::is_sorted(ids.begin(), ids.end(), before)) std::sort(ids.begin(), ids.end(), before);
+    std::sort(ids.begin(), ids.end(), before);
   }
   const float l_max = logits[ids[0]];
   if (l_max == -std::numeric_limits<float>::infinity()) {
