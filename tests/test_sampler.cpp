@@ -202,9 +202,12 @@ TEST(SamplerMasks, TemperatureReshapesTheKeptProbabilities) {
   EXPECT_NEAR(probs[1], 0.04 / 0.29, 1e-6);
 }
 
+// A cut (here top-p 0.999, which keeps all five) walks the candidates in their order: 0.5 0.2
+// 0.15 0.1 0.05 (ids 2 0 4 3 1).
 TEST(SamplerPick, DrawWalksTheCumulativeDistribution) {
   const std::vector<float> l = five();
   SamplingParams p = plain();
+  p.top_p = 0.999f;
   cpu::SampleScratch s;
   EXPECT_EQ(cpu::sample(l, p, 0.0f, {}, s), 2);
   EXPECT_EQ(cpu::sample(l, p, 0.49f, {}, s), 2);
@@ -213,6 +216,38 @@ TEST(SamplerPick, DrawWalksTheCumulativeDistribution) {
   EXPECT_EQ(cpu::sample(l, p, 0.71f, {}, s), 4);
   EXPECT_EQ(cpu::sample(l, p, 0.96f, {}, s), 1);
   EXPECT_EQ(cpu::sample(l, p, std::nextafter(1.0f, 0.0f), {}, s), 1);
+}
+
+// Nothing cut (top-k off or at least the vocabulary, top-p 1, min-p 0): the walk in id order,
+// 0.2 0.05 0.5 0.1 0.15 (core/sampling.h step 8), NaN ids skipped.
+TEST(SamplerPick, NothingCutWalksIdsInOrder) {
+  std::vector<float> l = five();
+  cpu::SampleScratch s;
+  for (int top_k : {0, 5, 100}) {
+    SamplingParams p = plain();
+    p.top_k = top_k;
+    EXPECT_EQ(cpu::sample(l, p, 0.0f, {}, s), 0) << top_k;
+    EXPECT_EQ(cpu::sample(l, p, 0.19f, {}, s), 0);
+    EXPECT_EQ(cpu::sample(l, p, 0.21f, {}, s), 1);
+    EXPECT_EQ(cpu::sample(l, p, 0.26f, {}, s), 2);
+    EXPECT_EQ(cpu::sample(l, p, 0.74f, {}, s), 2);
+    EXPECT_EQ(cpu::sample(l, p, 0.76f, {}, s), 3);
+    EXPECT_EQ(cpu::sample(l, p, 0.86f, {}, s), 4);
+    EXPECT_EQ(cpu::sample(l, p, std::nextafter(1.0f, 0.0f), {}, s), 4);
+  }
+  SamplingParams p = plain();
+  p.top_k = 4;  // a cut: the sorted walk (0.5 0.2 0.15 0.1 of 0.95)
+  EXPECT_EQ(cpu::sample(l, p, 0.0f, {}, s), 2);
+  l[2] = std::numeric_limits<float>::quiet_NaN();  // 0.2 0.05 - 0.1 0.15, of 0.5
+  p = plain();
+  EXPECT_EQ(cpu::sample(l, p, 0.45f, {}, s), 1);
+  EXPECT_EQ(cpu::sample(l, p, 0.55f, {}, s), 3);
+  EXPECT_EQ(cpu::sample(l, p, 0.71f, {}, s), 4);
+  // temp 0.5 squares them: 0.04 0.0025 - 0.01 0.0225 of 0.075, cumulative 0.533 0.567 - 0.7 1
+  p.temp = 0.5f;
+  EXPECT_EQ(cpu::sample(l, p, 0.5f, {}, s), 0);
+  EXPECT_EQ(cpu::sample(l, p, 0.55f, {}, s), 1);
+  EXPECT_EQ(cpu::sample(l, p, 0.6f, {}, s), 3);
 }
 
 TEST(SamplerPick, NaNLogitsAreNeverSampled) {

@@ -16,6 +16,10 @@
 //   7. temperature: p_i = softmax(l_i / temp) over the kept candidates.
 //   8. pick: the first candidate i (in the order of 3) with cumsum(p_0..p_i) > u * sum(p);
 //      the last kept candidate if rounding leaves none. u is one uniform draw in [0, 1).
+//      When steps 4-6 cut nothing (top-k off or >= the valid tokens, top-p 1, min-p 0: what an
+//      OpenAI request with only a temperature asks), the walk goes in id order over the
+//      unnormalized exp((l_i - l_max) / temp): the same distribution, without ordering the
+//      vocabulary (which a GPU block cannot afford per token).
 #pragma once
 
 #include <cstdint>

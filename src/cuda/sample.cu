@@ -47,6 +47,7 @@ struct Shared {
     typename cub::BlockReduce<float, kThreads>::TempStorage reduce_f;
     typename cub::BlockReduce<int, kThreads>::TempStorage reduce_i;
     typename cub::BlockScan<int, kThreads>::TempStorage scan;
+    typename cub::BlockScan<float, kThreads>::TempStorage scan_f;
   } tmp;
   int hist[256];
   int cand_id[kThreads];
@@ -65,11 +66,22 @@ struct Shared {
 };
 
 __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh);
+__device__ void pick_uncut(const uint32_t* keys, int n, float l_max, float inv_t, float u,
+                           Shared& sh, int* out);
 __device__ bool top_k_fast(const uint32_t* keys, int n, int k_eff, Shared& sh);
 
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* __restrict__ logits, int n, SamplingParams p, float u,
-                  const int* __restrict__ hist, int n_hist, int* out) {
+    sample_kernel(const float* __restrict__ logits_base, int ld, int n,
+                  const SampleRow* __restrict__ rows, SampleRow one,
+                  const int* __restrict__ history, int* __restrict__ outs) {
+  // This block's row: rows[blockIdx.x] (sample_rows), or the one passed by value (sample).
+  const SampleRow r = rows != nullptr ? rows[blockIdx.x] : one;
+  const float* __restrict__ logits = logits_base + (size_t)r.logits_row * ld;
+  const SamplingParams p = r.p;
+  const float u = r.u;
+  const int* __restrict__ hist = history + r.hist_off;
+  const int n_hist = r.n_hist;
+  int* const out = outs + r.out;
   extern __shared__ uint32_t keys[];  // [n]
   __shared__ Shared sh;
   const int tid = threadIdx.x;
@@ -135,6 +147,10 @@ __global__ void __launch_bounds__(kThreads)
   // 4. the candidate set.
   const int k_eff = p.top_k > 0 ? min(p.top_k, valid) : valid;
   const bool use_top_k = k_eff < valid;
+  if (!use_top_k && p.top_p >= 1.0f && p.min_p <= 0.0f) {  // nothing cut: walk ids in order
+    pick_uncut(keys, n, l_max, 1.0f / p.temp, u, sh, out);
+    return;
+  }
   if (use_top_k && k_eff > kSampleMaxCandidates) {
     if (tid == 0) *out = -1;
     return;
@@ -301,6 +317,56 @@ __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh) 
   return k_eff;
 }
 
+struct MaxInt {
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+// Step 8 when steps 4-6 cut nothing (core/sampling.h): the walk in id order over
+// exp((l - l_max) * inv_t). Each thread sums a contiguous range of ids, a block scan gives each
+// range's start, and the first range whose next range starts past the target walks its ids in
+// order as cpu::sample does (so the two agree but for rounding at a boundary); its last id of
+// nonzero weight (or the last one overall) if rounding leaves no crossing.
+__device__ void pick_uncut(const uint32_t* keys, int n, float l_max, float inv_t, float u,
+                           Shared& sh, int* out) {
+  const int tid = threadIdx.x;
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, tid * per), hi = min(n, lo + per);
+  float part = 0.0f;
+  int last = -1;  // the range's last id of nonzero weight
+  for (int i = lo; i < hi; ++i) {
+    if (keys[i] == 0u) continue;
+    const float e = expf((val_of(keys[i]) - l_max) * inv_t);
+    part += e;
+    if (e > 0.0f) last = i;
+  }
+  float before;
+  cub::BlockScan<float, kThreads>(sh.tmp.scan_f).ExclusiveSum(part, before);
+  sh.e_raw[tid] = before;
+  if (tid == kThreads - 1) sh.z = before + part;
+  __syncthreads();  // the scan's storage is reused below
+  const int last_valid = cub::BlockReduce<int, kThreads>(sh.tmp.reduce_i).Reduce(last, MaxInt());
+  if (tid == 0) {
+    sh.valid = last_valid;
+    sh.n_cand = INT_MAX;
+  }
+  __syncthreads();
+  const float target = u * sh.z;
+  const float end = tid + 1 < kThreads ? sh.e_raw[tid + 1] : INFINITY;
+  if (target < end) atomicMin(&sh.n_cand, tid);
+  __syncthreads();
+  if (tid != sh.n_cand) return;
+  float cum = before;
+  for (int i = lo; i < hi; ++i) {
+    if (keys[i] == 0u) continue;
+    cum += expf((val_of(keys[i]) - l_max) * inv_t);
+    if (cum > target) {
+      *out = i;
+      return;
+    }
+  }
+  *out = last >= 0 ? last : sh.valid;
+}
+
 // Top-k in two shared-memory passes for the usual case: T = the k-th largest of the threads'
 // maxima (a bitonic sort of 1024 values), so at least k keys are >= T; when at most kThreads keys
 // are, collect them all into sh.cand_id (sh.n_cand = their count); the rank sort then orders
@@ -370,8 +436,25 @@ void sample(const float* logits, int n, const SamplingParams& p, float u, const 
     fail("cuda::sample: a vocabulary of ", n, " tokens exceeds the GPU sampler's ",
          sample_max_vocab(), " (shared memory); sample on the host instead");
   }
-  sample_kernel<<<1, kThreads, n * sizeof(uint32_t), s.stream>>>(logits, n, p, u, history, n_hist,
-                                                                 out);
+  SampleRow one;
+  one.p = p, one.u = u, one.n_hist = n_hist;
+  sample_kernel<<<1, kThreads, n * sizeof(uint32_t), s.stream>>>(logits, n, n, nullptr, one,
+                                                                 history, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void sample_rows(const float* logits, int ld, int n, const SampleRow* rows, int count,
+                 const int* history, int* out, const Launch& s) {
+  if (count == 0) return;
+  if (!logits || !rows || !out || n <= 0 || ld < n || count < 0) {
+    fail("cuda::sample_rows: null pointer or bad size (n=", n, ", ld=", ld, ", rows=", count, ")");
+  }
+  if (n > sample_max_vocab()) {
+    fail("cuda::sample_rows: a vocabulary of ", n, " tokens exceeds the GPU sampler's ",
+         sample_max_vocab(), " (shared memory); sample on the host instead");
+  }
+  sample_kernel<<<count, kThreads, n * sizeof(uint32_t), s.stream>>>(logits, ld, n, rows,
+                                                                     SampleRow{}, history, out);
   CUDA_CHECK_LAUNCH();
 }
 

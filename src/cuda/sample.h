@@ -1,12 +1,14 @@
-// GPU sampling: the pipeline of backend/sampling.h in one single-block kernel, so a decode step
-// reads back 4 bytes instead of the vocab_size logits. CPU twin: cpu::sample (same token for the
+// GPU sampling: the pipeline of backend/sampling.h in one single-block kernel (one block per row
+// when a step samples several: sample_rows), so a decode step reads back 4 bytes instead of the
+// vocab_size logits. CPU twin: cpu::sample (same token for the
 // same logits, history and draw, up to float rounding at a cumulative-probability boundary).
 //
 // The logits live in shared memory as keys during the kernel: vocabularies up to
 // sample_max_vocab() tokens (about 55k on Hopper; SmolLM's 49152 fits).
 // Scope: the kept candidate set must fit kSampleMaxCandidates tokens: top-k <= 1024, or (top-k
-// off) the tokens above the min-p cut. Otherwise (e.g. top-k 0 with min-p 0) the kernel writes
-// -1 and the caller samples on the host (cpu::sample on the logits).
+// off) the tokens above the min-p cut; or nothing is cut at all (top-k off, top-p 1, min-p 0:
+// the walk in id order, core/sampling.h step 8). Otherwise (e.g. top-k 0 with top-p 0.9 and
+// min-p 0) the kernel writes -1 and the caller samples on the host (cpu::sample on the logits).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,5 +29,22 @@ int sample_max_vocab();
 // candidate set exceeds kSampleMaxCandidates.
 void sample(const float* logits, int n, const SamplingParams& p, float u, const int* history,
             int n_hist, int* out, const Launch& s);
+
+// One row of a batched sample_rows launch: the row of the logits block, its parameters and draw,
+// its penalty window (history[hist_off, hist_off + n_hist)) and the index of its id in out.
+struct SampleRow {
+  SamplingParams p;
+  float u = 0.f;
+  int logits_row = 0;
+  int hist_off = 0, n_hist = 0;
+  int out = 0;
+};
+
+// sample() for count rows in one launch, one block per row (a step's sampled rows run side by
+// side instead of one single-block launch each): rows is a device array [count]; logits [..][ld];
+// each row's rules as sample()'s (its id, or -1, to out[rows[i].out]). The caller has checked the
+// rows' windows and indices; n <= sample_max_vocab().
+void sample_rows(const float* logits, int ld, int n, const SampleRow* rows, int count,
+                 const int* history, int* out, const Launch& s);
 
 }  // namespace smolrt::cuda

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -147,6 +148,52 @@ TEST(CudaSample, TiesNaNAndFlatLogits) {
   expect_same_tokens(small, ls, p, {}, "vocab 512, plain temperature");
 }
 
+// Nothing cut (an OpenAI request with only a temperature: top-k off, top-p 1, min-p 0): the walk in
+// id order over the whole vocabulary, on the GPU. The block sums its ranges in another order than
+// cpu::sample's sequential sum, so a draw may land on another id than the CPU's where the two
+// sums straddle a boundary (several ids apart where the ids between weigh almost nothing). Every
+// GPU pick is checked against the exact (double) distribution instead: an id of nonzero weight
+// whose cumulative interval holds u within 1e-5 (both float sums are within ~1e-6 of the exact
+// one here; the ids a draw lands on weigh more); and most picks equal the CPU's.
+TEST(CudaSample, NothingCutWalksTheWholeVocabularyInIdOrder) {
+  REQUIRE_GPU_HERE();
+  GpuSampler g(kVocab);
+  std::vector<float> l = random_logits(kVocab, 9, 3.0f);
+  l[17] = std::numeric_limits<float>::quiet_NaN();
+  l[kVocab - 1] = -std::numeric_limits<float>::infinity();
+  g.set_logits(l);
+  for (const float temp : {0.7f, 1.0f, 1.5f}) {
+    SamplingParams p;
+    p.temp = temp, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
+    double lmax = -INFINITY;
+    for (float v : l)
+      if (!std::isnan(v)) lmax = std::max(lmax, (double)v);
+    std::vector<double> cum(kVocab + 1, 0.0);  // cum[t]: exact weight of the ids before t
+    for (int t = 0; t < kVocab; ++t)
+      cum[t + 1] = cum[t] + (std::isnan(l[t]) ? 0.0 : std::exp((l[t] - lmax) / temp));
+    cpu::SampleScratch s;
+    UniformDraws draws(31);
+    int equal = 0;
+    for (int i = 0; i < 64; ++i) {
+      const float u = i == 0 ? 0.0f : (i == 1 ? std::nextafter(1.0f, 0.0f) : draws.next());
+      const int got = g.sample(p, u, {});
+      ASSERT_TRUE(got >= 0 && got < kVocab) << "temp " << temp << " u " << u;
+      const double lo = cum[got] / cum[kVocab], hi = cum[got + 1] / cum[kVocab];
+      EXPECT_GT(hi, lo) << "temp " << temp << " u " << u << ": id " << got << " has no weight";
+      EXPECT_LE(lo, u + 1e-5) << "temp " << temp << " u " << u << ": id " << got;
+      EXPECT_GT(hi, u - 1e-5) << "temp " << temp << " u " << u << ": id " << got;
+      equal += got == cpu::sample(l, p, u, {}, s);
+    }
+    EXPECT_GE(equal, 56) << "temp " << temp;
+  }
+  // All -inf: argmax (ties -> lowest id), as greedy.
+  std::vector<float> flat(kVocab, -std::numeric_limits<float>::infinity());
+  g.set_logits(flat);
+  SamplingParams p;
+  p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
+  EXPECT_EQ(g.sample(p, 0.7f, {}), 0);
+}
+
 TEST(CudaSample, TooManyCandidatesAsksForTheHostPath) {
   REQUIRE_GPU_HERE();
   GpuSampler g(kVocab);
@@ -154,9 +201,10 @@ TEST(CudaSample, TooManyCandidatesAsksForTheHostPath) {
   g.set_logits(l);
   SamplingParams p;
   p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;  // the whole vocabulary is a candidate
+  p.top_p = 0.9f;
+  p.min_p = 0.0f;  // top-p over the whole vocabulary: every token is a candidate
   EXPECT_EQ(g.sample(p, 0.5f, {}), -1);
+  p.top_p = 1.0f;
   p.top_k = 5000;  // a top-k above the GPU limit
   EXPECT_EQ(g.sample(p, 0.5f, {}), -1);
   // A vocabulary past the shared-memory limit is an Error, not a silent wrong answer.
@@ -164,6 +212,70 @@ TEST(CudaSample, TooManyCandidatesAsksForTheHostPath) {
   EXPECT_THROW(
       cuda::sample(g.logits, cuda::sample_max_vocab() + 1, p, 0.5f, nullptr, 0, g.out, nullptr),
       Error);
+}
+
+// sample_rows: six rows of a logits block in one launch, each with its own parameters, draw,
+// penalty window and output slot (written in reverse order of the rows), against cpu::sample on
+// its row; a row whose candidate set is too large writes -1 in its slot only, and the slots no
+// row names keep their poison.
+TEST(CudaSample, RowsInOneLaunchMatchCpuSamplerPerRow) {
+  REQUIRE_GPU_HERE();
+  constexpr int kRows = 6, kLd = kVocab + 4;  // a pitch past the row: rows are found by ld
+  std::vector<float> block((size_t)kRows * kLd, std::numeric_limits<float>::quiet_NaN());
+  std::vector<std::vector<float>> rows;
+  for (int r = 0; r < kRows; ++r) {
+    rows.push_back(random_logits(kVocab, 20 + r, 1.5f + r));
+    std::copy(rows[r].begin(), rows[r].end(), block.begin() + (size_t)r * kLd);
+  }
+  std::vector<SamplingParams> ps(kRows);
+  ps[1].temp = 1.5f, ps[1].min_p = 0.0f;
+  ps[2].top_k = 0, ps[2].min_p = 0.2f;
+  ps[3].repeat_penalty = 1.3f, ps[3].presence_penalty = 0.4f, ps[3].frequency_penalty = 0.2f;
+  ps[4] = ps[3], ps[4].temp = 0.0f;                         // greedy with penalties
+  ps[5].top_k = 0, ps[5].top_p = 0.9f, ps[5].min_p = 0.0f;  // too many candidates: -1
+  std::vector<std::vector<int>> hist(kRows);
+  for (int i = 0; i < 100; ++i) hist[3].push_back((i * 7919) % 300);
+  for (int i = 0; i < 40; ++i) hist[4].push_back((i * 31) % 50);
+  std::vector<int> flat;
+  std::vector<cuda::SampleRow> sr(kRows);
+  UniformDraws draws(5);
+  for (int r = 0; r < kRows; ++r) {
+    const std::span<const int> w = cpu::penalty_window(hist[r], ps[r]);
+    sr[r].p = ps[r], sr[r].u = draws.next(), sr[r].logits_row = r;
+    sr[r].hist_off = (int)flat.size(), sr[r].n_hist = (int)w.size();
+    sr[r].out = 2 * (kRows - 1 - r);  // every other slot, reversed
+    flat.insert(flat.end(), w.begin(), w.end());
+  }
+  float* d_logits = nullptr;
+  int *d_hist = nullptr, *d_out = nullptr;
+  cuda::SampleRow* d_rows = nullptr;
+  CUDA_CHECK(cudaMalloc(&d_logits, block.size() * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&d_hist, flat.size() * sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&d_out, 2 * kRows * sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&d_rows, kRows * sizeof(cuda::SampleRow)));
+  CUDA_CHECK(
+      cudaMemcpy(d_logits, block.data(), block.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_hist, flat.data(), flat.size() * sizeof(int), cudaMemcpyHostToDevice));
+  CUDA_CHECK(
+      cudaMemcpy(d_rows, sr.data(), kRows * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(d_out, 0x7f, 2 * kRows * sizeof(int)));  // poison: a huge id
+  cuda::sample_rows(d_logits, kLd, kVocab, d_rows, kRows, d_hist, d_out, nullptr);
+  std::vector<int> got(2 * kRows);
+  CUDA_CHECK(cudaMemcpy(got.data(), d_out, got.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  cudaFree(d_logits);
+  cudaFree(d_hist);
+  cudaFree(d_out);
+  cudaFree(d_rows);
+  cpu::SampleScratch scratch;
+  for (int r = 0; r < kRows; ++r) {
+    const int want = r == 5 ? -1 : cpu::sample(rows[r], ps[r], sr[r].u, hist[r], scratch);
+    EXPECT_EQ(got[sr[r].out], want) << "row " << r;
+    EXPECT_EQ(got[sr[r].out + 1], 0x7f7f7f7f) << "slot after row " << r << " written";
+  }
+  EXPECT_NO_THROW(cuda::sample_rows(nullptr, kVocab, kVocab, nullptr, 0, nullptr, nullptr,
+                                    nullptr));  // no rows: no launch
+  EXPECT_THROW(cuda::sample_rows(d_logits, kVocab - 1, kVocab, d_rows, 1, nullptr, d_out, nullptr),
+               Error);  // a pitch below the row
 }
 
 // The CUDA backend's sampling step (GPU kernel, 4-byte readback) picks what cpu::sample picks on

@@ -173,6 +173,37 @@ int sample(std::span<const float> logits, const SamplingParams& p, float u,
     l = s.logits.data();
   }
   if (p.greedy()) return greedy_pick(l, n);
+  if (p.top_p >= 1.0f && p.min_p <= 0.0f) {
+    // Nothing cut when top-k is off or keeps every valid token: the walk in id order (step 8).
+    int valid = 0;
+    float l_max = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < n; ++i) {
+      if (std::isnan(l[i])) continue;
+      ++valid;
+      l_max = std::max(l_max, l[i]);
+    }
+    if (valid == 0) return 0;  // all NaN: same answer as argmax
+    if (p.top_k <= 0 || p.top_k >= valid) {
+      if (l_max == -std::numeric_limits<float>::infinity()) return greedy_pick(l, n);
+      const float inv_t = 1.0f / p.temp;
+      float total = 0.0f;
+      int last = 0;
+      for (int i = 0; i < n; ++i) {
+        if (std::isnan(l[i])) continue;
+        const float e = std::exp((l[i] - l_max) * inv_t);
+        total += e;
+        if (e > 0.0f) last = i;  // rounding leaving no crossing: the last id of nonzero weight
+      }
+      const float target = u * total;
+      float cum = 0.0f;
+      for (int i = 0; i < n; ++i) {
+        if (std::isnan(l[i])) continue;
+        cum += std::exp((l[i] - l_max) * inv_t);
+        if (cum > target) return i;
+      }
+      return last;
+    }
+  }
   candidates(l, n, p, s.ids, s.probs);
   if (s.ids.empty()) return 0;  // all NaN: same answer as argmax
   // probs sum to 1 up to rounding; compare against u * (their actual sum) so u -> 1 stays inside.

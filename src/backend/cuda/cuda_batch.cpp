@@ -274,9 +274,11 @@ class CudaBatchBackend final : public BatchBackend {
   int* out1_ = nullptr;           // [2] one-row steps' chosen ids, by parity (pinned)
   // Where a step of bucket nb writes its chosen ids (par: a one-row step's id slot).
   int* ids_out(int nb, int par) const { return nb == 1 ? out1_ + par : out_host_; }
-  cudaEvent_t done_[2] = {};     // after the one-row step of each parity
-  int par_ = 0;                  // parity of the last one-row step launched
-  int* d_hist_ = nullptr;        // penalty windows of the sampled rows
+  cudaEvent_t done_[2] = {};                     // after the one-row step of each parity
+  int par_ = 0;                                  // parity of the last one-row step launched
+  int* d_hist_ = nullptr;                        // penalty windows of the sampled rows
+  cuda::SampleRow* d_sample_rows_ = nullptr;     // [max_seqs] a step's sampled rows
+  cuda::SampleRow* sample_rows_host_ = nullptr;  // their pinned staging
   uint32_t* d_masks_ = nullptr;  // [max_seqs][mask_words_] allowed-token masks of a step
   uint32_t* masks_host_ = nullptr;
   int mask_words_ = 0;
@@ -407,6 +409,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
     d_masks_ = cv.take<uint32_t>(size_t(opt.max_seqs) * mask_words_);
     // penalty windows: one per sampled row, at most one row per sequence
     d_hist_ = cv.take<int>(size_t(std::min(cap, opt.max_seqs)) * seq_ctx);
+    d_sample_rows_ = cv.take<cuda::SampleRow>(size_t(std::min(cap, opt.max_seqs)));
     d_partials_ =
         cv.take<float>(size_t(cap) * c_.n_heads * cuda::kAttnPagedSplits * (c_.head_dim + 2));
     d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
@@ -432,6 +435,7 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
     out_host_ = cv.take<int>(cap);
     tables_host_ = cv.take<int>(tables);
     out1_ = cv.take<int>(2);
+    sample_rows_host_ = cv.take<cuda::SampleRow>(size_t(std::min(cap, opt.max_seqs)));
   };
   cuda::Carver host_sizer;
   carve_host(host_sizer);
@@ -1006,8 +1010,9 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   int* out = ids_out(nb, par);
   launch(nb, mb, Shape{splits, masked, chunks, n_groups > 0}, par);
 
-  // Rows that sample with more than argmax: the GPU sampler per row (penalty windows staged in
-  // one copy); a row it cannot take (vocab or candidates past its limits: -1) samples on the host.
+  // Rows that sample with more than argmax: the GPU sampler, one block per row in one launch
+  // (the rows and their penalty windows staged in one copy each); a row it cannot take (vocab or
+  // candidates past its limits: -1) samples on the host.
   const int V = c_.vocab_size;
   std::vector<int> hist_off(batch.size(), 0);
   size_t hist_n = 0;
@@ -1030,13 +1035,23 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     CUDA_CHECK(cudaMemcpyAsync(d_hist_, hh, sizeof(int) * hist_n, cudaMemcpyHostToDevice, stream_));
   }
   const bool gpu_sampler = V <= cuda::sample_max_vocab();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SeqStep& s = batch[i];
-    if (!s.sample || (s.params.greedy() && !s.params.has_penalties()) || !gpu_sampler) continue;
-    const int r = outs[i].first + outs[i].second - 1;
-    const int nh = (int)cpu::penalty_window(s.history, s.params).size();
-    cuda::sample(ws_.logits + size_t(r) * V, V, s.params, s.u, d_hist_ + hist_off[i], nh, out + r,
-                 kernels());
+  if (gpu_sampler) {
+    int n_sampled = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const SeqStep& s = batch[i];
+      if (!s.sample || (s.params.greedy() && !s.params.has_penalties())) continue;
+      cuda::SampleRow& row = sample_rows_host_[n_sampled++];
+      row.p = s.params, row.u = s.u, row.logits_row = outs[i].first + outs[i].second - 1;
+      row.hist_off = hist_off[i];
+      row.n_hist = (int)cpu::penalty_window(s.history, s.params).size();
+      row.out = row.logits_row;
+    }
+    if (n_sampled > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(d_sample_rows_, sample_rows_host_,
+                                 sizeof(cuda::SampleRow) * size_t(n_sampled),
+                                 cudaMemcpyHostToDevice, stream_));
+      cuda::sample_rows(ws_.logits, V, V, d_sample_rows_, n_sampled, d_hist_, out, kernels());
+    }
   }
   // Logits asked for: one copy per entry into pinned memory, in the stream before the wait.
   size_t logit_rows = 0;
