@@ -155,6 +155,7 @@ __global__ void __launch_bounds__(kThreads)
     if (tid == 0) *out = -1;
     return;
   }
+  bool nucleus = false;  // top-p alone over more than kThreads tokens: its set from the first ones
   if (use_top_k) {
     if (!top_k_fast(keys, n, k_eff, sh)) select_top_k(keys, n, k_eff, sh);
   } else {
@@ -178,8 +179,16 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     if (sh.n_cand > kThreads) {
-      if (tid == 0) *out = -1;
-      return;
+      if (p.top_p >= 1.0f || p.min_p > 0.0f) {
+        if (tid == 0) *out = -1;
+        return;
+      }
+      // Top-p alone: its set is a prefix of the sorted vocabulary, which a model's distribution
+      // keeps short: take the first kThreads ids (the walk below says -1 if they do not reach
+      // top_p). The barrier: every thread has read n_cand before the selection resets it.
+      nucleus = true;
+      __syncthreads();
+      if (!top_k_fast(keys, n, kThreads, sh)) select_top_k(keys, n, kThreads, sh);
     }
   }
   __syncthreads();
@@ -204,7 +213,8 @@ __global__ void __launch_bounds__(kThreads)
     sh.cand_key[rank] = static_cast<uint32_t>(mine_key >> 32);
   }
   __syncthreads();
-  const int m = use_top_k ? k_eff : n_sort;  // the fast top-k path collects a few extra
+  // The fast top-k path collects a few extra.
+  const int m = use_top_k ? k_eff : (nucleus ? kThreads : n_sort);
   // Per-candidate exponentials in parallel; thread 0 then sums them in order like the CPU.
   const float inv_t = 1.0f / p.temp;
   if (tid < m) {
@@ -227,12 +237,15 @@ __global__ void __launch_bounds__(kThreads)
       z = sh.z;
     }
     float cum = 0.0f;
-    for (int i = 0; i < m; ++i) {
+    bool reached = false;
+    for (int i = 0; i < m && !reached; ++i) {
       cum += sh.e_raw[i] / z;
-      if (cum >= p.top_p) {
-        keep = i + 1;
-        break;
-      }
+      reached = cum >= p.top_p;
+      keep = i + 1;
+    }
+    if (nucleus && !reached) {  // the top-p set passes kThreads tokens: the host samples
+      *out = -1;
+      return;
     }
   }
   if (p.min_p > 0.0f) {

@@ -6,9 +6,10 @@
 // The logits live in shared memory as keys during the kernel: vocabularies up to
 // sample_max_vocab() tokens (about 55k on Hopper; SmolLM's 49152 fits).
 // Scope: the kept candidate set must fit kSampleMaxCandidates tokens: top-k <= 1024, or (top-k
-// off) the tokens above the min-p cut; or nothing is cut at all (top-k off, top-p 1, min-p 0:
-// the walk in id order, core/sampling.h step 8). Otherwise (e.g. top-k 0 with top-p 0.9 and
-// min-p 0) the kernel writes -1 and the caller samples on the host (cpu::sample on the logits).
+// off) the tokens above the min-p cut, or (top-k and min-p off) the top-p set; or nothing is cut
+// at all (top-k off, top-p 1, min-p 0: the walk in id order, core/sampling.h step 8). Otherwise
+// (e.g. top-p 0.9 over a flat distribution of thousands of tokens) the kernel writes -1 and the
+// caller samples on the host (cpu::sample on the logits).
 #pragma once
 
 #include <cuda_runtime.h>

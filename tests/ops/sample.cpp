@@ -194,6 +194,25 @@ TEST(CudaSample, NothingCutWalksTheWholeVocabularyInIdOrder) {
   EXPECT_EQ(g.sample(p, 0.7f, {}), 0);
 }
 
+// Top-p alone (top-k and min-p off: {"temperature": T, "top_p": P} in OpenAI's API): the set is a
+// prefix of the sorted vocabulary, taken from the first 1,024 ids on the GPU; on peaked logits it
+// fits them and the GPU picks what the CPU picks, on flat logits it does not and the GPU asks for
+// the host (-1).
+TEST(CudaSample, TopPAloneTakesItsSetFromTheFirstIds) {
+  REQUIRE_GPU_HERE();
+  GpuSampler g(kVocab);
+  const std::vector<float> peaked = random_logits(kVocab, 12, 8.0f);
+  for (const float top_p : {0.5f, 0.9f, 0.95f}) {
+    SamplingParams p;
+    p.temp = 0.9f, p.top_k = 0, p.top_p = top_p, p.min_p = 0.0f;
+    expect_same_tokens(g, peaked, p, {}, "top-p alone, peaked");
+  }
+  g.set_logits(random_logits(kVocab, 13, 1.0f));
+  SamplingParams p;
+  p.top_k = 0, p.top_p = 0.9f, p.min_p = 0.0f;
+  EXPECT_EQ(g.sample(p, 0.5f, {}), -1) << "a top-p set of thousands of tokens";
+}
+
 TEST(CudaSample, TooManyCandidatesAsksForTheHostPath) {
   REQUIRE_GPU_HERE();
   GpuSampler g(kVocab);
