@@ -78,6 +78,8 @@ def request_body(a, i):
         body["model"] = a.model
     if a.n > 1:
         body["n"] = a.n
+    if a.top_p is not None:
+        body["top_p"] = a.top_p
     if a.schema is not None:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "bench", "schema": a.schema}}
@@ -271,7 +273,7 @@ def run_level(a, conc, info, headers, warmup=False):
         "kv_type": info.get("kv_type"),
         "kv_ring_rows": info.get("kv_ring_rows"),
         "concurrency": conc, "requests": n, "errors": len(errors),
-        "shared_prefix": a.shared_prefix, "n": a.n, "temperature": a.temperature, "response_format": a.response_format or None,
+        "shared_prefix": a.shared_prefix, "n": a.n, "temperature": a.temperature, "top_p": a.top_p, "response_format": a.response_format or None,
         "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
         "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,
         "prompt_tokens_per_request": round(prompt / max(len(results), 1), 1),
@@ -306,6 +308,8 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="sampling temperature (0: greedy; above 0 the server's sampler runs, "
                          "its other settings at their defaults)")
+    ap.add_argument("--top-p", type=float, default=None,
+                    help="top_p sent with each request (default: none, the server's default)")
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--requests-per-client", type=int, default=4,
                     help="requests each client sends back to back (the level sends max(this*C, "
