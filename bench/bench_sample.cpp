@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
   minp.p.top_k = 0;
   minp.p.min_p = 0.1f;
   cases.push_back(minp);
+  Case temp_only{"temperature alone (OpenAI defaults)", {}, 0};
+  temp_only.p.top_k = 0, temp_only.p.top_p = 1.0f, temp_only.p.min_p = 0.0f;
+  cases.push_back(temp_only);
+  Case top_p{"top-k off, top-p 0.9", {}, 0};
+  top_p.p.top_k = 0, top_p.p.top_p = 0.9f, top_p.p.min_p = 0.0f;
+  cases.push_back(top_p);
   Case greedy{"greedy", {}, 0};
   greedy.p.temp = 0.0f;
   cases.push_back(greedy);

@@ -80,6 +80,8 @@ def request_body(a, i):
         body["n"] = a.n
     if a.top_p is not None:
         body["top_p"] = a.top_p
+    if a.top_k is not None:
+        body["top_k"] = a.top_k
     if a.schema is not None:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "bench", "schema": a.schema}}
@@ -273,7 +275,7 @@ def run_level(a, conc, info, headers, warmup=False):
         "kv_type": info.get("kv_type"),
         "kv_ring_rows": info.get("kv_ring_rows"),
         "concurrency": conc, "requests": n, "errors": len(errors),
-        "shared_prefix": a.shared_prefix, "n": a.n, "temperature": a.temperature, "top_p": a.top_p, "response_format": a.response_format or None,
+        "shared_prefix": a.shared_prefix, "n": a.n, "temperature": a.temperature, "top_p": a.top_p, "top_k": a.top_k, "response_format": a.response_format or None,
         "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
         "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,
         "prompt_tokens_per_request": round(prompt / max(len(results), 1), 1),
@@ -310,6 +312,8 @@ def main():
                          "its other settings at their defaults)")
     ap.add_argument("--top-p", type=float, default=None,
                     help="top_p sent with each request (default: none, the server's default)")
+    ap.add_argument("--top-k", type=int, default=None,
+                    help="top_k sent with each request (default: none, the server's default)")
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--requests-per-client", type=int, default=4,
                     help="requests each client sends back to back (the level sends max(this*C, "

@@ -147,9 +147,9 @@ TEST(SamplerMasks, TopKKeepsTheKLargestInOrderTiesByLowestId) {
   std::vector<float> probs;
   cpu::candidates(l.data(), 6, p, ids, probs);
   EXPECT_EQ(ids, (std::vector<int>{1, 3, 5}));
-  p.top_k = 100;  // larger than the vocabulary: everything
+  p.top_k = 100;  // larger than the vocabulary: everything, in id order (core/sampling.h step 8)
   cpu::candidates(l.data(), 6, p, ids, probs);
-  EXPECT_EQ(ids, (std::vector<int>{1, 3, 5, 2, 0, 4}));
+  EXPECT_EQ(ids, (std::vector<int>{0, 1, 2, 3, 4, 5}));
 }
 
 TEST(SamplerMasks, TopPKeepsTheShortestPrefixReachingP) {
@@ -157,12 +157,18 @@ TEST(SamplerMasks, TopPKeepsTheShortestPrefixReachingP) {
   SamplingParams p = plain();
   std::vector<int> ids;
   std::vector<float> probs;
+  // Top-k off: the kept ids come in id order (the walk order, core/sampling.h step 8).
   p.top_p = 0.75f;  // 0.5, 0.7, 0.85 -> 3 tokens
   cpu::candidates(l.data(), 5, p, ids, probs);
-  EXPECT_EQ(ids, (std::vector<int>{2, 0, 4}));
+  EXPECT_EQ(ids, (std::vector<int>{0, 2, 4}));
   p.top_p = 0.65f;  // 0.5, 0.7 -> 2 tokens
   cpu::candidates(l.data(), 5, p, ids, probs);
-  EXPECT_EQ(ids, (std::vector<int>{2, 0}));
+  EXPECT_EQ(ids, (std::vector<int>{0, 2}));
+  p.top_k = 4;  // a top-k cut: the sorted order
+  p.top_p = 0.75f;
+  cpu::candidates(l.data(), 5, p, ids, probs);
+  EXPECT_EQ(ids, (std::vector<int>{2, 0, 4}));
+  p.top_k = 0;
   p.top_p = 0.1f;  // the top token alone already covers it
   cpu::candidates(l.data(), 5, p, ids, probs);
   EXPECT_EQ(ids, (std::vector<int>{2}));
@@ -178,12 +184,12 @@ TEST(SamplerMasks, MinPIsRelativeToTheTopProbability) {
   SamplingParams p = plain();
   std::vector<int> ids;
   std::vector<float> probs;
-  p.min_p = 0.25f;  // threshold 0.125: 0.5, 0.2, 0.15
+  p.min_p = 0.25f;  // threshold 0.125: 0.5, 0.2, 0.15 (in id order: top-k is off)
   cpu::candidates(l.data(), 5, p, ids, probs);
-  EXPECT_EQ(ids, (std::vector<int>{2, 0, 4}));
+  EXPECT_EQ(ids, (std::vector<int>{0, 2, 4}));
   p.min_p = 0.35f;  // threshold 0.175: 0.5, 0.2
   cpu::candidates(l.data(), 5, p, ids, probs);
-  EXPECT_EQ(ids, (std::vector<int>{2, 0}));
+  EXPECT_EQ(ids, (std::vector<int>{0, 2}));
   p.min_p = 1.0f;  // only the top token
   cpu::candidates(l.data(), 5, p, ids, probs);
   EXPECT_EQ(ids, (std::vector<int>{2}));
@@ -202,20 +208,31 @@ TEST(SamplerMasks, TemperatureReshapesTheKeptProbabilities) {
   EXPECT_NEAR(probs[1], 0.04 / 0.29, 1e-6);
 }
 
-// A cut (here top-p 0.999, which keeps all five) walks the candidates in their order: 0.5 0.2
-// 0.15 0.1 0.05 (ids 2 0 4 3 1).
+// A top-k cut walks the candidates sorted: top-k 4 keeps 0.5 0.2 0.15 0.1 (ids 2 0 4 3) of 0.95,
+// cumulative 0.526 0.737 0.895 1. With top-k off a cut (here top-p 0.9, keeping 2 0 4 3 too)
+// walks them in id order: 0.2 0.5 0.1 0.15 of 0.95 (ids 0 2 3 4), cumulative 0.211 0.737 0.842 1.
 TEST(SamplerPick, DrawWalksTheCumulativeDistribution) {
   const std::vector<float> l = five();
   SamplingParams p = plain();
-  p.top_p = 0.999f;
+  p.top_k = 4;
   cpu::SampleScratch s;
   EXPECT_EQ(cpu::sample(l, p, 0.0f, {}, s), 2);
-  EXPECT_EQ(cpu::sample(l, p, 0.49f, {}, s), 2);
-  EXPECT_EQ(cpu::sample(l, p, 0.51f, {}, s), 0);
-  EXPECT_EQ(cpu::sample(l, p, 0.69f, {}, s), 0);
-  EXPECT_EQ(cpu::sample(l, p, 0.71f, {}, s), 4);
-  EXPECT_EQ(cpu::sample(l, p, 0.96f, {}, s), 1);
-  EXPECT_EQ(cpu::sample(l, p, std::nextafter(1.0f, 0.0f), {}, s), 1);
+  EXPECT_EQ(cpu::sample(l, p, 0.52f, {}, s), 2);
+  EXPECT_EQ(cpu::sample(l, p, 0.53f, {}, s), 0);
+  EXPECT_EQ(cpu::sample(l, p, 0.73f, {}, s), 0);
+  EXPECT_EQ(cpu::sample(l, p, 0.74f, {}, s), 4);
+  EXPECT_EQ(cpu::sample(l, p, 0.89f, {}, s), 4);
+  EXPECT_EQ(cpu::sample(l, p, 0.9f, {}, s), 3);
+  EXPECT_EQ(cpu::sample(l, p, std::nextafter(1.0f, 0.0f), {}, s), 3);
+  p = plain();
+  p.top_p = 0.9f;
+  EXPECT_EQ(cpu::sample(l, p, 0.0f, {}, s), 0);
+  EXPECT_EQ(cpu::sample(l, p, 0.2f, {}, s), 0);
+  EXPECT_EQ(cpu::sample(l, p, 0.22f, {}, s), 2);
+  EXPECT_EQ(cpu::sample(l, p, 0.73f, {}, s), 2);
+  EXPECT_EQ(cpu::sample(l, p, 0.74f, {}, s), 3);
+  EXPECT_EQ(cpu::sample(l, p, 0.85f, {}, s), 4);
+  EXPECT_EQ(cpu::sample(l, p, std::nextafter(1.0f, 0.0f), {}, s), 4);
 }
 
 // Nothing cut (top-k off or at least the vocabulary, top-p 1, min-p 0): the walk in id order,
@@ -297,14 +314,16 @@ std::vector<double> reference_probs(std::vector<float> l, const std::vector<int>
   return out;
 }
 
-// Top-k off with min-p and top-p (the CPU sorts only the tokens above the min-p cut, or with
-// min-p off those above a cut that holds the top-p set): the kept set and probabilities equal the
-// naive reference that sorts everything, on a flat spread (top-p sets of thousands) and a peaked
-// one (a few ids).
+// Top-k off with min-p and top-p (top-p's cut found by sorting only the bin of weights where its
+// mass is reached): the kept set and probabilities equal the naive reference that sorts
+// everything, on a flat spread (top-p sets of thousands), a peaked one (a few ids) and logits on a
+// grid of 1/8 (the cut inside a tie keeps its lowest ids).
 TEST(SamplerMasks, TopKOffWithTopPAndMinPMatchesTheNaiveReference) {
-  for (const float spread : {2.0f, 6.0f})
+  for (const float spread : {2.0f, 6.0f, -2.0f})
     for (float top_p : {1.0f, 0.9995f, 0.9f, 0.5f}) {
-      const std::vector<float> l = test::randn(3000, 21, spread);
+      std::vector<float> l = test::randn(3000, 21, std::abs(spread));
+      if (spread < 0)
+        for (float& v : l) v = std::round(v * 8.0f) / 8.0f;
       for (float min_p : {0.0f, 0.01f, 0.1f, 0.5f}) {
         SamplingParams p = plain(0.9f);
         p.top_p = top_p;

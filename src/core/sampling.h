@@ -10,16 +10,17 @@
 //   2. temp <= 0: greedy, argmax of the penalized logits (ties -> lowest id; NaN never wins).
 //   3. candidates ordered by (logit descending, id ascending); NaN logits are dropped.
 //   4. top-k (k > 0): keep the first k.
-//   5. top-p (< 1): softmax over the kept candidates (no temperature); keep the shortest prefix
-//      whose probability sum is >= top_p (at least one).
+//   5. top-p (< 1): weights w_i = exp(l_i - l_max) over the kept candidates (no temperature),
+//      in integer units of 2^-32 (truncated) so every summation order gives the same sums; keep
+//      the shortest prefix whose weight sum is >= ceil(top_p * sum(w)) (at least one).
 //   6. min-p (> 0): keep candidates with p >= min_p * p_max, i.e. l >= l_max + log(min_p).
 //   7. temperature: p_i = softmax(l_i / temp) over the kept candidates.
-//   8. pick: the first candidate i (in the order of 3) with cumsum(p_0..p_i) > u * sum(p);
-//      the last kept candidate if rounding leaves none. u is one uniform draw in [0, 1).
-//      When steps 4-6 cut nothing (top-k off or >= the valid tokens, top-p 1, min-p 0: what an
-//      OpenAI request with only a temperature asks), the walk goes in id order over the
-//      unnormalized exp((l_i - l_max) / temp): the same distribution, without ordering the
-//      vocabulary (which a GPU block cannot afford per token).
+//   8. pick: the first candidate i (in the walk order) with cumsum(p_0..p_i) > u * sum(p); the
+//      last kept candidate if rounding leaves none. u is one uniform draw in [0, 1). The walk
+//      order is that of 3 when top-k cuts (k below the valid tokens); otherwise 4-6 keep every
+//      token above a logit (and the first ids of the ties at it), and the walk goes in id order
+//      over the kept tokens of nonzero weight exp((l_i - l_max) / temp): the same distribution
+//      without ordering the vocabulary (which a GPU block cannot afford per token).
 #pragma once
 
 #include <cstdint>

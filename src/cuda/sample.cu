@@ -2,12 +2,14 @@
 // launch with no host round trip beats a multi-kernel top-k for a 49k vocabulary. The logits are
 // read from global memory once, as order-preserving uint32 keys, into shared memory (196 KB for
 // SmolLM's 49152 tokens; Hopper gives a block up to 227 KB); every later pass (max, radix select,
-// collection, softmax sums) then runs at shared-memory speed. The final walk over <= 1024 sorted
-// candidates runs on thread 0 in the same order and float operations as cpu::sample, so the two
-// agree bit for bit except where the block-wide softmax denominator (top-k off) rounds
-// differently.
+// collection, softmax sums) then runs at shared-memory speed. With a top-k cut the final walk over
+// <= 1024 sorted candidates runs on thread 0 in the same order and float operations as
+// cpu::sample, so the two agree bit for bit; with top-k off the cuts are a logit found by radix
+// selects over integer weights (the same sums in any order) and the walk goes in id order over
+// per-thread ranges, whose (double) sums round differently from the CPU's at a boundary.
 #include "cuda/sample.h"
 
+#include <algorithm>
 #include <climits>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -41,36 +43,71 @@ __device__ __forceinline__ float val_of(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
 }
 
+// Step 5's weight of exp(l - l_max) = e: in units of 2^-32 (cpu::sample's p_weight).
+__device__ __forceinline__ unsigned long long p_weight(float e) {
+  return static_cast<unsigned long long>(e * 0x1p32f);
+}
+__device__ __forceinline__ unsigned long long key_weight(uint32_t k, float l_max) {
+  return p_weight(expf(val_of(k) - l_max));
+}
+// Step 5's mass to reach: ceil(top_p * z), at most z.
+__device__ __forceinline__ unsigned long long top_p_target(unsigned long long z, float top_p) {
+  const auto t = static_cast<unsigned long long>(ceil(double(top_p) * double(z)));
+  return t < z ? t : z;
+}
+
+// A bin's mass as two 32-bit sums of a weight's 16-bit halves (w <= 2^32, so each half is at
+// most 2^16 and a vocabulary below 2^16 tokens never overflows them): 32-bit shared atomics are
+// native, 64-bit adds are compare-and-swap loops that stall under contention.
+struct MassBins {
+  uint32_t lo[256], hi[256];
+  __device__ unsigned long long at(int b) const {
+    return (static_cast<unsigned long long>(hi[b]) << 16) + lo[b];
+  }
+};
+
+// Warp-scan block scans: their storage is a value per warp (the raking default's is a value per
+// thread, shared memory the logits need).
+template <typename T>
+using Scan = cub::BlockScan<T, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+
 struct Shared {
   union {
     typename cub::BlockReduce<KeyIdx, kThreads>::TempStorage reduce_ki;
     typename cub::BlockReduce<float, kThreads>::TempStorage reduce_f;
     typename cub::BlockReduce<int, kThreads>::TempStorage reduce_i;
-    typename cub::BlockScan<int, kThreads>::TempStorage scan;
-    typename cub::BlockScan<float, kThreads>::TempStorage scan_f;
+    typename Scan<int>::TempStorage scan;
+    typename Scan<double>::TempStorage scan_d;
   } tmp;
   int hist[256];
   int cand_id[kThreads];
-  uint32_t cand_key[kThreads];            // keys of the sorted candidates
-  unsigned long long sort_key[kThreads];  // composite keys before ranking
-  float e_raw[kThreads];                  // exp(l - l_max) per sorted candidate
-  float e_temp[kThreads];                 // exp((l - l_max) / temp)
-  uint32_t thread_max[kThreads];          // each thread's largest key (top-k fast path)
+  uint32_t cand_key[kThreads];  // keys of the sorted candidates
+  union {
+    unsigned long long sort_key[kThreads];  // composite keys before ranking
+    MassBins mass;                          // top-p's radix select (no top-k: no sort)
+    double before[kThreads];                // the id-order walk: the weight before each range
+  };
+  float e_raw[kThreads];          // exp(l - l_max) per sorted candidate
+  float e_temp[kThreads];         // exp((l - l_max) / temp)
+  uint32_t thread_max[kThreads];  // each thread's largest key (top-k fast path)
   uint32_t thr;
   int n_cand;
   uint32_t prefix;
   int k_rem;
+  unsigned long long mass_rem;
   KeyIdx best;
-  float z;
+  double z;
   int valid;
 };
 
 __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh);
-__device__ void pick_uncut(const uint32_t* keys, int n, float l_max, float inv_t, float u,
-                           Shared& sh, int* out);
+__device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p, Shared& sh);
+__device__ void pick_in_id_order(const uint32_t* keys, int n, float l_max, float inv_t, float u,
+                                 uint32_t cut, uint32_t tie_key, int ties_in, Shared& sh, int* out);
 __device__ bool top_k_fast(const uint32_t* keys, int n, int k_eff, Shared& sh);
 
-__global__ void __launch_bounds__(kThreads)
+// One block per SM (the keys fill its shared memory): registers need not leave room for two.
+__global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(const float* __restrict__ logits_base, int ld, int n,
                   const SampleRow* __restrict__ rows, SampleRow one,
                   const int* __restrict__ history, int* __restrict__ outs) {
@@ -144,53 +181,26 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
 
-  // 4. the candidate set.
+  // 4. top-k off: the cuts are a logit (top-p's, with its ties in id order, and min-p's) and the
+  // walk goes in id order (core/sampling.h step 8).
   const int k_eff = p.top_k > 0 ? min(p.top_k, valid) : valid;
-  const bool use_top_k = k_eff < valid;
-  if (!use_top_k && p.top_p >= 1.0f && p.min_p <= 0.0f) {  // nothing cut: walk ids in order
-    pick_uncut(keys, n, l_max, 1.0f / p.temp, u, sh, out);
+  if (k_eff == valid) {
+    uint32_t cut = 1u, tie_key = 0u;  // 0: no tie cut (no valid key is 0)
+    int ties_in = 0;
+    if (p.top_p < 1.0f) {
+      top_p_cut(keys, n, l_max, p.top_p, sh);
+      cut = tie_key = sh.prefix;
+      ties_in = sh.k_rem;
+    }
+    if (p.min_p > 0.0f) cut = max(cut, key_of(l_max + logf(p.min_p)));
+    pick_in_id_order(keys, n, l_max, 1.0f / p.temp, u, cut, tie_key, ties_in, sh, out);
     return;
   }
-  if (use_top_k && k_eff > kSampleMaxCandidates) {
+  if (k_eff > kSampleMaxCandidates) {
     if (tid == 0) *out = -1;
     return;
   }
-  bool nucleus = false;  // top-p alone over more than kThreads tokens: its set from the first ones
-  if (use_top_k) {
-    if (!top_k_fast(keys, n, k_eff, sh)) select_top_k(keys, n, k_eff, sh);
-  } else {
-    // No top-k cut: the top-p denominator is over every valid token; the candidates are the
-    // tokens at or above the min-p cut (all of them when min-p is off).
-    float part = 0.0f;
-    for (int i = tid; i < n; i += kThreads) {
-      if (keys[i] != 0u) part += expf(val_of(keys[i]) - l_max);
-    }
-    const float z = cub::BlockReduce<float, kThreads>(sh.tmp.reduce_f).Sum(part);
-    if (tid == 0) {
-      sh.z = z;
-      sh.n_cand = 0;
-    }
-    __syncthreads();
-    const uint32_t thr = p.min_p > 0.0f ? key_of(l_max + logf(p.min_p)) : 1u;
-    for (int i = tid; i < n; i += kThreads) {
-      if (keys[i] < thr || keys[i] == 0u) continue;
-      const int slot = atomicAdd(&sh.n_cand, 1);
-      if (slot < kThreads) sh.cand_id[slot] = i;
-    }
-    __syncthreads();
-    if (sh.n_cand > kThreads) {
-      if (p.top_p >= 1.0f || p.min_p > 0.0f) {
-        if (tid == 0) *out = -1;
-        return;
-      }
-      // Top-p alone: its set is a prefix of the sorted vocabulary, which a model's distribution
-      // keeps short: take the first kThreads ids (the walk below says -1 if they do not reach
-      // top_p). The barrier: every thread has read n_cand before the selection resets it.
-      nucleus = true;
-      __syncthreads();
-      if (!top_k_fast(keys, n, kThreads, sh)) select_top_k(keys, n, kThreads, sh);
-    }
-  }
+  if (!top_k_fast(keys, n, k_eff, sh)) select_top_k(keys, n, k_eff, sh);
   __syncthreads();
 
   // 5. order candidates by (logit desc, id asc): each thread ranks one candidate against all
@@ -213,8 +223,7 @@ __global__ void __launch_bounds__(kThreads)
     sh.cand_key[rank] = static_cast<uint32_t>(mine_key >> 32);
   }
   __syncthreads();
-  // The fast top-k path collects a few extra.
-  const int m = use_top_k ? k_eff : (nucleus ? kThreads : n_sort);
+  const int m = k_eff;  // the fast top-k path collects a few extra
   // Per-candidate exponentials in parallel; thread 0 then sums them in order like the CPU.
   const float inv_t = 1.0f / p.temp;
   if (tid < m) {
@@ -230,23 +239,11 @@ __global__ void __launch_bounds__(kThreads)
   auto lv = [&](int i) { return val_of(sh.cand_key[i]); };
   int keep = m;
   if (p.top_p < 1.0f) {
-    float z = 0.0f;
-    if (use_top_k) {
-      for (int i = 0; i < m; ++i) z += sh.e_raw[i];
-    } else {
-      z = sh.z;
-    }
-    float cum = 0.0f;
-    bool reached = false;
-    for (int i = 0; i < m && !reached; ++i) {
-      cum += sh.e_raw[i] / z;
-      reached = cum >= p.top_p;
-      keep = i + 1;
-    }
-    if (nucleus && !reached) {  // the top-p set passes kThreads tokens: the host samples
-      *out = -1;
-      return;
-    }
+    unsigned long long z = 0;
+    for (int i = 0; i < m; ++i) z += p_weight(sh.e_raw[i]);
+    const unsigned long long target = top_p_target(z, p.top_p);
+    unsigned long long cum = 0;
+    for (keep = 0; keep < m && cum < target; ++keep) cum += p_weight(sh.e_raw[keep]);
   }
   if (p.min_p > 0.0f) {
     const float thr = l_max + logf(p.min_p);
@@ -254,15 +251,15 @@ __global__ void __launch_bounds__(kThreads)
     while (k < keep && lv(k) >= thr) ++k;
     keep = k;
   }
-  float sum = 0.0f;
+  double sum = 0.0;  // double sums and float probabilities, as cpu::candidates and cpu::sample
   for (int i = 0; i < keep; ++i) sum += sh.e_temp[i];
-  float total = 0.0f;
-  for (int i = 0; i < keep; ++i) total += sh.e_temp[i] / sum;
-  const float target = u * total;
-  float cum = 0.0f;
+  double total = 0.0;
+  for (int i = 0; i < keep; ++i) total += static_cast<float>(sh.e_temp[i] / sum);
+  const double target = u * total;
+  double cum = 0.0;
   int pick = ids[keep - 1];
   for (int i = 0; i < keep; ++i) {
-    cum += sh.e_temp[i] / sum;
+    cum += static_cast<float>(sh.e_temp[i] / sum);
     if (cum > target) {
       pick = ids[i];
       break;
@@ -319,7 +316,7 @@ __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh) 
     my_ties += k == kth;
   }
   int rank;
-  cub::BlockScan<int, kThreads>(sh.tmp.scan).ExclusiveSum(my_ties, rank);
+  Scan<int>(sh.tmp.scan).ExclusiveSum(my_ties, rank);
   __syncthreads();
   const int n_greater = k_eff - n_ties;
   for (int i = lo; i < hi && rank < n_ties; ++i) {
@@ -334,45 +331,128 @@ struct MaxInt {
   __device__ int operator()(int a, int b) const { return a > b ? a : b; }
 };
 
-// Step 8 when steps 4-6 cut nothing (core/sampling.h): the walk in id order over
-// exp((l - l_max) * inv_t). Each thread sums a contiguous range of ids, a block scan gives each
-// range's start, and the first range whose next range starts past the target walks its ids in
-// order as cpu::sample does (so the two agree but for rounding at a boundary); its last id of
-// nonzero weight (or the last one overall) if rounding leaves no crossing.
-__device__ void pick_uncut(const uint32_t* keys, int n, float l_max, float inv_t, float u,
-                           Shared& sh, int* out) {
+// Top-p's cut with top-k off (step 5 over every valid token): a radix select, 8 bits of the key
+// per pass from the top, of the key where the weight sum in (key desc) order reaches the target.
+// Returns it in sh.prefix and in sh.k_rem how many of the tokens at it enter, in id order (they
+// weigh the same). Integer weights: the bins sum the same in any order, so the cut is
+// deterministic and equals the CPU's for equal weights.
+__device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p, Shared& sh) {
+  const int tid = threadIdx.x;
+  MassBins& mass = sh.mass;
+  uint32_t prefix = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = tid; b < 256; b += kThreads) mass.lo[b] = mass.hi[b] = 0u;
+    __syncthreads();
+    const uint32_t high_mask = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
+    // Plain shared atomics: aggregating a warp's lanes of one bin first (ballot, two reductions)
+    // cost more than the collisions it saves.
+    for (int i = tid; i < n; i += kThreads) {
+      const uint32_t k = keys[i];
+      if (k == 0u || (k & high_mask) != (prefix & high_mask)) continue;
+      const unsigned long long w = key_weight(k, l_max);
+      if (w == 0) continue;
+      const uint32_t b = (k >> shift) & 255u;
+      atomicAdd(&mass.lo[b], static_cast<uint32_t>(w & 0xFFFFu));
+      atomicAdd(&mass.hi[b], static_cast<uint32_t>(w >> 16));
+    }
+    __syncthreads();
+    if (tid < 32) {
+      // Warp 0 picks the bin: lane l sums bins 255 - 8l down to 248 - 8l, a scan over the lanes
+      // finds the one where the mass from the top reaches what is still to reach, and that lane
+      // walks its eight bins.
+      unsigned long long s = 0;
+      for (int j = 0; j < 8; ++j) s += mass.at(255 - 8 * tid - j);
+      unsigned long long rem = sh.mass_rem;
+      if (shift == 24) {  // the first pass bins every token: the target from their sum
+        unsigned long long z = s;
+        for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xFFFFFFFFu, z, o);
+        rem = top_p_target(z, top_p);  // > 0: the top token weighs 2^32
+      }
+      unsigned long long incl = s;
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+        if (tid >= o) incl += v;
+      }
+      // The bins under the prefix hold at least rem, so some lane reaches it.
+      const unsigned reach = __ballot_sync(0xFFFFFFFFu, incl >= rem);
+      if (tid == (reach != 0u ? __ffs(reach) - 1 : 31)) {
+        rem -= incl - s;
+        int d = 255 - 8 * tid;
+        for (int j = 0; j < 7; ++j, --d) {
+          const unsigned long long m = mass.at(d);
+          if (m >= rem) break;
+          rem -= m;
+        }
+        sh.mass_rem = rem;
+        sh.prefix = prefix | (static_cast<uint32_t>(d) << shift);
+      }
+    }
+    __syncthreads();
+    prefix = sh.prefix;
+  }
+  if (tid == 0) {
+    const unsigned long long w = key_weight(prefix, l_max);
+    sh.k_rem = static_cast<int>((sh.mass_rem + w - 1) / w);
+  }
+  __syncthreads();
+}
+
+// Step 8's walk in id order over exp((l - l_max) * inv_t) of the kept tokens: keys >= cut, and
+// of the keys equal to tie_key (when not 0) only the first ties_in. Each thread sums a
+// contiguous range of ids, a block scan gives each range's start, and the first range whose next
+// range starts past the target walks its ids in order as cpu::sample does (so the two agree but
+// for rounding at a boundary); its last id of nonzero weight (or the last one overall) if
+// rounding leaves no crossing.
+__device__ void pick_in_id_order(const uint32_t* keys, int n, float l_max, float inv_t, float u,
+                                 uint32_t cut, uint32_t tie_key, int ties_in, Shared& sh,
+                                 int* out) {
   const int tid = threadIdx.x;
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, tid * per), hi = min(n, lo + per);
-  float part = 0.0f;
-  int last = -1;  // the range's last id of nonzero weight
-  for (int i = lo; i < hi; ++i) {
-    if (keys[i] == 0u) continue;
-    const float e = expf((val_of(keys[i]) - l_max) * inv_t);
-    part += e;
-    if (e > 0.0f) last = i;
+  int tie_rank = 0;     // tokens at tie_key before this range
+  if (tie_key != 0u) {  // block-uniform
+    int mine = 0;
+    for (int i = lo; i < hi; ++i) mine += keys[i] == tie_key;
+    Scan<int>(sh.tmp.scan).ExclusiveSum(mine, tie_rank);
+    __syncthreads();  // the scan's storage is reused below
   }
-  float before;
-  cub::BlockScan<float, kThreads>(sh.tmp.scan_f).ExclusiveSum(part, before);
-  sh.e_raw[tid] = before;
+  // The kept token's weight, or -1 when not kept; rank counts this range's ties so far.
+  auto weight = [&](int i, int& rank) {
+    const uint32_t k = keys[i];
+    if (k == 0u || k < cut || (k == tie_key && rank++ >= ties_in)) return -1.0f;
+    return expf((val_of(k) - l_max) * inv_t);
+  };
+  double part = 0.0;  // double: a float sum over a vocabulary drifts by whole token widths
+  int last = -1;      // the range's last kept id of nonzero weight
+  int rank = tie_rank;
+  for (int i = lo; i < hi; ++i) {
+    const float e = weight(i, rank);
+    if (e <= 0.0f) continue;
+    part += e;
+    last = i;
+  }
+  double before;
+  Scan<double>(sh.tmp.scan_d).ExclusiveSum(part, before);
+  sh.before[tid] = before;
   if (tid == kThreads - 1) sh.z = before + part;
   __syncthreads();  // the scan's storage is reused below
-  const int last_valid = cub::BlockReduce<int, kThreads>(sh.tmp.reduce_i).Reduce(last, MaxInt());
+  const int last_kept = cub::BlockReduce<int, kThreads>(sh.tmp.reduce_i).Reduce(last, MaxInt());
   if (tid == 0) {
-    sh.valid = last_valid;
+    sh.valid = last_kept;
     sh.n_cand = INT_MAX;
   }
   __syncthreads();
-  const float target = u * sh.z;
-  const float end = tid + 1 < kThreads ? sh.e_raw[tid + 1] : INFINITY;
+  const double target = u * sh.z;
+  const double end = tid + 1 < kThreads ? sh.before[tid + 1] : INFINITY;
   if (target < end) atomicMin(&sh.n_cand, tid);
   __syncthreads();
   if (tid != sh.n_cand) return;
-  float cum = before;
+  double cum = before;
+  rank = tie_rank;
   for (int i = lo; i < hi; ++i) {
-    if (keys[i] == 0u) continue;
-    cum += expf((val_of(keys[i]) - l_max) * inv_t);
-    if (cum > target) {
+    const float e = weight(i, rank);
+    if (e <= 0.0f) continue;
+    if ((cum += e) > target) {
       *out = i;
       return;
     }
@@ -435,7 +515,8 @@ int sample_max_vocab() {
     const int bytes = optin - static_cast<int>(attr.sharedSizeBytes);
     CUDA_CHECK(
         cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return bytes / static_cast<int>(sizeof(uint32_t));
+    // MassBins' 32-bit halves sum at most 65,535 tokens' weights.
+    return std::min(bytes / static_cast<int>(sizeof(uint32_t)), 65535);
   }();
   return max_vocab;
 }

@@ -5,11 +5,8 @@
 //
 // The logits live in shared memory as keys during the kernel: vocabularies up to
 // sample_max_vocab() tokens (about 55k on Hopper; SmolLM's 49152 fits).
-// Scope: the kept candidate set must fit kSampleMaxCandidates tokens: top-k <= 1024, or (top-k
-// off) the tokens above the min-p cut, or (top-k and min-p off) the top-p set; or nothing is cut
-// at all (top-k off, top-p 1, min-p 0: the walk in id order, core/sampling.h step 8). Otherwise
-// (e.g. top-p 0.9 over a flat distribution of thousands of tokens) the kernel writes -1 and the
-// caller samples on the host (cpu::sample on the logits).
+// Scope: top-k above kSampleMaxCandidates (and below the valid tokens) writes -1 and the caller
+// samples on the host (cpu::sample on the logits); top-k off takes any top-p and min-p.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,8 +23,8 @@ int sample_max_vocab();
 
 // logits: [n] f32 (not modified), n <= sample_max_vocab() (else Error); history: [n_hist] token
 // ids, already cut to the penalty window (may be null when n_hist == 0; ids must be in [0, n): the
-// host checks them); u: the uniform draw in [0, 1); out: 1 int, the sampled id, or -1 when the
-// candidate set exceeds kSampleMaxCandidates.
+// host checks them); u: the uniform draw in [0, 1); out: 1 int, the sampled id, or -1 when
+// top-k exceeds kSampleMaxCandidates.
 void sample(const float* logits, int n, const SamplingParams& p, float u, const int* history,
             int n_hist, int* out, const Launch& s);
 

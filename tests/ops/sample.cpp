@@ -148,43 +148,57 @@ TEST(CudaSample, TiesNaNAndFlatLogits) {
   expect_same_tokens(small, ls, p, {}, "vocab 512, plain temperature");
 }
 
+// Top-k off, the walk in id order: the block sums its ranges in another order than cpu::sample's
+// sequential sum, so a draw may land on another id than the CPU's where the two sums straddle a
+// boundary (several ids apart where the ids between weigh almost nothing). Every GPU pick is
+// checked against the exact (double) distribution over the CPU's kept set instead: a kept id
+// whose cumulative interval in id order holds u within 1e-5 (both float sums are within ~1e-6 of
+// the exact one here; the ids a draw lands on weigh more); and most picks equal the CPU's.
+void expect_picks_in_distribution(GpuSampler& g, const std::vector<float>& l,
+                                  const SamplingParams& p, const std::string& what) {
+  ASSERT_EQ(p.has_penalties(), false);
+  g.set_logits(l);
+  std::vector<int> ids;
+  std::vector<float> probs;
+  cpu::candidates(l.data(), (int)l.size(), p, ids, probs);
+  ASSERT_TRUE(std::is_sorted(ids.begin(), ids.end())) << what << ": not the id-order walk";
+  double lmax = -INFINITY;
+  for (float v : l)
+    if (!std::isnan(v)) lmax = std::max(lmax, (double)v);
+  std::vector<double> cum(ids.size() + 1, 0.0);  // cum[j]: exact weight of the kept ids before j
+  for (size_t j = 0; j < ids.size(); ++j)
+    cum[j + 1] = cum[j] + std::exp((l[ids[j]] - lmax) / p.temp);
+  cpu::SampleScratch s;
+  UniformDraws draws(31);
+  int equal = 0;
+  for (int i = 0; i < 64; ++i) {
+    const float u = i == 0 ? 0.0f : (i == 1 ? std::nextafter(1.0f, 0.0f) : draws.next());
+    const int got = g.sample(p, u, {});
+    const auto it = std::lower_bound(ids.begin(), ids.end(), got);
+    ASSERT_TRUE(it != ids.end() && *it == got)
+        << what << " u " << u << ": id " << got << " is not in the CPU's kept set";
+    const size_t j = it - ids.begin();
+    const double lo = cum[j] / cum.back(), hi = cum[j + 1] / cum.back();
+    EXPECT_GT(hi, lo) << what << " u " << u << ": id " << got << " has no weight";
+    EXPECT_LE(lo, u + 1e-5) << what << " u " << u << ": id " << got;
+    EXPECT_GT(hi, u - 1e-5) << what << " u " << u << ": id " << got;
+    equal += got == cpu::sample(l, p, u, {}, s);
+  }
+  EXPECT_GE(equal, 56) << what;
+}
+
 // Nothing cut (an OpenAI request with only a temperature: top-k off, top-p 1, min-p 0): the walk in
-// id order over the whole vocabulary, on the GPU. The block sums its ranges in another order than
-// cpu::sample's sequential sum, so a draw may land on another id than the CPU's where the two
-// sums straddle a boundary (several ids apart where the ids between weigh almost nothing). Every
-// GPU pick is checked against the exact (double) distribution instead: an id of nonzero weight
-// whose cumulative interval holds u within 1e-5 (both float sums are within ~1e-6 of the exact
-// one here; the ids a draw lands on weigh more); and most picks equal the CPU's.
+// id order over the whole vocabulary, on the GPU.
 TEST(CudaSample, NothingCutWalksTheWholeVocabularyInIdOrder) {
   REQUIRE_GPU_HERE();
   GpuSampler g(kVocab);
   std::vector<float> l = random_logits(kVocab, 9, 3.0f);
   l[17] = std::numeric_limits<float>::quiet_NaN();
   l[kVocab - 1] = -std::numeric_limits<float>::infinity();
-  g.set_logits(l);
   for (const float temp : {0.7f, 1.0f, 1.5f}) {
     SamplingParams p;
     p.temp = temp, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
-    double lmax = -INFINITY;
-    for (float v : l)
-      if (!std::isnan(v)) lmax = std::max(lmax, (double)v);
-    std::vector<double> cum(kVocab + 1, 0.0);  // cum[t]: exact weight of the ids before t
-    for (int t = 0; t < kVocab; ++t)
-      cum[t + 1] = cum[t] + (std::isnan(l[t]) ? 0.0 : std::exp((l[t] - lmax) / temp));
-    cpu::SampleScratch s;
-    UniformDraws draws(31);
-    int equal = 0;
-    for (int i = 0; i < 64; ++i) {
-      const float u = i == 0 ? 0.0f : (i == 1 ? std::nextafter(1.0f, 0.0f) : draws.next());
-      const int got = g.sample(p, u, {});
-      ASSERT_TRUE(got >= 0 && got < kVocab) << "temp " << temp << " u " << u;
-      const double lo = cum[got] / cum[kVocab], hi = cum[got + 1] / cum[kVocab];
-      EXPECT_GT(hi, lo) << "temp " << temp << " u " << u << ": id " << got << " has no weight";
-      EXPECT_LE(lo, u + 1e-5) << "temp " << temp << " u " << u << ": id " << got;
-      EXPECT_GT(hi, u - 1e-5) << "temp " << temp << " u " << u << ": id " << got;
-      equal += got == cpu::sample(l, p, u, {}, s);
-    }
-    EXPECT_GE(equal, 56) << "temp " << temp;
+    expect_picks_in_distribution(g, l, p, "temp " + std::to_string(temp));
   }
   // All -inf: argmax (ties -> lowest id), as greedy.
   std::vector<float> flat(kVocab, -std::numeric_limits<float>::infinity());
@@ -194,38 +208,70 @@ TEST(CudaSample, NothingCutWalksTheWholeVocabularyInIdOrder) {
   EXPECT_EQ(g.sample(p, 0.7f, {}), 0);
 }
 
-// Top-p alone (top-k and min-p off: {"temperature": T, "top_p": P} in OpenAI's API): the set is a
-// prefix of the sorted vocabulary, taken from the first 1,024 ids on the GPU; on peaked logits it
-// fits them and the GPU picks what the CPU picks, on flat logits it does not and the GPU asks for
-// the host (-1).
-TEST(CudaSample, TopPAloneTakesItsSetFromTheFirstIds) {
+// Top-k off with top-p and min-p ({"temperature": T, "top_p": P} in OpenAI's API): the kept set is
+// every token above a logit and the first ids of the ties at it, found on the GPU by radix
+// selects over integer weights, however many tokens it holds: on flat logits (top-p sets of
+// thousands), peaked ones (a few ids), and logits on a grid of 1/8 (thousands of ties, one of
+// which the top-p cut falls inside).
+TEST(CudaSample, TopKOffCutsAtALogitForAnyTopPSet) {
   REQUIRE_GPU_HERE();
   GpuSampler g(kVocab);
-  const std::vector<float> peaked = random_logits(kVocab, 12, 8.0f);
-  for (const float top_p : {0.5f, 0.9f, 0.95f}) {
-    SamplingParams p;
-    p.temp = 0.9f, p.top_k = 0, p.top_p = top_p, p.min_p = 0.0f;
-    expect_same_tokens(g, peaked, p, {}, "top-p alone, peaked");
-  }
-  g.set_logits(random_logits(kVocab, 13, 1.0f));
+  std::vector<float> grid = random_logits(kVocab, 14, 1.5f);
+  for (float& v : grid) v = std::round(v * 8.0f) / 8.0f;
+  grid[5] = std::numeric_limits<float>::quiet_NaN();
+  grid[6] = -std::numeric_limits<float>::infinity();
+  const struct {
+    const char* name;
+    std::vector<float> l;
+  } cases[] = {{"flat", random_logits(kVocab, 13, 1.0f)},
+               {"peaked", random_logits(kVocab, 12, 8.0f)},
+               {"grid", grid}};
+  for (const auto& c : cases)
+    for (const float top_p : {0.5f, 0.9f, 0.95f, 1.0f})
+      for (const float min_p : {0.0f, 0.05f}) {
+        SamplingParams p;
+        p.temp = 0.9f, p.top_k = 0, p.top_p = top_p, p.min_p = min_p;
+        expect_picks_in_distribution(g, c.l, p,
+                                     std::string(c.name) + " top_p " + std::to_string(top_p) +
+                                         " min_p " + std::to_string(min_p));
+      }
+  // The grid's cut falls inside a tie: the kept ties are the lowest ids, a prefix of them.
+  std::vector<int> ids;
+  std::vector<float> probs;
   SamplingParams p;
-  p.top_k = 0, p.top_p = 0.9f, p.min_p = 0.0f;
-  EXPECT_EQ(g.sample(p, 0.5f, {}), -1) << "a top-p set of thousands of tokens";
+  p.temp = 0.9f, p.top_k = 0, p.top_p = 0.9f, p.min_p = 0.0f;
+  cpu::candidates(grid.data(), kVocab, p, ids, probs);
+  float v = INFINITY;
+  for (int id : ids) v = std::min(v, grid[id]);
+  int at_v = 0, kept_at_v = 0, last_kept = -1, first_dropped = kVocab;
+  for (int t = 0; t < kVocab; ++t) {
+    if (grid[t] != v) continue;
+    ++at_v;
+    if (std::binary_search(ids.begin(), ids.end(), t)) {
+      ++kept_at_v;
+      last_kept = t;
+    } else {
+      first_dropped = std::min(first_dropped, t);
+    }
+  }
+  EXPECT_GT(kept_at_v, 0);
+  EXPECT_LT(kept_at_v, at_v) << "the cut is not inside the tie at " << v;
+  EXPECT_LT(last_kept, first_dropped);
 }
 
-TEST(CudaSample, TooManyCandidatesAsksForTheHostPath) {
+TEST(CudaSample, TopKAboveTheLimitAsksForTheHostPath) {
   REQUIRE_GPU_HERE();
   GpuSampler g(kVocab);
   const std::vector<float> l = random_logits(kVocab, 6, 1.0f);
   g.set_logits(l);
   SamplingParams p;
-  p.top_k = 0;
-  p.top_p = 0.9f;
-  p.min_p = 0.0f;  // top-p over the whole vocabulary: every token is a candidate
-  EXPECT_EQ(g.sample(p, 0.5f, {}), -1);
   p.top_p = 1.0f;
   p.top_k = 5000;  // a top-k above the GPU limit
   EXPECT_EQ(g.sample(p, 0.5f, {}), -1);
+  p.top_k = 0;  // no top-k: any top-p set
+  p.top_p = 0.9f;
+  p.min_p = 0.0f;
+  EXPECT_NE(g.sample(p, 0.5f, {}), -1);
   // A vocabulary past the shared-memory limit is an Error, not a silent wrong answer.
   EXPECT_GE(cuda::sample_max_vocab(), kVocab);
   EXPECT_THROW(
@@ -235,11 +281,11 @@ TEST(CudaSample, TooManyCandidatesAsksForTheHostPath) {
 
 // sample_rows: six rows of a logits block in one launch, each with its own parameters, draw,
 // penalty window and output slot (written in reverse order of the rows), against cpu::sample on
-// its row; a row whose candidate set is too large writes -1 in its slot only, and the slots no
+// its row; a row whose top-k is past the GPU's limit writes -1 in its slot only, and the slots no
 // row names keep their poison.
 TEST(CudaSample, RowsInOneLaunchMatchCpuSamplerPerRow) {
   REQUIRE_GPU_HERE();
-  constexpr int kRows = 6, kLd = kVocab + 4;  // a pitch past the row: rows are found by ld
+  constexpr int kRows = 7, kLd = kVocab + 4;  // a pitch past the row: rows are found by ld
   std::vector<float> block((size_t)kRows * kLd, std::numeric_limits<float>::quiet_NaN());
   std::vector<std::vector<float>> rows;
   for (int r = 0; r < kRows; ++r) {
@@ -251,7 +297,8 @@ TEST(CudaSample, RowsInOneLaunchMatchCpuSamplerPerRow) {
   ps[2].top_k = 0, ps[2].min_p = 0.2f;
   ps[3].repeat_penalty = 1.3f, ps[3].presence_penalty = 0.4f, ps[3].frequency_penalty = 0.2f;
   ps[4] = ps[3], ps[4].temp = 0.0f;                         // greedy with penalties
-  ps[5].top_k = 0, ps[5].top_p = 0.9f, ps[5].min_p = 0.0f;  // too many candidates: -1
+  ps[5].top_k = 0, ps[5].top_p = 0.9f, ps[5].min_p = 0.0f;  // top-p alone
+  ps[6].top_k = 5000;                                       // past the GPU's top-k: -1
   std::vector<std::vector<int>> hist(kRows);
   for (int i = 0; i < 100; ++i) hist[3].push_back((i * 7919) % 300);
   for (int i = 0; i < 40; ++i) hist[4].push_back((i * 31) % 50);
@@ -287,7 +334,7 @@ TEST(CudaSample, RowsInOneLaunchMatchCpuSamplerPerRow) {
   cudaFree(d_rows);
   cpu::SampleScratch scratch;
   for (int r = 0; r < kRows; ++r) {
-    const int want = r == 5 ? -1 : cpu::sample(rows[r], ps[r], sr[r].u, hist[r], scratch);
+    const int want = r == 6 ? -1 : cpu::sample(rows[r], ps[r], sr[r].u, hist[r], scratch);
     EXPECT_EQ(got[sr[r].out], want) << "row " << r;
     EXPECT_EQ(got[sr[r].out + 1], 0x7f7f7f7f) << "slot after row " << r << " written";
   }
@@ -315,7 +362,7 @@ TEST(CudaSampleBackend, SampleStepEqualsCpuSampleOnTheSameLogits) {
     if (penalties) {
       p.repeat_penalty = 1.4f;
       p.frequency_penalty = 0.3f;
-      p.top_k = 0;  // the min-p cut alone bounds the candidates
+      p.top_k = 0;  // top-k off: the min-p cut, the walk in id order
     }
     UniformDraws draws(penalties ? 11 : 7);
     cpu::SampleScratch scratch;

@@ -59,90 +59,35 @@ void apply_penalties(float* logits, int n, std::span<const int> history, const S
   }
 }
 
-void candidates(const float* logits, int n, const SamplingParams& p, std::vector<int>& ids,
-                std::vector<float>& probs) {
-  ids.clear();
-  for (int i = 0; i < n; ++i) {
-    if (!std::isnan(logits[i])) ids.push_back(i);
-  }
-  probs.clear();
-  if (ids.empty()) return;
+namespace {
+// Step 5's weight of a logit: exp(l - l_max) in units of 2^-32 (core/sampling.h).
+uint64_t p_weight(float l, float l_max) {
+  return static_cast<uint64_t>(std::exp(l - l_max) * 0x1p32f);
+}
+// Step 5's mass to reach: ceil(top_p * z), at most z.
+uint64_t top_p_target(uint64_t z, float top_p) {
+  return std::min(z, static_cast<uint64_t>(std::ceil(double(top_p) * double(z))));
+}
+
+// Top-k cuts (k below the valid tokens): steps 4-7 on the sorted candidates.
+void sorted_candidates(const float* logits, const SamplingParams& p, std::vector<int>& ids,
+                       std::vector<float>& probs) {
   auto before = [logits](int a, int b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  const size_t k = p.top_k > 0 ? std::min(ids.size(), static_cast<size_t>(p.top_k)) : ids.size();
-  float z_all = -1.0f;  // top-p denominator over every token, when taken before a min-p prefilter
-  if (k < ids.size()) {
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), before);
-    ids.resize(k);
-  } else {
-    // Top-k off: sort only the tokens that can survive, those at or above the min-p cut (min-p
-    // comes last and the top token stays first) or, top-p alone, those above a logit cut that
-    // keeps a little more than top_p of the mass (one pass bins the weights by their distance
-    // below the top logit: a prefix of the sorted order holding the kept set). Sorting a whole
-    // vocabulary per token would dominate sampling; top-p still normalizes over every token.
-    float l_top = -std::numeric_limits<float>::infinity();
-    if (p.min_p > 0.0f || p.top_p < 1.0f)
-      for (int id : ids) l_top = std::max(l_top, logits[id]);
-    if (l_top != -std::numeric_limits<float>::infinity()) {
-      if (p.top_p < 1.0f) {
-        probs.resize(ids.size());
-        z_all = 0.0f;
-        for (size_t i = 0; i < ids.size(); ++i)
-          z_all += probs[i] = std::exp(logits[ids[i]] - l_top);
-      }
-      if (p.min_p > 0.0f) {
-        const float thr = l_top + std::log(p.min_p);
-        std::erase_if(ids, [&](int id) { return logits[id] < thr; });
-      } else {
-        constexpr int kBins = 512;
-        constexpr float kPerUnit = kBins / 32.0f;  // bins cover logits within 32 of the top
-        auto bin_of = [&](float l) {
-          const float d = (l_top - l) * kPerUnit;
-          return d < kBins ? static_cast<int>(d) : kBins;
-        };
-        std::array<double, kBins + 1> mass{};
-        for (size_t i = 0; i < ids.size(); ++i) mass[bin_of(logits[ids[i]])] += probs[i];
-        // 0.1% over top_p: the float sums of the top-p step below then surely reach it inside.
-        const double want = std::min(1.0, 1.001 * p.top_p) * z_all;
-        double acc = 0.0;
-        int b = 0;
-        for (; b < kBins; ++b)
-          if ((acc += mass[b]) >= want) break;
-        if (b < kBins) std::erase_if(ids, [&](int id) { return bin_of(logits[id]) > b; });
-      }
-    }
-    std::sort(ids.begin(), ids.end(), before);
-  }
+  const auto k = static_cast<std::ptrdiff_t>(p.top_k);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
+  ids.resize(static_cast<size_t>(k));
   const float l_max = logits[ids[0]];
-  if (l_max == -std::numeric_limits<float>::infinity()) {
-    // Every logit is -inf: no distribution to speak of; the first candidate is the only pick.
-    ids.resize(1);
-    probs.assign(1, 1.0f);
-    return;
-  }
-
-  // top-p over the softmax without temperature.
   if (p.top_p < 1.0f) {
-    probs.resize(ids.size());
-    float sum = 0.0f;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      probs[i] = std::exp(logits[ids[i]] - l_max);
-      sum += probs[i];
-    }
-    if (z_all >= 0.0f) sum = z_all;
-    float cum = 0.0f;
-    size_t keep = ids.size();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      cum += probs[i] / sum;
-      if (cum >= p.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
+    uint64_t z = 0;
+    for (int id : ids) z += p_weight(logits[id], l_max);
+    const uint64_t target = top_p_target(z, p.top_p);
+    uint64_t cum = 0;
+    size_t keep = 0;
+    while (keep < ids.size() && cum < target) cum += p_weight(logits[ids[keep++]], l_max);
     ids.resize(keep);
   }
-
   // min-p: p_i / p_max >= min_p  <=>  l_i >= l_max + log(min_p).
   if (p.min_p > 0.0f) {
     const float threshold = l_max + std::log(p.min_p);
@@ -150,16 +95,101 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
     while (keep < ids.size() && logits[ids[keep]] >= threshold) ++keep;
     ids.resize(keep);
   }
-
-  // Temperature, then the final distribution.
   probs.resize(ids.size());
   const float inv_t = 1.0f / p.temp;
-  float sum = 0.0f;
+  double sum = 0.0;
   for (size_t i = 0; i < ids.size(); ++i) {
     probs[i] = std::exp((logits[ids[i]] - l_max) * inv_t);
     sum += probs[i];
   }
-  for (float& q : probs) q /= sum;
+  for (float& q : probs) q = static_cast<float>(q / sum);
+}
+
+// Top-p's cut with top-k off: the kept set is every token above logit v and the first `ties`
+// ids at v. The weights are binned by their distance below the top logit (a bin is a run of the
+// sorted order), so only the bin where the mass reaches the target is sorted.
+void top_p_cut(const float* logits, int n, float l_max, float top_p, std::vector<int>& bin_ids,
+               float& v, int& ties) {
+  constexpr int kBins = 512;
+  constexpr float kPerUnit = kBins / 32.0f;  // bins cover logits within 32 of the top
+  auto bin_of = [&](float l) {
+    const float d = (l_max - l) * kPerUnit;
+    return d < kBins ? static_cast<int>(d) : kBins;
+  };
+  std::array<uint64_t, kBins + 1> mass{};
+  uint64_t z = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::isnan(logits[i])) continue;
+    const uint64_t w = p_weight(logits[i], l_max);
+    mass[bin_of(logits[i])] += w;
+    z += w;
+  }
+  const uint64_t target = top_p_target(z, top_p);
+  uint64_t cum = 0;
+  int b = 0;
+  while (cum + mass[b] < target) cum += mass[b++];
+  bin_ids.clear();
+  for (int i = 0; i < n; ++i) {
+    if (!std::isnan(logits[i]) && bin_of(logits[i]) == b) bin_ids.push_back(i);
+  }
+  std::sort(bin_ids.begin(), bin_ids.end(), [logits](int a, int c) {
+    return logits[a] > logits[c] || (logits[a] == logits[c] && a < c);
+  });
+  ties = 0;
+  for (int id : bin_ids) {
+    ties = logits[id] == v ? ties + 1 : 1;
+    v = logits[id];
+    if ((cum += p_weight(v, l_max)) >= target) return;
+  }
+}
+}  // namespace
+
+void candidates(const float* logits, int n, const SamplingParams& p, std::vector<int>& ids,
+                std::vector<float>& probs) {
+  ids.clear();
+  probs.clear();
+  int valid = 0, first = -1;
+  float l_max = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) {
+    if (std::isnan(logits[i])) continue;
+    if (first < 0) first = i;
+    ++valid;
+    l_max = std::max(l_max, logits[i]);
+  }
+  if (valid == 0) return;
+  if (l_max == -std::numeric_limits<float>::infinity()) {
+    // Every logit is -inf: no distribution to speak of; the lowest id is the only pick.
+    ids.assign(1, first);
+    probs.assign(1, 1.0f);
+    return;
+  }
+  if (p.top_k > 0 && p.top_k < valid) {
+    for (int i = 0; i < n; ++i) {
+      if (!std::isnan(logits[i])) ids.push_back(i);
+    }
+    sorted_candidates(logits, p, ids, probs);
+    return;
+  }
+  // Top-k off: top-p and min-p cut the sorted order at a logit (ties at top-p's in id order), and
+  // the walk goes in id order over the kept tokens of nonzero weight (step 8).
+  float v = -std::numeric_limits<float>::infinity();
+  int ties = std::numeric_limits<int>::max();
+  if (p.top_p < 1.0f) top_p_cut(logits, n, l_max, p.top_p, ids, v, ties);
+  const float min_l = p.min_p > 0.0f ? l_max + std::log(p.min_p) : v;
+  ids.clear();
+  const float inv_t = 1.0f / p.temp;
+  double sum = 0.0;  // tens of thousands of terms: a float sum drifts by whole token widths
+  for (int i = 0; i < n; ++i) {
+    const float l = logits[i];
+    if (!(l >= v && l >= min_l)) continue;  // NaN fails too
+    if (l == v && ties-- <= 0) continue;
+    const float e = std::exp((l - l_max) * inv_t);
+    if (e == 0.0f) continue;
+    ids.push_back(i);
+    probs.push_back(e);
+    sum += e;
+  }
+  for (float& q : probs) q = static_cast<float>(q / sum);
 }
 
 int sample(std::span<const float> logits, const SamplingParams& p, float u,
@@ -173,44 +203,14 @@ int sample(std::span<const float> logits, const SamplingParams& p, float u,
     l = s.logits.data();
   }
   if (p.greedy()) return greedy_pick(l, n);
-  if (p.top_p >= 1.0f && p.min_p <= 0.0f) {
-    // Nothing cut when top-k is off or keeps every valid token: the walk in id order (step 8).
-    int valid = 0;
-    float l_max = -std::numeric_limits<float>::infinity();
-    for (int i = 0; i < n; ++i) {
-      if (std::isnan(l[i])) continue;
-      ++valid;
-      l_max = std::max(l_max, l[i]);
-    }
-    if (valid == 0) return 0;  // all NaN: same answer as argmax
-    if (p.top_k <= 0 || p.top_k >= valid) {
-      if (l_max == -std::numeric_limits<float>::infinity()) return greedy_pick(l, n);
-      const float inv_t = 1.0f / p.temp;
-      float total = 0.0f;
-      int last = 0;
-      for (int i = 0; i < n; ++i) {
-        if (std::isnan(l[i])) continue;
-        const float e = std::exp((l[i] - l_max) * inv_t);
-        total += e;
-        if (e > 0.0f) last = i;  // rounding leaving no crossing: the last id of nonzero weight
-      }
-      const float target = u * total;
-      float cum = 0.0f;
-      for (int i = 0; i < n; ++i) {
-        if (std::isnan(l[i])) continue;
-        cum += std::exp((l[i] - l_max) * inv_t);
-        if (cum > target) return i;
-      }
-      return last;
-    }
-  }
   candidates(l, n, p, s.ids, s.probs);
   if (s.ids.empty()) return 0;  // all NaN: same answer as argmax
   // probs sum to 1 up to rounding; compare against u * (their actual sum) so u -> 1 stays inside.
-  float total = 0.0f;
+  // Double sums: a float sum over a vocabulary drifts by more than a token's width.
+  double total = 0.0;
   for (float q : s.probs) total += q;
-  const float target = u * total;
-  float cum = 0.0f;
+  const double target = u * total;
+  double cum = 0.0;
   for (size_t i = 0; i < s.ids.size(); ++i) {
     cum += s.probs[i];
     if (cum > target) return s.ids[i];

@@ -12,7 +12,7 @@ namespace smolrt::cpu {
 // Reusable buffers so a decode loop does not allocate per token.
 struct SampleScratch {
   std::vector<float> logits;  // [n_vocab] penalized copy of the input logits
-  std::vector<int> ids;       // kept candidate ids, in pipeline order (logit desc, id asc)
+  std::vector<int> ids;       // kept candidate ids, in the walk order (core/sampling.h step 8)
   std::vector<float> probs;   // probabilities of `ids` after temperature, summing to 1
   std::vector<int> window;    // sorted copy of the penalty window
 };
@@ -26,9 +26,9 @@ std::span<const int> penalty_window(std::span<const int> history, const Sampling
 void apply_penalties(float* logits, int n, std::span<const int> history, const SamplingParams& p,
                      std::vector<int>& window);
 
-// Steps 3-7 on already-penalized logits (temp must be > 0): fills ids (kept candidates in
-// order) and probs (their post-temperature probabilities, sum 1). At least one candidate is
-// kept unless every logit is NaN (then ids is empty).
+// Steps 3-7 on already-penalized logits (temp must be > 0): fills ids (kept candidates in the
+// walk order of step 8) and probs (their post-temperature probabilities, sum 1). At least one
+// candidate is kept unless every logit is NaN (then ids is empty).
 void candidates(const float* logits, int n, const SamplingParams& p, std::vector<int>& ids,
                 std::vector<float>& probs);
 
