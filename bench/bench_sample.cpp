@@ -1,9 +1,10 @@
-// Sampling cost per token over a SmolLM-sized vocabulary (49152 logits ~ N(0, 3)): the CPU
+// Sampling cost per token over a vocabulary of logits ~ N(0, 3) (SmolLM's 49,152 unless --vocab;
+// Gemma 3's 262,144 takes the GPU kernel's scratch-keys path): the CPU
 // sampler (cpu::sample) and, in CUDA builds with a GPU, the GPU kernel (cuda::sample, timed with
 // CUDA events, 4-byte result). Validates first: GPU and CPU pick the same tokens for the same
 // draws. Reports median [min, max] microseconds over runs after a warm-up.
 //
-//   build/bench_sample [--runs N]
+//   build/bench_sample [--runs N] [--vocab N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,11 +41,13 @@ void report(const char* what, const char* name, std::vector<double> us) {
 
 int main(int argc, char** argv) {
   int runs = 50;
+  int n = 49152;  // SmolLM's vocabulary; Gemma 3's is 262,144
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--vocab") == 0 && i + 1 < argc) n = std::atoi(argv[++i]);
   }
   if (runs < 1) runs = 1;
-  const int n = 49152;
+  if (n < 64) n = 64;
   std::vector<float> logits(n);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -98,6 +101,9 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaMalloc(&d_logits, n * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&d_hist, hist.size() * sizeof(int)));
   CUDA_CHECK(cudaMalloc(&d_out, sizeof(int)));
+  uint32_t* d_scratch = nullptr;
+  const size_t scratch_words = smolrt::cuda::sample_scratch_words(n, 1);
+  if (scratch_words > 0) CUDA_CHECK(cudaMalloc(&d_scratch, scratch_words * sizeof(uint32_t)));
   CUDA_CHECK(cudaMemcpy(d_logits, logits.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_hist, hist.data(), hist.size() * sizeof(int), cudaMemcpyHostToDevice));
   cudaEvent_t e0, e1;
@@ -111,7 +117,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r <= runs; ++r) {
       const float u = draws.next();
       CUDA_CHECK(cudaEventRecord(e0));
-      smolrt::cuda::sample(d_logits, n, c.p, u, d_hist, c.n_hist, d_out, nullptr);
+      smolrt::cuda::sample(d_logits, n, c.p, u, d_hist, c.n_hist, d_out, d_scratch, nullptr);
       CUDA_CHECK(cudaEventRecord(e1));
       CUDA_CHECK(cudaEventSynchronize(e1));
       float ms = 0;

@@ -56,13 +56,28 @@ __device__ __forceinline__ unsigned long long top_p_target(unsigned long long z,
   return t < z ? t : z;
 }
 
-// A bin's mass as two 32-bit sums of a weight's 16-bit halves (w <= 2^32, so each half is at
-// most 2^16 and a vocabulary below 2^16 tokens never overflows them): 32-bit shared atomics are
-// native, 64-bit adds are compare-and-swap loops that stall under contention.
+// A bin's mass as kParts 32-bit sums of pieces of each weight (w <= 2^32): two 16-bit pieces
+// hold vocabularies below 2^16 tokens, three 11-bit ones below 2^21 (kSampleMaxVocab). 32-bit
+// shared atomics are native; 64-bit adds are compare-and-swap loops that stall under contention.
 struct MassBins {
-  uint32_t lo[256], hi[256];
+  uint32_t part[3][256];
+  static constexpr __host__ __device__ int bits(int parts) { return parts == 2 ? 16 : 11; }
+  template <int kParts>
+  __device__ void add(uint32_t b, unsigned long long w) {
+    constexpr unsigned long long kMask = (1ull << bits(kParts)) - 1;
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) {
+      const unsigned long long piece = w >> (j * bits(kParts));
+      atomicAdd(&part[j][b], static_cast<uint32_t>(j + 1 < kParts ? piece & kMask : piece));
+    }
+  }
+  template <int kParts>
   __device__ unsigned long long at(int b) const {
-    return (static_cast<unsigned long long>(hi[b]) << 16) + lo[b];
+    unsigned long long m = 0;
+#pragma unroll
+    for (int j = 0; j < kParts; ++j)
+      m += static_cast<unsigned long long>(part[j][b]) << (j * bits(kParts));
+    return m;
   }
 };
 
@@ -101,16 +116,21 @@ struct Shared {
 };
 
 __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh);
+template <int kParts>
 __device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p, Shared& sh);
 __device__ void pick_in_id_order(const uint32_t* keys, int n, float l_max, float inv_t, float u,
                                  uint32_t cut, uint32_t tie_key, int ties_in, Shared& sh, int* out);
 __device__ bool top_k_fast(const uint32_t* keys, int n, int k_eff, Shared& sh);
 
-// One block per SM (the keys fill its shared memory): registers need not leave room for two.
+// The keys in shared memory (kSharedKeys: vocabularies up to sample_shared_vocab()) or in a
+// global scratch row of the block's own (larger ones, read from L2). One block per SM either way
+// (shared memory or the register file is full): registers need not leave room for a second.
+template <bool kSharedKeys>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(const float* __restrict__ logits_base, int ld, int n,
                   const SampleRow* __restrict__ rows, SampleRow one,
-                  const int* __restrict__ history, int* __restrict__ outs) {
+                  const int* __restrict__ history, int* __restrict__ outs,
+                  uint32_t* __restrict__ scratch) {
   // This block's row: rows[blockIdx.x] (sample_rows), or the one passed by value (sample).
   const SampleRow r = rows != nullptr ? rows[blockIdx.x] : one;
   const float* __restrict__ logits = logits_base + (size_t)r.logits_row * ld;
@@ -119,7 +139,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int* __restrict__ hist = history + r.hist_off;
   const int n_hist = r.n_hist;
   int* const out = outs + r.out;
-  extern __shared__ uint32_t keys[];  // [n]
+  extern __shared__ uint32_t shared_keys[];
+  uint32_t* const keys = kSharedKeys ? shared_keys : scratch + size_t(blockIdx.x) * n;  // [n]
   __shared__ Shared sh;
   const int tid = threadIdx.x;
 
@@ -188,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t cut = 1u, tie_key = 0u;  // 0: no tie cut (no valid key is 0)
     int ties_in = 0;
     if (p.top_p < 1.0f) {
-      top_p_cut(keys, n, l_max, p.top_p, sh);
+      top_p_cut<kSharedKeys ? 2 : 3>(keys, n, l_max, p.top_p, sh);
       cut = tie_key = sh.prefix;
       ties_in = sh.k_rem;
     }
@@ -336,12 +357,16 @@ struct MaxInt {
 // Returns it in sh.prefix and in sh.k_rem how many of the tokens at it enter, in id order (they
 // weigh the same). Integer weights: the bins sum the same in any order, so the cut is
 // deterministic and equals the CPU's for equal weights.
+template <int kParts>
 __device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p, Shared& sh) {
   const int tid = threadIdx.x;
   MassBins& mass = sh.mass;
   uint32_t prefix = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = tid; b < 256; b += kThreads) mass.lo[b] = mass.hi[b] = 0u;
+    for (int b = tid; b < 256; b += kThreads) {
+#pragma unroll
+      for (int j = 0; j < kParts; ++j) mass.part[j][b] = 0u;
+    }
     __syncthreads();
     const uint32_t high_mask = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
     // Plain shared atomics: aggregating a warp's lanes of one bin first (ballot, two reductions)
@@ -352,8 +377,7 @@ __device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p,
       const unsigned long long w = key_weight(k, l_max);
       if (w == 0) continue;
       const uint32_t b = (k >> shift) & 255u;
-      atomicAdd(&mass.lo[b], static_cast<uint32_t>(w & 0xFFFFu));
-      atomicAdd(&mass.hi[b], static_cast<uint32_t>(w >> 16));
+      mass.add<kParts>(b, w);
     }
     __syncthreads();
     if (tid < 32) {
@@ -361,7 +385,7 @@ __device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p,
       // finds the one where the mass from the top reaches what is still to reach, and that lane
       // walks its eight bins.
       unsigned long long s = 0;
-      for (int j = 0; j < 8; ++j) s += mass.at(255 - 8 * tid - j);
+      for (int j = 0; j < 8; ++j) s += mass.at<kParts>(255 - 8 * tid - j);
       unsigned long long rem = sh.mass_rem;
       if (shift == 24) {  // the first pass bins every token: the target from their sum
         unsigned long long z = s;
@@ -379,7 +403,7 @@ __device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p,
         rem -= incl - s;
         int d = 255 - 8 * tid;
         for (int j = 0; j < 7; ++j, --d) {
-          const unsigned long long m = mass.at(d);
+          const unsigned long long m = mass.at<kParts>(d);
           if (m >= rem) break;
           rem -= m;
         }
@@ -505,51 +529,65 @@ __device__ bool top_k_fast(const uint32_t* keys, int n, int k_eff, Shared& sh) {
 
 }  // namespace
 
-int sample_max_vocab() {
+int sample_shared_vocab() {
   static const int max_vocab = [] {
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, sample_kernel));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, sample_kernel<true>));
     const int bytes = optin - static_cast<int>(attr.sharedSizeBytes);
-    CUDA_CHECK(
-        cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    // MassBins' 32-bit halves sum at most 65,535 tokens' weights.
+    CUDA_CHECK(cudaFuncSetAttribute(sample_kernel<true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    // MassBins' two 16-bit pieces (the shared-keys kernel's) sum at most 65,535 weights.
     return std::min(bytes / static_cast<int>(sizeof(uint32_t)), 65535);
   }();
   return max_vocab;
 }
 
+size_t sample_scratch_words(int n, int rows) {
+  return n <= sample_shared_vocab() ? 0 : size_t(n) * size_t(rows);
+}
+
+namespace {
+void launch(const char* what, const float* logits, int ld, int n, const SampleRow* rows,
+            const SampleRow& one, int count, const int* history, int* out, uint32_t* scratch,
+            const Launch& s) {
+  if (n > kSampleMaxVocab) {
+    fail(what, ": a vocabulary of ", n, " tokens exceeds the GPU sampler's ", kSampleMaxVocab,
+         "; sample on the host instead");
+  }
+  if (n <= sample_shared_vocab()) {
+    sample_kernel<true><<<count, kThreads, n * sizeof(uint32_t), s.stream>>>(
+        logits, ld, n, rows, one, history, out, nullptr);
+  } else {
+    if (!scratch) {
+      fail(what, ": a vocabulary of ", n, " tokens needs a scratch of sample_scratch_words()");
+    }
+    sample_kernel<false>
+        <<<count, kThreads, 0, s.stream>>>(logits, ld, n, rows, one, history, out, scratch);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
 void sample(const float* logits, int n, const SamplingParams& p, float u, const int* history,
-            int n_hist, int* out, const Launch& s) {
+            int n_hist, int* out, uint32_t* scratch, const Launch& s) {
   if (!logits || !out || n <= 0 || n_hist < 0 || (n_hist > 0 && !history)) {
     fail("cuda::sample: null pointer or bad size (n=", n, ", n_hist=", n_hist, ")");
   }
-  if (n > sample_max_vocab()) {
-    fail("cuda::sample: a vocabulary of ", n, " tokens exceeds the GPU sampler's ",
-         sample_max_vocab(), " (shared memory); sample on the host instead");
-  }
   SampleRow one;
   one.p = p, one.u = u, one.n_hist = n_hist;
-  sample_kernel<<<1, kThreads, n * sizeof(uint32_t), s.stream>>>(logits, n, n, nullptr, one,
-                                                                 history, out);
-  CUDA_CHECK_LAUNCH();
+  launch("cuda::sample", logits, n, n, nullptr, one, 1, history, out, scratch, s);
 }
 
 void sample_rows(const float* logits, int ld, int n, const SampleRow* rows, int count,
-                 const int* history, int* out, const Launch& s) {
+                 const int* history, int* out, uint32_t* scratch, const Launch& s) {
   if (count == 0) return;
   if (!logits || !rows || !out || n <= 0 || ld < n || count < 0) {
     fail("cuda::sample_rows: null pointer or bad size (n=", n, ", ld=", ld, ", rows=", count, ")");
   }
-  if (n > sample_max_vocab()) {
-    fail("cuda::sample_rows: a vocabulary of ", n, " tokens exceeds the GPU sampler's ",
-         sample_max_vocab(), " (shared memory); sample on the host instead");
-  }
-  sample_kernel<<<count, kThreads, n * sizeof(uint32_t), s.stream>>>(logits, ld, n, rows,
-                                                                     SampleRow{}, history, out);
-  CUDA_CHECK_LAUNCH();
+  launch("cuda::sample_rows", logits, ld, n, rows, SampleRow{}, count, history, out, scratch, s);
 }
 
 }  // namespace smolrt::cuda

@@ -42,15 +42,19 @@ struct GpuSampler {
   int n;
   float* logits = nullptr;
   int *hist = nullptr, *out = nullptr;
+  uint32_t* scratch = nullptr;  // the keys, past the shared-memory vocabulary
   explicit GpuSampler(int n_) : n(n_) {
     CUDA_CHECK(cudaMalloc(&logits, n * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&hist, 8192 * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&out, sizeof(int)));
+    if (const size_t words = cuda::sample_scratch_words(n, 1))
+      CUDA_CHECK(cudaMalloc(&scratch, words * sizeof(uint32_t)));
   }
   ~GpuSampler() {
     cudaFree(logits);
     cudaFree(hist);
     cudaFree(out);
+    cudaFree(scratch);
   }
   void set_logits(const std::vector<float>& l) {
     CUDA_CHECK(cudaMemcpy(logits, l.data(), n * sizeof(float), cudaMemcpyHostToDevice));
@@ -61,7 +65,7 @@ struct GpuSampler {
       CUDA_CHECK(cudaMemcpy(hist, w.data(), w.size() * sizeof(int), cudaMemcpyHostToDevice));
     }
     CUDA_CHECK(cudaMemset(out, 0x7f, sizeof(int)));  // poison: a huge id
-    cuda::sample(logits, n, p, u, hist, static_cast<int>(w.size()), out, nullptr);
+    cuda::sample(logits, n, p, u, hist, static_cast<int>(w.size()), out, scratch, nullptr);
     int r = 0;
     CUDA_CHECK(cudaMemcpy(&r, out, sizeof(int), cudaMemcpyDeviceToHost));
     return r;
@@ -272,11 +276,72 @@ TEST(CudaSample, TopKAboveTheLimitAsksForTheHostPath) {
   p.top_p = 0.9f;
   p.min_p = 0.0f;
   EXPECT_NE(g.sample(p, 0.5f, {}), -1);
-  // A vocabulary past the shared-memory limit is an Error, not a silent wrong answer.
-  EXPECT_GE(cuda::sample_max_vocab(), kVocab);
-  EXPECT_THROW(
-      cuda::sample(g.logits, cuda::sample_max_vocab() + 1, p, 0.5f, nullptr, 0, g.out, nullptr),
-      Error);
+  // A vocabulary past the sampler's limit, or past shared memory without a scratch, is an Error,
+  // not a silent wrong answer.
+  EXPECT_GE(cuda::sample_shared_vocab(), kVocab);
+  EXPECT_EQ(cuda::sample_scratch_words(kVocab, 4), 0u);
+  EXPECT_THROW(cuda::sample(g.logits, cuda::kSampleMaxVocab + 1, p, 0.5f, nullptr, 0, g.out,
+                            g.scratch, nullptr),
+               Error);
+  EXPECT_THROW(cuda::sample(g.logits, cuda::sample_shared_vocab() + 1, p, 0.5f, nullptr, 0, g.out,
+                            nullptr, nullptr),
+               Error);
+}
+
+// Gemma 3's vocabulary (262,144 tokens) passes shared memory: the keys live in a global scratch
+// row per block, and top-p's radix select sums its weights in three 11-bit pieces. The same
+// checks as on SmolLM's vocabulary: the sorted (top-k) path equal to the CPU's picks, the id-order
+// walk against the exact distribution over the CPU's kept set, penalties; and a two-row launch
+// whose blocks keep to their own scratch rows.
+TEST(CudaSample, ALargeVocabularyKeepsItsKeysInAScratch) {
+  REQUIRE_GPU_HERE();
+  constexpr int kBig = 262144;
+  ASSERT_GT(kBig, cuda::sample_shared_vocab());
+  ASSERT_EQ(cuda::sample_scratch_words(kBig, 3), size_t(3) * kBig);
+  GpuSampler g(kBig);
+  const std::vector<float> l = random_logits(kBig, 15, 2.0f);
+  std::vector<int> hist;
+  for (int i = 0; i < 64; ++i) hist.push_back((i * 40503) % kBig);
+  SamplingParams p;  // llama.cpp's defaults: top-k 40
+  expect_same_tokens(g, l, p, {}, "defaults, 262k");
+  p.repeat_penalty = 1.3f, p.presence_penalty = 0.4f;
+  expect_same_tokens(g, l, p, hist, "penalties, 262k");
+  for (const float top_p : {0.9f, 1.0f}) {
+    p = SamplingParams{};
+    p.top_k = 0, p.top_p = top_p, p.min_p = 0.0f;
+    expect_picks_in_distribution(g, l, p, "top-k off, top_p " + std::to_string(top_p) + ", 262k");
+  }
+
+  constexpr int kRows = 2;
+  std::vector<float> block((size_t)kRows * kBig);
+  std::copy(l.begin(), l.end(), block.begin());
+  const std::vector<float> l2 = random_logits(kBig, 16, 4.0f);
+  std::copy(l2.begin(), l2.end(), block.begin() + kBig);
+  std::vector<cuda::SampleRow> sr(kRows);
+  sr[0].p.top_k = 0, sr[0].p.top_p = 0.8f, sr[0].p.min_p = 0.0f, sr[0].u = 0.37f;
+  sr[1].u = 0.61f, sr[1].logits_row = 1, sr[1].out = 1;
+  float* d_block = nullptr;
+  int* d_out = nullptr;
+  uint32_t* d_scratch = nullptr;
+  cuda::SampleRow* d_rows = nullptr;
+  CUDA_CHECK(cudaMalloc(&d_block, block.size() * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&d_out, kRows * sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&d_scratch, cuda::sample_scratch_words(kBig, kRows) * sizeof(uint32_t)));
+  CUDA_CHECK(cudaMalloc(&d_rows, kRows * sizeof(cuda::SampleRow)));
+  CUDA_CHECK(
+      cudaMemcpy(d_block, block.data(), block.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_CHECK(
+      cudaMemcpy(d_rows, sr.data(), kRows * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice));
+  cuda::sample_rows(d_block, kBig, kBig, d_rows, kRows, nullptr, d_out, d_scratch, nullptr);
+  int got[kRows] = {};
+  CUDA_CHECK(cudaMemcpy(got, d_out, sizeof(got), cudaMemcpyDeviceToHost));
+  cudaFree(d_block);
+  cudaFree(d_out);
+  cudaFree(d_scratch);
+  cudaFree(d_rows);
+  cpu::SampleScratch s;
+  EXPECT_EQ(got[0], cpu::sample(l, sr[0].p, sr[0].u, {}, s));
+  EXPECT_EQ(got[1], cpu::sample(l2, sr[1].p, sr[1].u, {}, s));
 }
 
 // sample_rows: six rows of a logits block in one launch, each with its own parameters, draw,
@@ -325,7 +390,7 @@ TEST(CudaSample, RowsInOneLaunchMatchCpuSamplerPerRow) {
   CUDA_CHECK(
       cudaMemcpy(d_rows, sr.data(), kRows * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemset(d_out, 0x7f, 2 * kRows * sizeof(int)));  // poison: a huge id
-  cuda::sample_rows(d_logits, kLd, kVocab, d_rows, kRows, d_hist, d_out, nullptr);
+  cuda::sample_rows(d_logits, kLd, kVocab, d_rows, kRows, d_hist, d_out, nullptr, nullptr);
   std::vector<int> got(2 * kRows);
   CUDA_CHECK(cudaMemcpy(got.data(), d_out, got.size() * sizeof(int), cudaMemcpyDeviceToHost));
   cudaFree(d_logits);
@@ -338,10 +403,11 @@ TEST(CudaSample, RowsInOneLaunchMatchCpuSamplerPerRow) {
     EXPECT_EQ(got[sr[r].out], want) << "row " << r;
     EXPECT_EQ(got[sr[r].out + 1], 0x7f7f7f7f) << "slot after row " << r << " written";
   }
-  EXPECT_NO_THROW(cuda::sample_rows(nullptr, kVocab, kVocab, nullptr, 0, nullptr, nullptr,
+  EXPECT_NO_THROW(cuda::sample_rows(nullptr, kVocab, kVocab, nullptr, 0, nullptr, nullptr, nullptr,
                                     nullptr));  // no rows: no launch
-  EXPECT_THROW(cuda::sample_rows(d_logits, kVocab - 1, kVocab, d_rows, 1, nullptr, d_out, nullptr),
-               Error);  // a pitch below the row
+  EXPECT_THROW(
+      cuda::sample_rows(d_logits, kVocab - 1, kVocab, d_rows, 1, nullptr, d_out, nullptr, nullptr),
+      Error);  // a pitch below the row
 }
 
 // The CUDA backend's sampling step (GPU kernel, 4-byte readback) picks what cpu::sample picks on

@@ -274,10 +274,11 @@ class CudaBatchBackend final : public BatchBackend {
   int* out1_ = nullptr;           // [2] one-row steps' chosen ids, by parity (pinned)
   // Where a step of bucket nb writes its chosen ids (par: a one-row step's id slot).
   int* ids_out(int nb, int par) const { return nb == 1 ? out1_ + par : out_host_; }
-  cudaEvent_t done_[2] = {};                     // after the one-row step of each parity
-  int par_ = 0;                                  // parity of the last one-row step launched
-  int* d_hist_ = nullptr;                        // penalty windows of the sampled rows
-  cuda::SampleRow* d_sample_rows_ = nullptr;     // [max_seqs] a step's sampled rows
+  cudaEvent_t done_[2] = {};                  // after the one-row step of each parity
+  int par_ = 0;                               // parity of the last one-row step launched
+  int* d_hist_ = nullptr;                     // penalty windows of the sampled rows
+  cuda::SampleRow* d_sample_rows_ = nullptr;  // [max_seqs] a step's sampled rows
+  uint32_t* d_sample_keys_ = nullptr;         // their keys when the vocabulary passes shared memory
   cuda::SampleRow* sample_rows_host_ = nullptr;  // their pinned staging
   uint32_t* d_masks_ = nullptr;  // [max_seqs][mask_words_] allowed-token masks of a step
   uint32_t* masks_host_ = nullptr;
@@ -410,6 +411,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
     // penalty windows: one per sampled row, at most one row per sequence
     d_hist_ = cv.take<int>(size_t(std::min(cap, opt.max_seqs)) * seq_ctx);
     d_sample_rows_ = cv.take<cuda::SampleRow>(size_t(std::min(cap, opt.max_seqs)));
+    d_sample_keys_ =
+        cv.take<uint32_t>(cuda::sample_scratch_words(c_.vocab_size, std::min(cap, opt.max_seqs)));
     d_partials_ =
         cv.take<float>(size_t(cap) * c_.n_heads * cuda::kAttnPagedSplits * (c_.head_dim + 2));
     d_counters_ = cv.take<int>(size_t(cap) * c_.n_kv_heads);
@@ -700,8 +703,9 @@ void CudaBatchBackend::warm_up() {
     stage(1, 1, false);
     launch(1, 1, Shape{}, par);
   }
-  if (c_.vocab_size <= cuda::sample_max_vocab()) {
-    cuda::sample(ws_.logits, c_.vocab_size, SamplingParams{}, 0.5f, nullptr, 0, out1_, kernels());
+  if (c_.vocab_size <= cuda::kSampleMaxVocab) {
+    cuda::sample(ws_.logits, c_.vocab_size, SamplingParams{}, 0.5f, nullptr, 0, out1_,
+                 d_sample_keys_, kernels());
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -1011,8 +1015,8 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
   launch(nb, mb, Shape{splits, masked, chunks, n_groups > 0}, par);
 
   // Rows that sample with more than argmax: the GPU sampler, one block per row in one launch
-  // (the rows and their penalty windows staged in one copy each); a row it cannot take (vocab or
-  // candidates past its limits: -1) samples on the host.
+  // (the rows and their penalty windows staged in one copy each); a row it cannot take (a top-k
+  // past kSampleMaxCandidates: -1) samples on the host.
   const int V = c_.vocab_size;
   std::vector<int> hist_off(batch.size(), 0);
   size_t hist_n = 0;
@@ -1034,7 +1038,7 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
     }
     CUDA_CHECK(cudaMemcpyAsync(d_hist_, hh, sizeof(int) * hist_n, cudaMemcpyHostToDevice, stream_));
   }
-  const bool gpu_sampler = V <= cuda::sample_max_vocab();
+  const bool gpu_sampler = V <= cuda::kSampleMaxVocab;
   if (gpu_sampler) {
     int n_sampled = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -1050,7 +1054,8 @@ std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
       CUDA_CHECK(cudaMemcpyAsync(d_sample_rows_, sample_rows_host_,
                                  sizeof(cuda::SampleRow) * size_t(n_sampled),
                                  cudaMemcpyHostToDevice, stream_));
-      cuda::sample_rows(ws_.logits, V, V, d_sample_rows_, n_sampled, d_hist_, out, kernels());
+      cuda::sample_rows(ws_.logits, V, V, d_sample_rows_, n_sampled, d_hist_, out, d_sample_keys_,
+                        kernels());
     }
   }
   // Logits asked for: one copy per entry into pinned memory, in the stream before the wait.
