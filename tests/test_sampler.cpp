@@ -278,6 +278,28 @@ TEST(SamplerPick, NaNLogitsAreNeverSampled) {
   }
 }
 
+// An infinite top logit leaves no distribution (exp(l - l_max) is NaN at +inf): the lowest id at
+// it is the pick, as greedy's, for every draw and filter; -inf elsewhere is never drawn.
+TEST(SamplerPick, AnInfiniteTopLogitIsThePick) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> plus = {0.5f, nan, inf, 3.0f, inf, -inf};
+  const std::vector<float> minus = {nan, -inf, -inf, nan};
+  cpu::SampleScratch s;
+  for (const int top_k : {0, 2, 40})
+    for (const float top_p : {1.0f, 0.9f})
+      for (const float min_p : {0.0f, 0.1f})
+        for (const float u : {0.0f, 0.5f, 0.999f}) {
+          SamplingParams p = plain();
+          p.top_k = top_k, p.top_p = top_p, p.min_p = min_p;
+          EXPECT_EQ(cpu::sample(plus, p, u, {}, s), 2) << top_k << " " << top_p << " " << min_p;
+          EXPECT_EQ(cpu::sample(minus, p, u, {}, s), 1) << top_k << " " << top_p << " " << min_p;
+        }
+  SamplingParams p = plain();
+  p.temp = 0.0f;
+  EXPECT_EQ(cpu::sample(plus, p, 0.5f, {}, s), 2);  // greedy agrees
+}
+
 // An independent, naive implementation of backend/sampling.h steps 1-7 on a small vocabulary.
 std::vector<double> reference_probs(std::vector<float> l, const std::vector<int>& hist,
                                     const SamplingParams& p) {

@@ -8,7 +8,9 @@
 //      token t seen c times: l[t] = l[t] > 0 ? l[t] / repeat_penalty : l[t] * repeat_penalty;
 //      then l[t] -= c * frequency_penalty + presence_penalty.
 //   2. temp <= 0: greedy, argmax of the penalized logits (ties -> lowest id; NaN never wins).
-//   3. candidates ordered by (logit descending, id ascending); NaN logits are dropped.
+//   3. candidates ordered by (logit descending, id ascending); NaN logits are dropped. When the
+//      largest logit is infinite (+inf anywhere, or -inf everywhere) the lowest id at it is the
+//      pick, as greedy's.
 //   4. top-k (k > 0): keep the first k.
 //   5. top-p (< 1): weights w_i = exp(l_i - l_max) over the kept candidates (no temperature),
 //      in integer units of 2^-32 (truncated) so every summation order gives the same sums; keep

@@ -157,8 +157,10 @@ void candidates(const float* logits, int n, const SamplingParams& p, std::vector
     l_max = std::max(l_max, logits[i]);
   }
   if (valid == 0) return;
-  if (l_max == -std::numeric_limits<float>::infinity()) {
-    // Every logit is -inf: no distribution to speak of; the lowest id is the only pick.
+  if (std::isinf(l_max)) {
+    // Every logit -inf, or some +inf (exp(l - l_max) is NaN there): no distribution to speak of;
+    // the lowest id at l_max is the only pick, as greedy's.
+    while (logits[first] != l_max) ++first;
     ids.assign(1, first);
     probs.assign(1, 1.0f);
     return;
