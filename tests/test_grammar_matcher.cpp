@@ -140,6 +140,25 @@ TEST(GrammarMatcherVocab, MaskIdsAreSharedStableAndDeduplicated) {
   (void)ic;
 }
 
+// A grammar so ambiguous that its stacks multiply with every byte (a rule that can match nothing,
+// calling itself twice per byte, "." matching any byte) would take seconds per mask over a real
+// vocabulary; past the matcher's work limit it is a GrammarError naming the cause, and an
+// unambiguous grammar of the same language is not.
+TEST(GrammarMatcherVocab, AGrammarPastTheWorkLimitIsAnError) {
+  REQUIRE_VOCAB(v);
+  const auto bad = compile(parse_gbnf("root ::= a \".\"\na ::= | \"x\" a a | . a a | \"\""), v);
+  GrammarMatcher m(bad);
+  try {
+    m.mask();
+    ADD_FAILURE() << "no error";
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
+  GrammarMatcher ok(compile(parse_gbnf("root ::= [^\\x00]* \".\""), v));
+  EXPECT_NE(ok.mask(), nullptr);
+  EXPECT_TRUE(ok.accept_text("xx."));
+}
+
 TEST(GrammarMatcherVocab, FullMaskStoreStillGivesMasks) {
   REQUIRE_VOCAB(v);
   const auto small = std::make_shared<const TokenVocab>(*tok_, /*max_masks=*/1);

@@ -24,7 +24,23 @@ namespace smolrt::grammar::detail {
 // threads in the same order with the same hash-consed stacks), so masks stay exact.
 inline constexpr size_t kMaxThreads = 512;
 
-inline void push_unique(std::vector<Thread>& out, size_t begin, Thread t) {
+// The work one mask walk or one matcher step may take, in closure items plus the duplicate checks
+// they cost. A grammar ambiguous enough to need more (nullable rules whose stacks multiply with
+// every byte, e.g. a ::= "" | "x" a a | . a a) would stall the server's scheduler for seconds a
+// token; the request is refused with a GrammarError instead.
+inline constexpr uint64_t kMaxStepWork = uint64_t{1} << 24;  // ~500x what the tests' grammars take
+
+struct Work {
+  uint64_t left = kMaxStepWork;
+  void spend(uint64_t n) {
+    if (n > left) too_ambiguous();
+    left -= n;
+  }
+  [[noreturn]] static void too_ambiguous();
+};
+
+inline void push_unique(std::vector<Thread>& out, size_t begin, Thread t, Work& w) {
+  w.spend(out.size() - begin + 1);
   for (size_t i = begin; i < out.size(); ++i)
     if (out[i] == t) return;
   if (out.size() - begin < kMaxThreads) out.push_back(t);
@@ -32,10 +48,10 @@ inline void push_unique(std::vector<Thread>& out, size_t begin, Thread t) {
 
 // Store: int32_t add(int32_t state, int32_t parent) (the node id, -1 when too deep) and
 // Node at(int32_t id). Appends seed's closure to out (deduplicated from out_begin) and returns
-// whether the root rule can end there. work/seen: scratch.
+// whether the root rule can end there. work/seen: scratch; w: the step's work left.
 template <class Store>
 bool close_into(const Automaton& a, Store& store, Thread seed, std::vector<Thread>& out,
-                size_t out_begin, std::vector<Thread>& work, std::vector<Thread>& seen) {
+                size_t out_begin, std::vector<Thread>& work, std::vector<Thread>& seen, Work& w) {
   bool can_end = false;
   work.clear();
   seen.clear();
@@ -43,13 +59,14 @@ bool close_into(const Automaton& a, Store& store, Thread seed, std::vector<Threa
   while (!work.empty()) {
     const Thread t = work.back();
     work.pop_back();
+    w.spend(1 + seen.size());
     bool was_seen = false;
     for (const Thread& s : seen) was_seen = was_seen || s == t;
     if (was_seen) continue;
     seen.push_back(t);
     const auto ts = static_cast<size_t>(t.state);
     const uint8_t f = a.flags[ts];
-    if (f & kHasBytes) push_unique(out, out_begin, t);
+    if (f & kHasBytes) push_unique(out, out_begin, t, w);
     if (f & kHasCalls) {
       for (int32_t k = a.call_begin[ts]; k < a.call_begin[ts + 1]; ++k) {
         const Automaton::Call c = a.calls[static_cast<size_t>(k)];

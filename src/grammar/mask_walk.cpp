@@ -6,6 +6,12 @@
 
 namespace smolrt::grammar::detail {
 
+void Work::too_ambiguous() {
+  throw GrammarError(cat("grammar too ambiguous: a token's mask would take over ", kMaxStepWork,
+                         " automaton steps (rules that can match nothing, called from each other, "
+                         "multiply with every byte); simplify the grammar"));
+}
+
 namespace {
 
 // Nodes of the matcher (read-only, ids below base) plus nodes made on the walk's current path
@@ -59,6 +65,7 @@ void compute_mask(const Automaton& a, const TokenVocab& vocab, std::span<const T
     for (int id : vocab.eog_ids()) out[id >> 6] |= uint64_t{1} << (id & 63);
   }
   if (threads.empty()) return;
+  Work w;
   thread_local Scratch sc;
   const TokenVocab::Trie& trie = vocab.trie();
   const TokenVocab::TrieNode* tn = trie.nodes.data();
@@ -101,16 +108,16 @@ void compute_mask(const Automaton& a, const TokenVocab& vocab, std::span<const T
     const size_t begin = sc.buf.size();
     bool ends = false;  // the prefix completes the grammar
     if (lv.state >= 0) {
-      ends = close_into(a, store, {s2, lv.parent}, sc.buf, begin, sc.work, sc.seen);
+      ends = close_into(a, store, {s2, lv.parent}, sc.buf, begin, sc.work, sc.seen, w);
     } else {
       for (size_t k = lv.begin; k < lv.end; ++k) {
         const Thread t = sc.buf[k];
         const int32_t to = next[static_cast<size_t>(t.state) * nc + c];
         if (to < 0) continue;
         if (flags[to] & kPlain) {
-          push_unique(sc.buf, begin, {to, t.parent});
+          push_unique(sc.buf, begin, {to, t.parent}, w);
         } else {
-          ends = close_into(a, store, {to, t.parent}, sc.buf, begin, sc.work, sc.seen) || ends;
+          ends = close_into(a, store, {to, t.parent}, sc.buf, begin, sc.work, sc.seen, w) || ends;
         }
       }
     }

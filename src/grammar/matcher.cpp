@@ -87,7 +87,8 @@ void GrammarMatcher::start() {
   const Automaton& a = g_->automaton();
   MatcherStore store{nodes_, node_ids_};
   std::vector<Thread> work, seen;
-  can_end_ = detail::close_into(a, store, {a.root_start, -1}, threads_, 0, work, seen);
+  detail::Work w;
+  can_end_ = detail::close_into(a, store, {a.root_start, -1}, threads_, 0, work, seen, w);
   std::sort(threads_.begin(), threads_.end(), [](Thread x, Thread y) {
     return x.state != y.state ? x.state < y.state : x.parent < y.parent;
   });
@@ -152,6 +153,7 @@ bool GrammarMatcher::advance(std::string_view bytes) {
   const auto nc = static_cast<size_t>(a.n_classes);
   MatcherStore store{nodes_, node_ids_};
   thread_local std::vector<Thread> cur, next, work, seen;
+  detail::Work w;
   cur.assign(threads_.begin(), threads_.end());
   bool can = can_end_;
   for (size_t i = 0; i < bytes.size(); ++i) {
@@ -162,9 +164,9 @@ bool GrammarMatcher::advance(std::string_view bytes) {
       const int32_t s2 = a.next[static_cast<size_t>(t.state) * nc + c];
       if (s2 < 0) continue;
       if (a.flags[static_cast<size_t>(s2)] & detail::kPlain) {
-        detail::push_unique(next, 0, {s2, t.parent});
+        detail::push_unique(next, 0, {s2, t.parent}, w);
       } else {
-        can = detail::close_into(a, store, {s2, t.parent}, next, 0, work, seen) || can;
+        can = detail::close_into(a, store, {s2, t.parent}, next, 0, work, seen, w) || can;
       }
     }
     if (next.empty() && (i + 1 < bytes.size() || !can)) return false;

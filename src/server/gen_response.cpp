@@ -138,8 +138,12 @@ GenStep GenResponse::poll(bool started) {
     Delta d;
     if (c.finished || !c.job->take(d, std::chrono::milliseconds(0))) continue;
     if (c.index == 0 && !d.prompt_logprobs.empty()) prompt_lp_ = d.prompt_logprobs;
-    if (d.finished && d.finish_reason == "error")
-      return end_with_error(ApiError(500, d.error, "", "internal_error", "server_error"), started);
+    if (d.finished && d.finish_reason == "error") {
+      return end_with_error(d.request_error
+                                ? ApiError(400, d.error, "", "grammar_too_ambiguous")
+                                : ApiError(500, d.error, "", "internal_error", "server_error"),
+                            started);
+    }
     c.all.standing_from(d);
     c.finished = d.finished;
     if (stream()) {

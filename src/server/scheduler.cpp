@@ -499,7 +499,7 @@ void Scheduler::preempt(Entry& e) {
 }
 
 void Scheduler::finish(Entry& e, const std::string& reason, const std::string& error,
-                       const std::string& stop_reason) {
+                       const std::string& stop_reason, bool request_error) {
   if (e.seq >= 0) be_.free_sequence(e.seq);
   e.seq = -1;
   release_followers(e);  // they compute the prompt themselves now (the prefix cache may help)
@@ -516,6 +516,7 @@ void Scheduler::finish(Entry& e, const std::string& reason, const std::string& e
     d.finish_reason = reason;
     d.stop_reason = stop_reason;
     d.error = error;
+    d.request_error = request_error;
     d.n_prompt = e.n_prompt;
     d.n_generated = n_gen;
     d.n_cached = e.n_cached;
@@ -548,7 +549,16 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
   e.ctx.push_back(token);
   // Structured output: the token was sampled under the grammar's mask, so it is accepted; the
   // request is complete when nothing but the end may follow.
-  const bool grammar_done = e.matcher && (!e.matcher->accept_token(token) || e.matcher->is_done());
+  bool grammar_done = false;
+  std::string grammar_error;
+  if (e.matcher) {
+    try {
+      grammar_done = !e.matcher->accept_token(token) || e.matcher->is_done();
+    } catch (const grammar::GrammarError& ex) {  // past the matcher's work limit
+      grammar_done = true;
+      grammar_error = ex.what();
+    }
+  }
   const bool eog = !e.req().ignore_eos &&
                    (tok_.is_eog(token) || std::find(opt_.extra_eog.begin(), opt_.extra_eog.end(),
                                                     token) != opt_.extra_eog.end());
@@ -562,7 +572,9 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
       d.n_generated = e.n_gen;
     });
   }
-  if (eog || e.stop.stopped() || grammar_done)
+  if (!grammar_error.empty())
+    finish(e, "error", grammar_error, "", true);
+  else if (eog || e.stop.stopped() || grammar_done)
     finish(e, "stop");
   else if (e.n_gen >= e.max_gen)
     finish(e, "length");
@@ -618,6 +630,25 @@ void Scheduler::run_step() {
       finish(*order.back(), "length");
     if (running_.empty()) return;
   }
+
+  // Structured output's masks first: a grammar past the matcher's work limit (one so ambiguous that
+  // a mask would stall every request for seconds) ends its own request with the error.
+  std::vector<std::pair<Entry*, std::string>> refused;
+  std::erase_if(chunks, [&](const std::pair<Entry*, int>& c) {
+    Entry* e = c.first;
+    if (!e->matcher || e->n_done + c.second != static_cast<int>(e->ctx.size()) ||
+        e->n_gen >= e->max_gen)
+      return false;
+    try {
+      e->matcher->mask();
+      return false;
+    } catch (const grammar::GrammarError& ex) {
+      refused.emplace_back(e, ex.what());
+      return true;
+    }
+  });
+  for (auto& [e, what] : refused) finish(*e, "error", what, "", true);
+  if (chunks.empty()) return;
 
   std::vector<SeqStep> steps;
   steps.reserve(chunks.size());

@@ -61,7 +61,8 @@ struct Delta {
   // Why a "stop" came early: "" (end of generation or a stop string), "cancelled" (Job::cancel:
   // the client left) or "shutdown" (Scheduler::abort_all or destruction).
   std::string stop_reason;
-  std::string error;  // when finish_reason == "error"
+  std::string error;           // when finish_reason == "error"
+  bool request_error = false;  // the error is the request's own (a 400), not the server's
   int n_prompt = 0, n_generated = 0;
   // Prompt tokens whose K/V came from the prefix cache (usage.prompt_tokens_details.cached_tokens;
   // at the request's first admission).
@@ -73,6 +74,7 @@ struct Delta {
     finish_reason = d.finish_reason;
     stop_reason = d.stop_reason;
     error = d.error;
+    request_error = d.request_error;
     n_prompt = d.n_prompt;
     n_generated = d.n_generated;
     n_cached = d.n_cached;
@@ -163,9 +165,10 @@ class Scheduler {
   bool reap();  // drops cancelled entries; true when any was dropped
   void admit();
   void run_step();
-  // Ends e. A non-empty stop_reason (a cancelled job's) drops the text still held back.
+  // Ends e. A non-empty stop_reason (a cancelled job's) drops the text still held back;
+  // request_error: the error is the request's own (its client gets a 400).
   void finish(Entry& e, const std::string& reason, const std::string& error = "",
-              const std::string& stop_reason = "");
+              const std::string& stop_reason = "", bool request_error = false);
   void preempt(Entry& e);
   // A choice group's leader stops being the source of forks (it is done with its prompt and every
   // follower has forked, or it leaves): the followers it still holds join the queue's front.

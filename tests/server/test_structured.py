@@ -365,6 +365,11 @@ def case_errors(binary):
         expect("grammar", {"prompt": "a", "grammar": "root ::= (\"a\""}, path="/v1/completions")
         expect("grammar", {"prompt": "a", "grammar": "root ::= undefined_rule"},
                path="/v1/completions", word="undefined_rule")
+        # A grammar whose stacks multiply with every byte: past the matcher's work limit within a
+        # few dozen bytes, a 400 for its request alone (the requests after it are served).
+        expect(None, {"prompt": "a", "max_tokens": 200, "temperature": 0,
+                      "grammar": 'root ::= a "."\na ::= | "x" a a | . a a | ""'},
+               path="/v1/completions", word="too ambiguous")
         expect("tools", {"messages": msgs, "tools": "get_weather"})
         expect("tools[0].type", {"messages": msgs, "tools": [{"type": "retrieval"}]})
         expect("tools[0].function.name",
