@@ -631,14 +631,16 @@ void Scheduler::run_step() {
     if (running_.empty()) return;
   }
 
+  // Whether e's chunk of n tokens ends its context and so samples its next token.
+  auto samples = [](const Entry& e, int n) {
+    return e.n_done + n == static_cast<int>(e.ctx.size()) && e.n_gen < e.max_gen;
+  };
   // Structured output's masks first: a grammar past the matcher's work limit (one so ambiguous that
   // a mask would stall every request for seconds) ends its own request with the error.
   std::vector<std::pair<Entry*, std::string>> refused;
   std::erase_if(chunks, [&](const std::pair<Entry*, int>& c) {
     Entry* e = c.first;
-    if (!e->matcher || e->n_done + c.second != static_cast<int>(e->ctx.size()) ||
-        e->n_gen >= e->max_gen)
-      return false;
+    if (!e->matcher || !samples(*e, c.second)) return false;
     try {
       e->matcher->mask();
       return false;
@@ -657,7 +659,7 @@ void Scheduler::run_step() {
     SeqStep s;
     s.seq = e->seq;
     s.tokens = std::span<const int>(e->ctx).subspan(e->n_done, n);
-    s.sample = e->n_done + n == static_cast<int>(e->ctx.size()) && e->n_gen < e->max_gen;
+    s.sample = samples(*e, n);
     s.last = s.sample && e->n_gen + 1 == e->max_gen;
     s.params = e->sampler.params();
     s.u = s.sample ? e->sampler.step_draw() : 0.0f;

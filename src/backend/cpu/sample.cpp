@@ -69,14 +69,19 @@ uint64_t top_p_target(uint64_t z, float top_p) {
   return std::min(z, static_cast<uint64_t>(std::ceil(double(top_p) * double(z))));
 }
 
+// Step 3's order: logit descending, ties by id ascending.
+struct Before {
+  const float* logits;
+  bool operator()(int a, int b) const {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  }
+};
+
 // Top-k cuts (k below the valid tokens): steps 4-7 on the sorted candidates.
 void sorted_candidates(const float* logits, const SamplingParams& p, std::vector<int>& ids,
                        std::vector<float>& probs) {
-  auto before = [logits](int a, int b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
   const auto k = static_cast<std::ptrdiff_t>(p.top_k);
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), Before{logits});
   ids.resize(static_cast<size_t>(k));
   const float l_max = logits[ids[0]];
   if (p.top_p < 1.0f) {
@@ -132,9 +137,7 @@ void top_p_cut(const float* logits, int n, float l_max, float top_p, std::vector
   for (int i = 0; i < n; ++i) {
     if (!std::isnan(logits[i]) && bin_of(logits[i]) == b) bin_ids.push_back(i);
   }
-  std::sort(bin_ids.begin(), bin_ids.end(), [logits](int a, int c) {
-    return logits[a] > logits[c] || (logits[a] == logits[c] && a < c);
-  });
+  std::sort(bin_ids.begin(), bin_ids.end(), Before{logits});
   ties = 0;
   for (int id : bin_ids) {
     ties = logits[id] == v ? ties + 1 : 1;
