@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const KeyIdx top = sh.best;
   valid = sh.valid;
   const float l_max = val_of(top.k);
-  if (p.greedy() || top.k == 0u || l_max == -INFINITY) {
+  // Greedy, all NaN (id 0), or an infinite top logit (core/sampling.h step 3): the argmax.
+  if (p.greedy() || top.k == 0u || isinf(l_max)) {
     if (tid == 0) *out = top.k == 0u ? 0 : top.i;
     return;
   }

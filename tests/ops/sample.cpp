@@ -191,6 +191,29 @@ void expect_picks_in_distribution(GpuSampler& g, const std::vector<float>& l,
   EXPECT_GE(equal, 56) << what;
 }
 
+// An infinite top logit (+inf anywhere, or -inf everywhere): the lowest id at it, as the CPU's and
+// greedy's pick, for every filter and draw, on both kernels (shared keys and scratch keys).
+TEST(CudaSample, AnInfiniteTopLogitIsThePick) {
+  REQUIRE_GPU_HERE();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int n : {kVocab, 262144}) {
+    GpuSampler g(n);
+    std::vector<float> plus = random_logits(n, 17, 2.0f);
+    plus[n / 3] = inf, plus[n / 2] = inf, plus[5] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> minus(n, -inf);
+    minus[0] = std::numeric_limits<float>::quiet_NaN();
+    for (const int top_k : {0, 40})
+      for (const float top_p : {1.0f, 0.9f}) {
+        SamplingParams p;
+        p.top_k = top_k, p.top_p = top_p, p.min_p = 0.0f;
+        g.set_logits(plus);
+        EXPECT_EQ(g.sample(p, 0.5f, {}), n / 3) << n << " " << top_k << " " << top_p;
+        g.set_logits(minus);
+        EXPECT_EQ(g.sample(p, 0.5f, {}), 1) << n << " " << top_k << " " << top_p;
+      }
+  }
+}
+
 // Nothing cut (an OpenAI request with only a temperature: top-k off, top-p 1, min-p 0): the walk in
 // id order over the whole vocabulary, on the GPU.
 TEST(CudaSample, NothingCutWalksTheWholeVocabularyInIdOrder) {
