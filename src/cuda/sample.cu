@@ -89,7 +89,6 @@ using Scan = cub::BlockScan<T, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 struct Shared {
   union {
     typename cub::BlockReduce<KeyIdx, kThreads>::TempStorage reduce_ki;
-    typename cub::BlockReduce<float, kThreads>::TempStorage reduce_f;
     typename cub::BlockReduce<int, kThreads>::TempStorage reduce_i;
     typename Scan<int>::TempStorage scan;
     typename Scan<double>::TempStorage scan_d;
