@@ -179,8 +179,8 @@ TEST(GrammarGbnf, SemanticErrors) {
 }
 
 TEST(GrammarMatcher, AmbiguousGrammarsKeepMasksExact) {
-  // Every 'x' can open one or two more levels: the stacks multiply (capped), and the mask must
-  // still say exactly what the matcher accepts.
+  // Every 'x' can open one or two more levels: the stacks multiply, and the mask must still say
+  // exactly what the matcher accepts.
   const auto g = gbnf(R"(root ::= a "."
 a ::= "x" a | "x" a a | "y" | "")");
   GrammarMatcher m(g);
@@ -197,6 +197,33 @@ a ::= "x" a | "x" a a | "y" | "")");
   }
   EXPECT_TRUE(m.accept_text("."));
   EXPECT_TRUE(m.can_end());
+}
+
+// Found by fuzz_grammar (seed fuzz/seeds/fuzz_grammar/gbnf_completion_past_the_thread_cap): past
+// 512 parses the matcher dropped the extra ones silently, so the shortest completion, planned on
+// a parse a later byte dropped, was accepted without completing the match. Past the cap is now
+// a GrammarError, like the work limit: a completion completes the match or the grammar is refused.
+TEST(GrammarMatcher, PastTheThreadCapIsAnErrorNotADroppedParse) {
+  const auto g = gbnf("root ::= a \"2.\"\na ::= | \"x\" a a |.a a\"  \"|\n");
+  GrammarMatcher m(g);
+  ASSERT_TRUE(m.accept_text("zxx"));  // the fuzzer's sample, "zxxx.", 3 bytes at a time
+  GrammarMatcher done = m;
+  EXPECT_TRUE(done.accept_text(m.shortest_completion()));  // under the cap throughout
+  EXPECT_TRUE(done.can_end());
+  ASSERT_TRUE(m.accept_text("x."));
+  ASSERT_FALSE(m.can_end());
+  const std::string completion = m.shortest_completion();
+  done = m;
+  try {
+    const bool ok = done.accept_text(completion);
+    ADD_FAILURE() << "no error; accepted " << ok << ", can_end " << done.can_end();
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
+  // The completion's first bytes stay under the cap: accepted, the match not yet complete.
+  done = m;
+  EXPECT_TRUE(done.accept_text(completion.substr(0, 2)));
+  EXPECT_FALSE(done.can_end());
 }
 
 TEST(GrammarGbnf, DeadBranchesArePrunedSoTheMatcherNeverStrandsAWalk) {

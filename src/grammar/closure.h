@@ -19,9 +19,14 @@
 
 namespace smolrt::grammar::detail {
 
-// Threads per configuration at most: only highly ambiguous grammars get near it; beyond it the
-// later threads are dropped, the same way in the matcher and in the mask walk (both step the
-// threads in the same order with the same hash-consed stacks), so masks stay exact.
+// Threads (distinct parses) per configuration at most: only highly ambiguous grammars get near
+// it. Past it is a GrammarError, like the work limit below, never a silent drop: the threads must
+// be every parse of the text. Dropping the extra threads (as once done, alike in the matcher and
+// the mask walk) kept masks equal to the matcher but refused text the grammar allows, and broke
+// shortest_completion(): it plans on one kept thread, whose continuation a later byte can drop
+// once other parses fill the cap, so its text did not complete the match (fuzz_grammar: root ::=
+// a "2." with a ::= "" | "x" a a | . a a "  ", after "zxxx." 306 threads, then over 512 within
+// the completion "    2.").
 inline constexpr size_t kMaxThreads = 512;
 
 // The work one mask walk or one matcher step may take, in closure items plus the duplicate checks
@@ -37,13 +42,15 @@ struct Work {
     left -= n;
   }
   [[noreturn]] static void too_ambiguous();
+  [[noreturn]] static void too_many_threads();
 };
 
 inline void push_unique(std::vector<Thread>& out, size_t begin, Thread t, Work& w) {
   w.spend(out.size() - begin + 1);
   for (size_t i = begin; i < out.size(); ++i)
     if (out[i] == t) return;
-  if (out.size() - begin < kMaxThreads) out.push_back(t);
+  if (out.size() - begin >= kMaxThreads) Work::too_many_threads();
+  out.push_back(t);
 }
 
 // Store: int32_t add(int32_t state, int32_t parent) (the node id, -1 when too deep) and

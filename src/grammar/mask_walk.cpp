@@ -12,6 +12,12 @@ void Work::too_ambiguous() {
                          "multiply with every byte); simplify the grammar"));
 }
 
+void Work::too_many_threads() {
+  throw GrammarError(cat("grammar too ambiguous: over ", kMaxThreads,
+                         " parses of the text at once (rules that can match nothing, called from "
+                         "each other, multiply with every byte); simplify the grammar"));
+}
+
 namespace {
 
 // Nodes of the matcher (read-only, ids below base) plus nodes made on the walk's current path

@@ -72,7 +72,9 @@ std::shared_ptr<const CompiledGrammar> compile(const Grammar& g,
                                                std::shared_ptr<const TokenVocab> vocab);
 
 // One sequence's position in a grammar. Not thread-safe (one per sequence); cheap to copy.
-// Nesting is limited to kMaxStackDepth rule calls (deeper text is rejected).
+// Nesting is limited to kMaxStackDepth rule calls (deeper text is rejected). Past the parse or
+// work limits of closure.h (a grammar too ambiguous), accept_*, mask_id and mask throw
+// GrammarError "grammar too ambiguous" and the position is unchanged.
 class GrammarMatcher {
  public:
   static constexpr int kMaxStackDepth = 256;
