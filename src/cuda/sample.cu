@@ -118,7 +118,8 @@ __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh);
 template <int kParts>
 __device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p, Shared& sh);
 __device__ void pick_in_id_order(const uint32_t* keys, int n, float l_max, float inv_t, float u,
-                                 uint32_t cut, uint32_t tie_key, int ties_in, Shared& sh, int* out);
+                                 uint32_t cut, uint32_t tie_key, int ties_in, int top_id,
+                                 Shared& sh, int* out);
 __device__ bool top_k_fast(const uint32_t* keys, int n, int k_eff, Shared& sh);
 
 // The keys in shared memory (kSharedKeys: vocabularies up to sample_shared_vocab()) or in a
@@ -143,18 +144,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ Shared sh;
   const int tid = threadIdx.x;
 
-  // 1. logits -> keys: the one global pass, 16-byte loads (n % 4 handled by the tail loop).
+  // 1. logits -> keys: the one global pass, 16-byte loads (n % 4 handled by the tail loop). Each
+  // thread's largest key (the lowest id of its ties: its ids ascend) and valid keys come along,
+  // so a step without penalties reads its keys once less (in a scratch row, a pass over L2).
+  KeyIdx mine{0u, INT_MAX};
+  int valid = 0;
+  auto see = [&](int i, uint32_t k) {
+    valid += k != 0u;
+    if (k > mine.k) mine = KeyIdx{k, i};
+  };
   const int n4 = (reinterpret_cast<uintptr_t>(logits) % 16 == 0) ? n / 4 : 0;
   const float4* l4 = reinterpret_cast<const float4*>(logits);
 #pragma unroll 4
   for (int i = tid; i < n4; i += kThreads) {
     const float4 v = __ldg(l4 + i);
-    keys[4 * i] = key_of(v.x);
-    keys[4 * i + 1] = key_of(v.y);
-    keys[4 * i + 2] = key_of(v.z);
-    keys[4 * i + 3] = key_of(v.w);
+    const uint32_t k0 = key_of(v.x), k1 = key_of(v.y), k2 = key_of(v.z), k3 = key_of(v.w);
+    keys[4 * i] = k0;
+    keys[4 * i + 1] = k1;
+    keys[4 * i + 2] = k2;
+    keys[4 * i + 3] = k3;
+    see(4 * i, k0), see(4 * i + 1, k1), see(4 * i + 2, k2), see(4 * i + 3, k3);
   }
-  for (int i = 4 * n4 + tid; i < n; i += kThreads) keys[i] = key_of(__ldg(logits + i));
+  for (int i = 4 * n4 + tid; i < n; i += kThreads) {
+    const uint32_t k = key_of(__ldg(logits + i));
+    keys[i] = k;
+    see(i, k);
+  }
   __syncthreads();
 
   // 2. penalties: each distinct window token once (by its first occurrence) with its count.
@@ -176,16 +191,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       keys[t] = key_of(l);
     }
     __syncthreads();
+    mine = KeyIdx{0u, INT_MAX}, valid = 0;  // the penalized keys' again
+    for (int i = tid; i < n; i += kThreads) see(i, keys[i]);
   }
 
   // 3. max / argmax and the number of valid logits.
-  KeyIdx mine{0u, INT_MAX};
-  int valid = 0;
-  for (int i = tid; i < n; i += kThreads) {
-    const uint32_t k = keys[i];
-    valid += k != 0u;
-    if (k > mine.k) mine = KeyIdx{k, i};  // i ascends per thread: ties keep the lowest
-  }
   sh.thread_max[tid] = mine.k;
   const KeyIdx best = cub::BlockReduce<KeyIdx, kThreads>(sh.tmp.reduce_ki).Reduce(mine, BestOf());
   if (tid == 0) sh.best = best;
@@ -214,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ties_in = sh.k_rem;
     }
     if (p.min_p > 0.0f) cut = max(cut, key_of(l_max + logf(p.min_p)));
-    pick_in_id_order(keys, n, l_max, 1.0f / p.temp, u, cut, tie_key, ties_in, sh, out);
+    pick_in_id_order(keys, n, l_max, 1.0f / p.temp, u, cut, tie_key, ties_in, top.i, sh, out);
     return;
   }
   if (k_eff > kSampleMaxCandidates) {
@@ -348,10 +358,6 @@ __device__ int select_top_k(const uint32_t* keys, int n, int k_eff, Shared& sh) 
   return k_eff;
 }
 
-struct MaxInt {
-  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
-};
-
 // Top-p's cut with top-k off (step 5 over every valid token): a radix select, 8 bits of the key
 // per pass from the top, of the key where the weight sum in (key desc) order reaches the target.
 // Returns it in sh.prefix and in sh.k_rem how many of the tokens at it enter, in id order (they
@@ -423,48 +429,43 @@ __device__ void top_p_cut(const uint32_t* keys, int n, float l_max, float top_p,
 
 // Step 8's walk in id order over exp((l - l_max) * inv_t) of the kept tokens: keys >= cut, and
 // of the keys equal to tie_key (when not 0) only the first ties_in. Each thread sums a
-// contiguous range of ids, a block scan gives each range's start, and the first range whose next
-// range starts past the target walks its ids in order as cpu::sample does (so the two agree but
-// for rounding at a boundary); its last id of nonzero weight (or the last one overall) if
-// rounding leaves no crossing.
+// contiguous range of ids in one pass (the tie key's tokens counted, not summed: they weigh the
+// same, and a scan of the counts says how many of each range's are kept), a block scan gives
+// each range's start, and the first range whose next range starts past the target walks its ids
+// in order as cpu::sample does (so the two agree but for rounding at a boundary); its last kept id
+// of nonzero weight if rounding leaves no crossing. (That range always holds one: a range of no
+// weight ends where the one before it does. top_id, the argmax, which every cut keeps, stands in
+// regardless.)
 __device__ void pick_in_id_order(const uint32_t* keys, int n, float l_max, float inv_t, float u,
-                                 uint32_t cut, uint32_t tie_key, int ties_in, Shared& sh,
-                                 int* out) {
+                                 uint32_t cut, uint32_t tie_key, int ties_in, int top_id,
+                                 Shared& sh, int* out) {
   const int tid = threadIdx.x;
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, tid * per), hi = min(n, lo + per);
-  int tie_rank = 0;     // tokens at tie_key before this range
-  if (tie_key != 0u) {  // block-uniform
-    int mine = 0;
-    for (int i = lo; i < hi; ++i) mine += keys[i] == tie_key;
-    Scan<int>(sh.tmp.scan).ExclusiveSum(mine, tie_rank);
-    __syncthreads();  // the scan's storage is reused below
-  }
-  // The kept token's weight, or -1 when not kept; rank counts this range's ties so far.
-  auto weight = [&](int i, int& rank) {
-    const uint32_t k = keys[i];
-    if (k == 0u || k < cut || (k == tie_key && rank++ >= ties_in)) return -1.0f;
-    return expf((val_of(k) - l_max) * inv_t);
-  };
+  const bool ties = tie_key != 0u && tie_key >= cut;  // block-uniform: a min-p cut may pass it
   double part = 0.0;  // double: a float sum over a vocabulary drifts by whole token widths
-  int last = -1;      // the range's last kept id of nonzero weight
-  int rank = tie_rank;
+  int my_ties = 0;
   for (int i = lo; i < hi; ++i) {
-    const float e = weight(i, rank);
-    if (e <= 0.0f) continue;
-    part += e;
-    last = i;
+    const uint32_t k = keys[i];
+    if (k == 0u || k < cut) continue;
+    if (ties && k == tie_key) {
+      ++my_ties;
+      continue;
+    }
+    part += expf((val_of(k) - l_max) * inv_t);
+  }
+  int tie_rank = 0;  // kept-candidate tokens at tie_key before this range
+  if (ties) {
+    Scan<int>(sh.tmp.scan).ExclusiveSum(my_ties, tie_rank);
+    __syncthreads();  // the scan's storage is reused below
+    const int in = max(0, min(my_ties, ties_in - tie_rank));
+    part += static_cast<double>(expf((val_of(tie_key) - l_max) * inv_t)) * in;
   }
   double before;
   Scan<double>(sh.tmp.scan_d).ExclusiveSum(part, before);
   sh.before[tid] = before;
   if (tid == kThreads - 1) sh.z = before + part;
-  __syncthreads();  // the scan's storage is reused below
-  const int last_kept = cub::BlockReduce<int, kThreads>(sh.tmp.reduce_i).Reduce(last, MaxInt());
-  if (tid == 0) {
-    sh.valid = last_kept;
-    sh.n_cand = INT_MAX;
-  }
+  if (tid == 0) sh.n_cand = INT_MAX;
   __syncthreads();
   const double target = u * sh.z;
   const double end = tid + 1 < kThreads ? sh.before[tid + 1] : INFINITY;
@@ -472,16 +473,19 @@ __device__ void pick_in_id_order(const uint32_t* keys, int n, float l_max, float
   __syncthreads();
   if (tid != sh.n_cand) return;
   double cum = before;
-  rank = tie_rank;
+  int rank = tie_rank, last = -1;
   for (int i = lo; i < hi; ++i) {
-    const float e = weight(i, rank);
+    const uint32_t k = keys[i];
+    if (k == 0u || k < cut || (ties && k == tie_key && rank++ >= ties_in)) continue;
+    const float e = expf((val_of(k) - l_max) * inv_t);
     if (e <= 0.0f) continue;
+    last = i;
     if ((cum += e) > target) {
       *out = i;
       return;
     }
   }
-  *out = last >= 0 ? last : sh.valid;
+  *out = last >= 0 ? last : top_id;
 }
 
 // Top-k in two shared-memory passes for the usual case: T = the k-th largest of the threads'

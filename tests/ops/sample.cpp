@@ -238,8 +238,9 @@ TEST(CudaSample, NothingCutWalksTheWholeVocabularyInIdOrder) {
 // Top-k off with top-p and min-p ({"temperature": T, "top_p": P} in OpenAI's API): the kept set is
 // every token above a logit and the first ids of the ties at it, found on the GPU by radix
 // selects over integer weights, however many tokens it holds: on flat logits (top-p sets of
-// thousands), peaked ones (a few ids), and logits on a grid of 1/8 (thousands of ties, one of
-// which the top-p cut falls inside).
+// thousands), peaked ones (a few ids), logits on a grid of 1/8 (thousands of ties, one of which
+// the top-p cut falls inside), one logit for all (the cut inside a tie of the whole vocabulary),
+// logits within 0.01 of each other and logits thousands apart (most weigh nothing).
 TEST(CudaSample, TopKOffCutsAtALogitForAnyTopPSet) {
   REQUIRE_GPU_HERE();
   GpuSampler g(kVocab);
@@ -252,7 +253,10 @@ TEST(CudaSample, TopKOffCutsAtALogitForAnyTopPSet) {
     std::vector<float> l;
   } cases[] = {{"flat", random_logits(kVocab, 13, 1.0f)},
                {"peaked", random_logits(kVocab, 12, 8.0f)},
-               {"grid", grid}};
+               {"grid", grid},
+               {"constant", std::vector<float>(kVocab, 0.5f)},
+               {"narrow", random_logits(kVocab, 15, 0.01f)},
+               {"wide", random_logits(kVocab, 16, 1000.0f)}};
   for (const auto& c : cases)
     for (const float top_p : {0.5f, 0.9f, 0.95f, 1.0f})
       for (const float min_p : {0.0f, 0.05f}) {
@@ -334,6 +338,10 @@ TEST(CudaSample, ALargeVocabularyKeepsItsKeysInAScratch) {
     p.top_k = 0, p.top_p = top_p, p.min_p = 0.0f;
     expect_picks_in_distribution(g, l, p, "top-k off, top_p " + std::to_string(top_p) + ", 262k");
   }
+  // One logit for all: top-p's cut inside a tie of the whole vocabulary.
+  p = SamplingParams{};
+  p.top_k = 0, p.top_p = 0.5f, p.min_p = 0.0f;
+  expect_picks_in_distribution(g, std::vector<float>(kBig, 0.5f), p, "constant, top_p 0.5, 262k");
 
   constexpr int kRows = 2;
   std::vector<float> block((size_t)kRows * kBig);
