@@ -1,12 +1,14 @@
 // One block of 1024 threads does the whole pipeline: a decode step samples one token, and one
 // launch with no host round trip beats a multi-kernel top-k for a 49k vocabulary. The logits are
 // read from global memory once, as order-preserving uint32 keys, into shared memory (196 KB for
-// SmolLM's 49152 tokens; Hopper gives a block up to 227 KB); every later pass (max, radix select,
-// collection, softmax sums) then runs at shared-memory speed. With a top-k cut the final walk over
-// <= 1024 sorted candidates runs on thread 0 in the same order and float operations as
-// cpu::sample, so the two agree bit for bit; with top-k off the cuts are a logit found by radix
-// selects over integer weights (the same sums in any order) and the walk goes in id order over
-// per-thread ranges, whose (double) sums round differently from the CPU's at a boundary.
+// SmolLM's 49152 tokens; Hopper gives a block up to 227 KB), the max coming along; every later
+// pass (radix select, collection, softmax sums) then runs at shared-memory speed (a larger
+// vocabulary's keys are in a global scratch row: there the passes are the cost, and are few).
+// With a top-k cut the final walk over <= 1024 sorted candidates runs on thread 0 in the same
+// order and float operations as cpu::sample, so the two agree bit for bit; with top-k off the cuts
+// are a logit found by radix selects over integer weights (the same sums in any order) and the
+// walk goes in id order over per-thread ranges, whose (double) sums round differently from the
+// CPU's at a boundary.
 #include "cuda/sample.h"
 
 #include <algorithm>
