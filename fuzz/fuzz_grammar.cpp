@@ -5,7 +5,8 @@
 // Only GrammarError / ToolError may be thrown (any other exception or crash is a bug). When a
 // grammar compiles (over a byte-level vocabulary, so every check is cheap), checked on the start
 // and after each accepted piece of the sample: the mask equals the matcher's accept_token for
-// every token, and the shortest completion completes the match; a schema's completion is JSON.
+// every token and allows some token (no dead end), and the shortest completion completes the
+// match; a schema's completion is JSON.
 // The parser: any split of the text streams to the same calls as the whole, and a reply without
 // calls is returned unchanged.
 #include <cstddef>
@@ -37,11 +38,14 @@ void check_mask(grammar::GrammarMatcher& m) {
   const grammar::TokenVocab& v = m.grammar().vocab();
   const uint64_t* bits = m.mask();
   const std::vector<uint64_t> mask(bits, bits + v.mask_words());
+  bool any = false;
   for (int id = 0; id < v.n_vocab(); ++id) {
     const bool ok = m.accept_token(id);
     if (ok) m.rollback(1);
     check(ok == (((mask[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1) != 0));
+    any = any || ok;
   }
+  check(any);  // no dead end: some byte, or the end of generation, is allowed
 }
 
 void check_completion(const grammar::GrammarMatcher& m) {

@@ -2,7 +2,9 @@
 // byte-level vocabulary: every byte is a token).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
@@ -118,6 +120,94 @@ TEST(GrammarGbnf, NestingBeyondTheStackLimitIsRejected) {
   EXPECT_TRUE(matches(g, std::string(ok, '(') + "x" + std::string(ok, ')')));
   GrammarMatcher m(g);
   EXPECT_FALSE(m.accept_text(std::string(GrammarMatcher::kMaxStackDepth + 1, '(')));
+}
+
+// Found by fuzz_grammar (seed fuzz/seeds/fuzz_grammar/gbnf_completion_within_the_depth_limit):
+// each "(" of the first alternative nests 8 calls (root, r1 .. r7). After 33 "(" the only parse
+// left sits at the depth limit on the "z" alternative, yet the shortest completion took the
+// shorter "x)..." through r1, which needs a call there: accepting it failed. The completion now
+// plans within the nesting left, after every "(".
+TEST(GrammarMatcher, ShortestCompletionStaysWithinTheDepthLimit) {
+  const std::string zs(20, 'z');
+  std::string src = cat("root ::= \"(\" r1 \")\" | \"(\" \"", zs, "\" | \"x\"\n");
+  for (int i = 1; i <= 7; ++i)
+    src += i < 7 ? cat("r", i, " ::= r", i + 1, " \")\"\n") : cat("r7 ::= root \")\"\n");
+  const auto g = gbnf(src);
+  GrammarMatcher m(g);
+  int opened = 0;
+  while (m.accept_text("(")) {
+    ++opened;
+    ASSERT_LE(opened, 100);
+    const std::string completion = m.shortest_completion();
+    GrammarMatcher done = m;
+    ASSERT_TRUE(done.accept_text(completion)) << "after " << opened << " '(': " << completion;
+    EXPECT_TRUE(done.can_end()) << "after " << opened << " '(': " << completion;
+    const int depth = 8 * std::min(opened, GrammarMatcher::kMaxStackDepth / 8);
+    const std::string closing(static_cast<size_t>(depth), ')');
+    if (opened <= GrammarMatcher::kMaxStackDepth / 8) {
+      EXPECT_EQ(completion, cat("x", closing)) << opened;
+    } else {  // only the "z" alternative is left
+      EXPECT_EQ(completion, cat(zs, closing)) << opened;
+    }
+  }
+  // 32 "(" nest 256 calls; the 33rd can only start the "z" alternative.
+  EXPECT_EQ(opened, GrammarMatcher::kMaxStackDepth / 8 + 1);
+}
+
+// At the depth limit the matcher kept a parse that could only go on by nesting deeper: after 256
+// "(" the mask allowed "(" (the thread after it expects "y" or a call of root), and after it
+// nothing at all, not even the end. Now a parse is kept only while it can still finish within
+// the limit, so the mask never leads into a dead end.
+TEST(GrammarMatcher, MasksNeverLeadIntoADeadEndAtTheDepthLimit) {
+  const auto g = gbnf(R"g(root ::= "(" root ")" | "(" "y" root ")" | "x")g");
+  const TokenVocab& v = g->vocab();
+  auto allowed = [&](GrammarMatcher& m) {
+    const uint64_t* bits = m.mask();
+    std::vector<int> ids;
+    for (int id = 0; id < v.n_vocab(); ++id)
+      if ((bits[id >> 6] >> (id & 63)) & 1) ids.push_back(id);
+    return ids;
+  };
+  GrammarMatcher m(g);
+  int opened = 0;
+  for (;;) {
+    const std::vector<int> ok = allowed(m);
+    ASSERT_TRUE(!ok.empty() || m.can_end()) << "a dead end after " << opened << " '('";
+    for (int id : ok) {
+      GrammarMatcher next = m;
+      ASSERT_TRUE(next.accept_token(id)) << "token " << id << " after " << opened << " '('";
+      if (v.is_eog(id)) continue;
+      ASSERT_TRUE(next.can_end() || !allowed(next).empty())
+          << "token " << id << " after " << opened << " '(' leads into a dead end";
+    }
+    if (!m.accept_text("(")) break;
+    ++opened;
+    ASSERT_LE(opened, GrammarMatcher::kMaxStackDepth + 10);
+  }
+  EXPECT_EQ(opened, GrammarMatcher::kMaxStackDepth);
+  // At the limit "y" still fits (it nests one call less), and the match completes.
+  ASSERT_TRUE(m.accept_text("y"));
+  const std::string completion = m.shortest_completion();
+  EXPECT_EQ(completion, cat("x", std::string(GrammarMatcher::kMaxStackDepth, ')')));
+  EXPECT_TRUE(m.accept_text(completion));
+  EXPECT_TRUE(m.can_end());
+}
+
+TEST(GrammarGbnf, ARootThatCannotFinishWithinTheDepthLimitIsAnError) {
+  // r1 .. rN call each other in a ring (so none is inlined); only rN can end without calling on:
+  // every text nests N - 1 calls.
+  auto ring = [](int n) {
+    std::string src = "root ::= r1\n";
+    for (int i = 1; i < n; ++i) src += cat("r", i, " ::= \"a\" r", i + 1, " \"b\"\n");
+    return src + cat("r", n, " ::= \"c\" | \"a\" r1 \"b\"\n");
+  };
+  const std::string e = error_of(ring(GrammarMatcher::kMaxStackDepth + 2));
+  EXPECT_NE(e.find("cannot finish within 256 nested rule calls"), std::string::npos) << e;
+  const auto g = gbnf(ring(GrammarMatcher::kMaxStackDepth + 1));
+  const std::string a(GrammarMatcher::kMaxStackDepth, 'a'), b(GrammarMatcher::kMaxStackDepth, 'b');
+  EXPECT_TRUE(matches(g, cat(a, "c", b)));
+  GrammarMatcher m(g);
+  EXPECT_EQ(m.shortest_completion(), cat(a, "c", b));
 }
 
 TEST(GrammarGbnf, PrintsAndReparsesToTheSameLanguage) {

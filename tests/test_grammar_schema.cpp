@@ -317,5 +317,24 @@ TEST(GrammarSchema, JsonObjectModeIsAnyObject) {
   EXPECT_FALSE(matches(g, R"({"a": 01})"));
 }
 
+TEST(GrammarSchema, JsonObjectModeNestsToTheDepthLimitWithoutADeadEnd) {
+  // Objects opened until the grammar refuses one more: every one kept can still be closed. (The
+  // matcher once took a 257th {"a": whose value needed a call past the limit: a shortest
+  // completion that did not complete.)
+  const auto g = compile(json_object_grammar(), byte_vocab());
+  GrammarMatcher m(g);
+  int opened = 0;
+  while (opened < 300 && m.accept_text(R"({"a":)")) ++opened;
+  EXPECT_EQ(opened, GrammarMatcher::kMaxStackDepth);
+  const uint64_t* bits = m.mask();
+  bool any = false;
+  for (int w = 0; w < g->vocab().mask_words(); ++w) any = any || bits[w] != 0;
+  EXPECT_TRUE(any);
+  const std::string completion = m.shortest_completion();
+  EXPECT_EQ(completion, cat("0", std::string(static_cast<size_t>(opened), '}')));
+  EXPECT_TRUE(m.accept_text(completion));
+  EXPECT_TRUE(m.can_end());
+}
+
 }  // namespace
 }  // namespace smolrt::grammar

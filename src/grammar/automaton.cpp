@@ -1,8 +1,8 @@
 // Grammar -> byte-level NFA per called rule (inlining small non-recursive rules, code-point
 // classes split into UTF-8 byte-range sequences) -> DFA per rule by subset construction (call
 // edges are symbols like bytes) -> fewest-bytes-to-finish per state (Knuth's generalization of
-// Dijkstra, since a call edge costs the callee's shortest text), dead transitions removed, and a
-// left-recursion check.
+// Dijkstra, since a call edge costs the callee's shortest text), dead transitions removed, a
+// left-recursion check, and the fewest nested calls to finish per state (the same way).
 #include "grammar/automaton.h"
 
 #include <algorithm>
@@ -20,7 +20,6 @@ namespace {
 
 constexpr int kInlineMaxStates = 3000;  // a rule inlined at each use when its NFA is this small
 constexpr int kInlineMaxDepth = 600;    // emission recursion depth beyond which rules are called
-constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 constexpr size_t kMaxSubsetWork = size_t{4} << 20;  // NFA states summed over the DFA states
 
 // --- UTF-8 byte-range sequences for a code-point range ------------------------------------------
@@ -451,45 +450,63 @@ class Determinizer {
 
 // --- shortest completions, pruning, left recursion -------------------------------------------
 
-// dist[s] = fewest bytes from s to its rule's end. A byte edge costs 1 + dist[t]; a call edge
-// costs dist[start(R)] + dist[ret]: a "superior function" of two unknowns, so Knuth's extension
-// of Dijkstra applies (a hyperedge fires once all its inputs are final).
-void shortest_distances(Automaton& a) {
+// The least fixed point of v[s] = 0 where s may end its rule, else the least over s's edges of
+// value(edge, v), by Knuth's generalization of Dijkstra: an edge's value is a "superior
+// function" of its inputs (no less than any of them, growing with each), final once they all
+// are. A byte edge's input is its target; a call's are its return state and, where
+// start_in(call), the called rule's start (otherwise value() takes the start's cost from
+// elsewhere). rank: the order in which values became final.
+struct Hyper {
+  int32_t target;
+  int32_t in0, in1;  // inputs (-1: none)
+  int32_t call;      // an index into a.calls, or -1 for a byte edge (input in0)
+  int pending;       // inputs not final yet
+};
+
+template <class StartIn, class Value>
+void least_fixed_point(const Automaton& a, StartIn start_in, Value value, std::vector<int64_t>& v,
+                       std::vector<int32_t>& rank) {
   const auto n = static_cast<size_t>(a.n_states);
   const auto nc = static_cast<size_t>(a.n_classes);
-  struct Hyper {
-    int32_t target;
-    int32_t in0, in1;  // in1 = -1 for a byte edge
-    int64_t cost;
-    int pending;
-  };
   std::vector<Hyper> hyper;
-  std::vector<std::vector<int32_t>> uses(n);
   for (size_t s = 0; s < n; ++s) {
     for (size_t c = 0; c < nc; ++c) {
       const int32_t t = a.next[s * nc + c];
-      if (t < 0) continue;
-      uses[static_cast<size_t>(t)].push_back(static_cast<int32_t>(hyper.size()));
-      hyper.push_back({static_cast<int32_t>(s), t, -1, 1, 1});
+      if (t >= 0) hyper.push_back({static_cast<int32_t>(s), t, -1, -1, 1});
     }
     for (int32_t k = a.call_begin[s]; k < a.call_begin[s + 1]; ++k) {
       const Automaton::Call& call = a.calls[static_cast<size_t>(k)];
       const int32_t start = a.rule_start[static_cast<size_t>(call.rule)];
-      const auto h = static_cast<int32_t>(hyper.size());
-      uses[static_cast<size_t>(start)].push_back(h);
-      if (call.ret != start) uses[static_cast<size_t>(call.ret)].push_back(h);
-      hyper.push_back({static_cast<int32_t>(s), start, call.ret, 0, call.ret != start ? 2 : 1});
+      const int32_t in1 = start_in(call) && start != call.ret ? start : -1;
+      hyper.push_back({static_cast<int32_t>(s), call.ret, in1, k, in1 >= 0 ? 2 : 1});
     }
   }
-  a.dist.assign(n, kInf);
-  a.rank.assign(n, std::numeric_limits<int32_t>::max());
+  // uses[use_begin[s], use_begin[s + 1]): the hyperedges with input s.
+  std::vector<int32_t> use_begin(n + 1, 0), uses;
+  for (const Hyper& e : hyper) {
+    ++use_begin[static_cast<size_t>(e.in0) + 1];
+    if (e.in1 >= 0) ++use_begin[static_cast<size_t>(e.in1) + 1];
+  }
+  for (size_t s = 0; s < n; ++s) use_begin[s + 1] += use_begin[s];
+  uses.resize(static_cast<size_t>(use_begin[n]));
+  {
+    std::vector<int32_t> at(use_begin.begin(), use_begin.end() - 1);
+    for (size_t h = 0; h < hyper.size(); ++h) {
+      uses[static_cast<size_t>(at[static_cast<size_t>(hyper[h].in0)]++)] = static_cast<int32_t>(h);
+      if (hyper[h].in1 >= 0)
+        uses[static_cast<size_t>(at[static_cast<size_t>(hyper[h].in1)]++)] =
+            static_cast<int32_t>(h);
+    }
+  }
+  v.assign(n, kUnreachable);
+  rank.assign(n, std::numeric_limits<int32_t>::max());
   int32_t finalized = 0;
   std::vector<bool> done(n, false);
   using Item = std::pair<int64_t, int32_t>;
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> pq;
   for (size_t s = 0; s < n; ++s) {
     if (a.flags[s] & kAccept) {
-      a.dist[s] = 0;
+      v[s] = 0;
       pq.push({0, static_cast<int32_t>(s)});
     }
   }
@@ -497,21 +514,132 @@ void shortest_distances(Automaton& a) {
     const auto [d, u] = pq.top();
     pq.pop();
     const auto us = static_cast<size_t>(u);
-    if (done[us] || d != a.dist[us]) continue;
+    if (done[us] || d != v[us]) continue;
     done[us] = true;
-    a.rank[us] = finalized++;
-    for (int32_t h : uses[us]) {
-      Hyper& e = hyper[static_cast<size_t>(h)];
+    rank[us] = finalized++;
+    for (int32_t k = use_begin[us]; k < use_begin[us + 1]; ++k) {
+      Hyper& e = hyper[static_cast<size_t>(uses[static_cast<size_t>(k)])];
       if (--e.pending > 0) continue;
-      int64_t v = e.cost + a.dist[static_cast<size_t>(e.in0)];
-      if (e.in1 >= 0) v += a.dist[static_cast<size_t>(e.in1)];
-      v = std::min(v, kInf);
+      const int64_t x = std::min(value(e, v), kUnreachable);
       const auto ts = static_cast<size_t>(e.target);
-      if (v < a.dist[ts]) {
-        a.dist[ts] = v;
-        pq.push({v, e.target});
+      if (x < v[ts]) {
+        v[ts] = x;
+        pq.push({x, e.target});
       }
     }
+  }
+}
+
+// dist[s] = fewest bytes from s to its rule's end: a byte edge costs 1 + dist[t], a call edge
+// dist[start(R)] + dist[ret].
+void shortest_distances(Automaton& a) {
+  least_fixed_point(
+      a, [](const Automaton::Call&) { return true; },
+      [&](const Hyper& e, const std::vector<int64_t>& v) {
+        if (e.call < 0) return 1 + v[static_cast<size_t>(e.in0)];
+        const Automaton::Call& c = a.calls[static_cast<size_t>(e.call)];
+        return v[static_cast<size_t>(a.rule_start[static_cast<size_t>(c.rule)])] +
+               v[static_cast<size_t>(c.ret)];
+      },
+      a.dist, a.rank);
+}
+
+}  // namespace
+
+void bounded_distances(const Automaton& a, std::span<const int64_t> below,
+                       std::vector<int64_t>& dist, std::vector<int32_t>& rank) {
+  auto tail = [&](const Automaton::Call& c) {
+    return (a.flags[static_cast<size_t>(c.ret)] & kSinkFinal) != 0;
+  };
+  least_fixed_point(
+      a, tail,
+      [&](const Hyper& e, const std::vector<int64_t>& v) {
+        if (e.call < 0) return 1 + v[static_cast<size_t>(e.in0)];
+        const Automaton::Call& c = a.calls[static_cast<size_t>(e.call)];
+        const auto start = static_cast<size_t>(a.rule_start[static_cast<size_t>(c.rule)]);
+        const int64_t inner = tail(c) ? v[start] : below.empty() ? kUnreachable : below[start];
+        return inner + v[static_cast<size_t>(c.ret)];
+      },
+      dist, rank);
+}
+
+namespace {
+
+// min_depth (after pruning, so that tail calls are known): an accepting state needs 0, a byte
+// edge what its target needs, a call 1 + what the rule's start needs (0 more for a tail call:
+// it pushes nothing) or what the return state needs, whichever is more.
+void min_depths(Automaton& a) {
+  if (a.calls.empty()) {  // one DFA (e.g. a schema without recursion): nothing nests
+    a.min_depth.resize(a.dist.size());
+    for (size_t s = 0; s < a.dist.size(); ++s)
+      a.min_depth[s] = a.dist[s] < kUnreachable ? 0 : kMaxStackDepth + 1;
+    a.max_min_depth = 0;
+    return;
+  }
+  std::vector<int64_t> v;
+  std::vector<int32_t> rank;
+  least_fixed_point(
+      a, [](const Automaton::Call&) { return true; },
+      [&](const Hyper& e, const std::vector<int64_t>& d) {
+        if (e.call < 0) return d[static_cast<size_t>(e.in0)];
+        const Automaton::Call& c = a.calls[static_cast<size_t>(e.call)];
+        const int64_t push = (a.flags[static_cast<size_t>(c.ret)] & kSinkFinal) ? 0 : 1;
+        return std::max(push + d[static_cast<size_t>(a.rule_start[static_cast<size_t>(c.rule)])],
+                        d[static_cast<size_t>(c.ret)]);
+      },
+      v, rank);
+  a.min_depth.resize(v.size());
+  a.max_min_depth = 0;
+  for (size_t s = 0; s < v.size(); ++s) {
+    a.min_depth[s] = static_cast<uint16_t>(std::min<int64_t>(v[s], kMaxStackDepth + 1));
+    if (a.dist[s] < kUnreachable)
+      a.max_min_depth = std::max<int32_t>(a.max_min_depth, a.min_depth[s]);
+  }
+}
+
+// dist_depth: by rank, the fewest calls nesting above a state over its steps that a shortest
+// completion may take (those achieving dist whose targets rank below it).
+void dist_depths(Automaton& a) {
+  const auto n = static_cast<size_t>(a.n_states);
+  const auto nc = static_cast<size_t>(a.n_classes);
+  constexpr int32_t kTooDeep = kMaxStackDepth + 1;
+  if (a.calls.empty()) {
+    a.dist_depth = a.min_depth;
+    return;
+  }
+  std::vector<int32_t> order;
+  for (size_t s = 0; s < n; ++s)
+    if (a.dist[s] < kUnreachable) order.push_back(static_cast<int32_t>(s));
+  std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+    return a.rank[static_cast<size_t>(x)] < a.rank[static_cast<size_t>(y)];
+  });
+  a.dist_depth.assign(n, kTooDeep);
+  for (int32_t s : order) {
+    const auto ss = static_cast<size_t>(s);
+    if (a.flags[ss] & kAccept) {
+      a.dist_depth[ss] = 0;
+      continue;
+    }
+    const int64_t d = a.dist[ss];
+    auto below = [&](int32_t t) { return a.rank[static_cast<size_t>(t)] < a.rank[ss]; };
+    int32_t best = kTooDeep;
+    for (size_t c = 0; c < nc; ++c) {
+      const int32_t t = a.next[ss * nc + c];
+      if (t >= 0 && below(t) && 1 + a.dist[static_cast<size_t>(t)] == d)
+        best = std::min<int32_t>(best, a.dist_depth[static_cast<size_t>(t)]);
+    }
+    for (int32_t k = a.call_begin[ss]; k < a.call_begin[ss + 1]; ++k) {
+      const Automaton::Call call = a.calls[static_cast<size_t>(k)];
+      const int32_t start = a.rule_start[static_cast<size_t>(call.rule)];
+      if (below(start) && below(call.ret) &&
+          a.dist[static_cast<size_t>(start)] + a.dist[static_cast<size_t>(call.ret)] == d) {
+        const int32_t push = (a.flags[static_cast<size_t>(call.ret)] & kSinkFinal) ? 0 : 1;
+        best = std::min<int32_t>(best,
+                                 std::max<int32_t>(push + a.dist_depth[static_cast<size_t>(start)],
+                                                   a.dist_depth[static_cast<size_t>(call.ret)]));
+      }
+    }
+    a.dist_depth[ss] = static_cast<uint16_t>(std::min(best, kTooDeep));
   }
 }
 
@@ -519,7 +647,7 @@ void shortest_distances(Automaton& a) {
 void prune_dead(Automaton& a) {
   const auto n = static_cast<size_t>(a.n_states);
   const auto nc = static_cast<size_t>(a.n_classes);
-  auto live = [&](int32_t s) { return a.dist[static_cast<size_t>(s)] < kInf; };
+  auto live = [&](int32_t s) { return a.dist[static_cast<size_t>(s)] < kUnreachable; };
   for (int32_t& t : a.next)
     if (t >= 0 && !live(t)) t = -1;
   std::vector<Automaton::Call> kept;
@@ -610,12 +738,19 @@ Automaton build_automaton(const Grammar& g) {
   Determinizer(nfa, a).run();
   a.root_start = a.rule_start[static_cast<size_t>(g.root)];
   shortest_distances(a);
-  if (a.dist[static_cast<size_t>(a.root_start)] >= kInf) {
+  if (a.dist[static_cast<size_t>(a.root_start)] >= kUnreachable) {
     throw GrammarError(cat("grammar: rule '", g.rules[static_cast<size_t>(g.root)].name,
                            "' can never finish (every path needs infinitely much text)"));
   }
   prune_dead(a);
   check_left_recursion(a);
+  min_depths(a);
+  if (a.min_depth[static_cast<size_t>(a.root_start)] > kMaxStackDepth) {
+    throw GrammarError(cat("grammar: rule '", g.rules[static_cast<size_t>(g.root)].name,
+                           "' cannot finish within ", kMaxStackDepth,
+                           " nested rule calls (every text it matches nests deeper)"));
+  }
+  dist_depths(a);
   return a;
 }
 

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,15 @@ struct Automaton {
   // The order in which dist became final: an edge achieving dist[s] whose targets rank below s
   // is a step of a shortest completion (following such steps always terminates).
   std::vector<int32_t> rank;
+  // Fewest rule calls that must nest above a state to finish its rule (kMaxStackDepth + 1: more
+  // than the limit allows). A thread at stack depth d is kept only while d + min_depth[state] <=
+  // kMaxStackDepth (and every frame below it likewise), so every thread can still finish.
+  std::vector<uint16_t> min_depth;
+  int32_t max_min_depth = 0;  // over the live states: a thread with this much room fits anywhere
+  // The calls nesting above a state along the shortest completion (the fewest among the shortest
+  // steps of `rank`; kMaxStackDepth + 1 when more): where it does not fit, shortest_completion()
+  // plans within the nesting left (bounded_distances).
+  std::vector<uint16_t> dist_depth;
   std::vector<int32_t> rule_start;  // per grammar rule: its start state, -1 = never called
   std::vector<std::string> rule_names;
   int root_start = -1;
@@ -51,13 +61,24 @@ struct Automaton {
   }
 };
 
+// Rule calls nest at most this deep (GrammarMatcher::kMaxStackDepth).
+inline constexpr int kMaxStackDepth = 256;
+
 // Limits: compiling stops with GrammarError beyond these (a request cannot make the server build
 // an automaton of unbounded size).
 inline constexpr int kMaxNfaStates = 400000;
 inline constexpr int kMaxDfaStates = 60000;
 
 // Throws GrammarError for left recursion (a rule reaching itself before consuming any text), a
-// root that matches no finite text, or the size limits above.
+// root that matches no finite text or none within kMaxStackDepth nested calls, or the size limits
+// above.
 Automaton build_automaton(const Grammar& g);
+
+// dist and rank as in Automaton, for finishing with at most k calls nesting above each state:
+// `below` holds the distances for k - 1 (empty for k = 0: no call may nest; a tail call nests
+// nothing). Values from kUnreachable on mean "cannot within k".
+inline constexpr int64_t kUnreachable = INT64_MAX / 4;
+void bounded_distances(const Automaton& a, std::span<const int64_t> below,
+                       std::vector<int64_t>& dist, std::vector<int32_t>& rank);
 
 }  // namespace smolrt::grammar::detail

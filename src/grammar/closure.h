@@ -6,7 +6,8 @@
 // a new state, its closure adds what that state implies without consuming input: entering each
 // called rule (pushing the return state, or nothing when the return state could only end the
 // caller: a tail call), and returning to the caller when the state may end its rule. Only
-// threads that can consume a byte are kept; reaching the end of the root rule sets can_end.
+// threads that can consume a byte, and can still finish within the nesting limit (fits below),
+// are kept; reaching the end of the root rule sets can_end.
 #pragma once
 
 #include <cstdint>
@@ -53,9 +54,25 @@ inline void push_unique(std::vector<Thread>& out, size_t begin, Thread t, Work& 
   out.push_back(t);
 }
 
-// Store: int32_t add(int32_t state, int32_t parent) (the node id, -1 when too deep) and
-// Node at(int32_t id). Appends seed's closure to out (deduplicated from out_begin) and returns
-// whether the root rule can end there. work/seen: scratch; w: the step's work left.
+// The calls that may still nest above a thread whose stack is `parent` (a node id, -1 = empty).
+template <class Store>
+int32_t room_above(const Store& store, int32_t parent) {
+  return kMaxStackDepth - (parent < 0 ? 0 : store.at(parent).depth);
+}
+
+// Whether a thread in `state` above `parent` can still finish within the nesting limit (every
+// frame below it can: a node is made only for a return state that can). Threads that cannot are
+// never made, alike in the matcher and the mask walk: they would be dead ends, allowing text
+// after which nothing is allowed (or a shortest completion that nests too deep).
+template <class Store>
+bool fits(const Automaton& a, const Store& store, int32_t state, int32_t parent) {
+  const uint16_t need = a.min_depth[static_cast<size_t>(state)];
+  return need == 0 || need <= room_above(store, parent);
+}
+
+// Store: int32_t add(int32_t state, int32_t parent) (the node id) and Node at(int32_t id).
+// Appends seed's closure to out (deduplicated from out_begin) and returns whether the root rule
+// can end there; the seed must fit (above). work/seen: scratch; w: the step's work left.
 template <class Store>
 bool close_into(const Automaton& a, Store& store, Thread seed, std::vector<Thread>& out,
                 size_t out_begin, std::vector<Thread>& work, std::vector<Thread>& seen, Work& w) {
@@ -75,14 +92,19 @@ bool close_into(const Automaton& a, Store& store, Thread seed, std::vector<Threa
     const uint8_t f = a.flags[ts];
     if (f & kHasBytes) push_unique(out, out_begin, t, w);
     if (f & kHasCalls) {
+      const int32_t room = room_above(store, t.parent);
       for (int32_t k = a.call_begin[ts]; k < a.call_begin[ts + 1]; ++k) {
         const Automaton::Call c = a.calls[static_cast<size_t>(k)];
+        const int32_t start = a.rule_start[static_cast<size_t>(c.rule)];
+        const int32_t need = a.min_depth[static_cast<size_t>(start)];
         int32_t cont = t.parent;
-        if (!(a.flags[static_cast<size_t>(c.ret)] & kSinkFinal)) {
+        if (a.flags[static_cast<size_t>(c.ret)] & kSinkFinal) {  // a tail call: no frame
+          if (need > room) continue;
+        } else {  // a frame for c.ret: the callee nests one deeper, then c.ret must fit
+          if (need >= room || a.min_depth[static_cast<size_t>(c.ret)] > room) continue;
           cont = store.add(c.ret, t.parent);
-          if (cont < 0) continue;  // nested too deep
         }
-        work.push_back({a.rule_start[static_cast<size_t>(c.rule)], cont});
+        work.push_back({start, cont});
       }
     }
     if (f & kAccept) {

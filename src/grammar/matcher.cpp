@@ -25,7 +25,6 @@ struct MatcherStore {
   Node at(int32_t id) const { return nodes[static_cast<size_t>(id)]; }
   int32_t add(int32_t state, int32_t parent) {
     const int32_t depth = parent < 0 ? 1 : at(parent).depth + 1;
-    if (depth > GrammarMatcher::kMaxStackDepth) return -1;
     auto [it, fresh] =
         ids.try_emplace(detail::node_key(state, parent), static_cast<int32_t>(nodes.size()));
     if (fresh) nodes.push_back({state, parent, depth});
@@ -156,13 +155,14 @@ bool GrammarMatcher::advance(std::string_view bytes) {
   detail::Work w;
   cur.assign(threads_.begin(), threads_.end());
   bool can = can_end_;
+  const bool nests = a.max_min_depth > 0;  // else every step fits
   for (size_t i = 0; i < bytes.size(); ++i) {
     next.clear();
     can = false;
     const size_t c = a.byte_class[static_cast<uint8_t>(bytes[i])];
     for (const Thread t : cur) {
       const int32_t s2 = a.next[static_cast<size_t>(t.state) * nc + c];
-      if (s2 < 0) continue;
+      if (s2 < 0 || (nests && !detail::fits(a, store, s2, t.parent))) continue;
       if (a.flags[static_cast<size_t>(s2)] & detail::kPlain) {
         detail::push_unique(next, 0, {s2, t.parent}, w);
       } else {
@@ -235,54 +235,109 @@ const uint64_t* GrammarMatcher::mask() {
   return id >= 0 ? g_->vocab().mask(id) : bits_.data();
 }
 
+// Each frame of the chosen thread is finished in turn, top first, each with the calls that may
+// still nest above it (its room). Where a.dist_depth fits the room, the shortest path of a.dist
+// does; elsewhere (near the nesting limit) the distances within k nested calls are computed for
+// k up to the largest such room, from 0 up (bounded_distances), and followed instead.
 std::string GrammarMatcher::shortest_completion() const {
   if (can_end_) return "";
   const Automaton& a = g_->automaton();
-  auto total = [&](const Thread& t) {
-    int64_t d = a.dist[static_cast<size_t>(t.state)];
-    for (int32_t p = t.parent; p >= 0; p = nodes_[static_cast<size_t>(p)].parent)
-      d += a.dist[static_cast<size_t>(nodes_[static_cast<size_t>(p)].state)];
-    return d;
+  struct Frame {
+    int32_t state, room;
+  };
+  // The frames of a thread: its state, then its stack's return states (top first).
+  auto frames = [&](const Thread& t, auto&& visit) {
+    int32_t room =
+        kMaxStackDepth - (t.parent < 0 ? 0 : nodes_[static_cast<size_t>(t.parent)].depth);
+    visit(Frame{t.state, room});
+    for (int32_t p = t.parent; p >= 0; p = nodes_[static_cast<size_t>(p)].parent) {
+      const Node& n = nodes_[static_cast<size_t>(p)];
+      visit(Frame{n.state, kMaxStackDepth - n.depth + 1});
+    }
+  };
+  auto unbounded = [&](Frame f) { return a.dist_depth[static_cast<size_t>(f.state)] <= f.room; };
+  int32_t max_room = -1;  // the largest room a shortest path does not fit
+  for (const Thread& t : threads_)
+    frames(t, [&](Frame f) {
+      if (!unbounded(f)) max_room = std::max(max_room, f.room);
+    });
+  // bdist[k], brank[k]: within k nested calls, for k up to max_room or until the distances stop
+  // changing (the next k would compute from the same distances: the same again).
+  std::vector<std::vector<int64_t>> bdist;
+  std::vector<std::vector<int32_t>> brank;
+  for (int32_t k = 0; k <= max_room; ++k) {
+    bdist.emplace_back();
+    brank.emplace_back();
+    detail::bounded_distances(
+        a, k ? std::span<const int64_t>(bdist[bdist.size() - 2]) : std::span<const int64_t>(),
+        bdist.back(), brank.back());
+    if (k && bdist.back() == bdist[bdist.size() - 2]) break;
+  }
+  auto layer = [&](int32_t room) { return std::min(static_cast<size_t>(room), bdist.size() - 1); };
+  auto cost = [&](Frame f) {
+    const auto ss = static_cast<size_t>(f.state);
+    return unbounded(f) ? a.dist[ss] : bdist[layer(f.room)][ss];
   };
   const Thread* best = nullptr;
-  for (const Thread& t : threads_)
-    if (!best || total(t) < total(*best)) best = &t;
+  int64_t best_cost = 0;
+  for (const Thread& t : threads_) {
+    int64_t total = 0;
+    frames(t, [&](Frame f) { total += cost(f); });
+    if (!best || total < best_cost) {
+      best = &t;
+      best_cost = total;
+    }
+  }
   if (!best) return "";
-  // States still to finish, innermost last: the thread's state, then its stack's return states.
-  std::vector<int32_t> todo;
-  for (int32_t p = best->parent; p >= 0; p = nodes_[static_cast<size_t>(p)].parent)
-    todo.push_back(nodes_[static_cast<size_t>(p)].state);
+  std::vector<Frame> todo;  // innermost last
+  frames(*best, [&](Frame f) { todo.push_back(f); });
   std::reverse(todo.begin(), todo.end());
-  todo.push_back(best->state);
   std::string out;
   const auto nc = static_cast<size_t>(a.n_classes);
   while (!todo.empty()) {
-    int32_t s = todo.back();
+    const Frame f = todo.back();
     todo.pop_back();
-    const auto ss = static_cast<size_t>(s);
-    const int64_t d = a.dist[ss];
-    if (d == 0 && (a.flags[ss] & detail::kAccept)) continue;
-    auto below = [&](int32_t t) { return a.rank[static_cast<size_t>(t)] < a.rank[ss]; };
+    const auto ss = static_cast<size_t>(f.state);
+    if (a.flags[ss] & detail::kAccept) continue;  // cost 0: done
+    const bool free = unbounded(f);
+    const std::vector<int64_t>& dist = free ? a.dist : bdist[layer(f.room)];
+    const std::vector<int32_t>& rank = free ? a.rank : brank[layer(f.room)];
+    const int64_t d = dist[ss];
+    // A step is taken when it achieves d, its inputs from the same distances rank below the state
+    // (so the walk ends), and, on the shortest path of a.dist, each target's dist_depth fits.
+    auto below = [&](int32_t t) { return rank[static_cast<size_t>(t)] < rank[ss]; };
+    auto fits = [&](int32_t t, int32_t room) {
+      return !free || a.dist_depth[static_cast<size_t>(t)] <= room;
+    };
     bool moved = false;
     for (size_t c = 0; c < nc && !moved; ++c) {
       const int32_t t = a.next[ss * nc + c];
-      if (t >= 0 && below(t) && 1 + a.dist[static_cast<size_t>(t)] == d) {
+      if (t >= 0 && below(t) && 1 + dist[static_cast<size_t>(t)] == d && fits(t, f.room)) {
         out.push_back(static_cast<char>(a.class_byte[c]));
-        todo.push_back(t);
+        todo.push_back({t, f.room});
         moved = true;
       }
     }
     for (int32_t k = a.call_begin[ss]; k < a.call_begin[ss + 1] && !moved; ++k) {
       const Automaton::Call call = a.calls[static_cast<size_t>(k)];
       const int32_t start = a.rule_start[static_cast<size_t>(call.rule)];
-      if (below(start) && below(call.ret) &&
-          a.dist[static_cast<size_t>(start)] + a.dist[static_cast<size_t>(call.ret)] == d) {
-        todo.push_back(call.ret);
-        todo.push_back(start);
+      const bool tail = (a.flags[static_cast<size_t>(call.ret)] & detail::kSinkFinal) != 0;
+      const int32_t inner = tail ? f.room : f.room - 1;  // the callee's room
+      if (inner < 0) continue;
+      // The callee's cost: from the same distances, or (a frame pushed, near the limit) from
+      // those within one call less, which are final already.
+      const bool same = free || tail;
+      const int64_t start_cost =
+          same ? dist[static_cast<size_t>(start)] : bdist[layer(inner)][static_cast<size_t>(start)];
+      if ((!same || below(start)) && below(call.ret) &&
+          start_cost + dist[static_cast<size_t>(call.ret)] == d && fits(start, inner) &&
+          fits(call.ret, f.room)) {
+        todo.push_back({call.ret, f.room});
+        todo.push_back({start, inner});
         moved = true;
       }
     }
-    if (!moved) fail("grammar: no shortest completion from state ", s, " (internal error)");
+    if (!moved) fail("grammar: no shortest completion from state ", f.state, " (internal error)");
   }
   return out;
 }

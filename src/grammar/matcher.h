@@ -72,12 +72,14 @@ std::shared_ptr<const CompiledGrammar> compile(const Grammar& g,
                                                std::shared_ptr<const TokenVocab> vocab);
 
 // One sequence's position in a grammar. Not thread-safe (one per sequence); cheap to copy.
-// Nesting is limited to kMaxStackDepth rule calls (deeper text is rejected). Past the parse or
-// work limits of closure.h (a grammar too ambiguous), accept_*, mask_id and mask throw
-// GrammarError "grammar too ambiguous" and the position is unchanged.
+// Nesting is limited to kMaxStackDepth rule calls: text after which the match could only finish
+// by nesting deeper is rejected (and masked), so every position kept can still be completed
+// within the limit (no dead ends). Past the parse or work limits of closure.h (a grammar too
+// ambiguous), accept_*, mask_id and mask throw GrammarError "grammar too ambiguous" and the
+// position is unchanged.
 class GrammarMatcher {
  public:
-  static constexpr int kMaxStackDepth = 256;
+  static constexpr int kMaxStackDepth = detail::kMaxStackDepth;
 
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> g);
 
@@ -100,7 +102,7 @@ class GrammarMatcher {
   // and its bits (vocab().mask_words() words; valid until the next call on this matcher).
   int32_t mask_id();
   const uint64_t* mask();
-  // A shortest text that completes the match ("" when can_end()).
+  // A shortest text that completes the match within the nesting limit ("" when can_end()).
   std::string shortest_completion() const;
 
   const CompiledGrammar& grammar() const { return *g_; }
