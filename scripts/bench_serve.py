@@ -25,6 +25,8 @@ Workload options (recorded in each line):
                          {"type": "json_schema", ...} (structured output; requests end when the
                          schema's value is complete, so generated tokens come from usage).
   --n N                  N choices per request (the prompt prefilled once, N samples).
+  --gen-tokens-min N     each request's length drawn for its id from [N, --gen-tokens]: closed-loop
+                         clients whose requests all have one length finish, and so arrive, in groups.
 
     build/smolrt serve --parallel 64 &
     python3 scripts/bench_serve.py --port 8080 --out bench/results/serve.jsonl
@@ -66,13 +68,21 @@ def prompt_ids(i, n):
     return [r.randrange(100, 1100) for _ in range(n)]
 
 
+def gen_tokens(a, i):
+    """Request i's max_tokens: --gen-tokens, or with --gen-tokens-min drawn for the request id
+    (the same for every server and run) uniformly from [--gen-tokens-min, --gen-tokens]."""
+    if a.gen_tokens_min is None:
+        return a.gen_tokens
+    return random.Random(i * 7919 + 17).randint(a.gen_tokens_min, a.gen_tokens)
+
+
 def request_body(a, i):
     """The /v1/completions body of request i under the workload options."""
     if a.prefix_ids:
         prompt = a.prefix_ids + prompt_ids(i, a.prompt_ids or 50)
     else:
         prompt = prompt_ids(i, a.prompt_ids) if a.prompt_ids > 0 else prompt_text(i)
-    body = {"prompt": prompt, "max_tokens": a.gen_tokens, "temperature": a.temperature,
+    body = {"prompt": prompt, "max_tokens": gen_tokens(a, i), "temperature": a.temperature,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     if a.model:
         body["model"] = a.model
@@ -276,7 +286,8 @@ def run_level(a, conc, info, headers, warmup=False):
         "kv_ring_rows": info.get("kv_ring_rows"),
         "concurrency": conc, "requests": n, "errors": len(errors),
         "shared_prefix": a.shared_prefix, "n": a.n, "temperature": a.temperature, "top_p": a.top_p, "top_k": a.top_k, "response_format": a.response_format or None,
-        "gen_tokens_per_request": a.gen_tokens, "wall_s": round(wall, 3),
+        "gen_tokens_per_request": a.gen_tokens,
+        "gen_tokens_min": a.gen_tokens_min, "wall_s": round(wall, 3),
         "gen_tok_s": round(gen / wall, 1) if wall > 0 else None,
         "prompt_tokens_per_request": round(prompt / max(len(results), 1), 1),
         "prompt_tok_s": round(prompt / wall, 1) if wall > 0 else None,
@@ -299,6 +310,10 @@ def main():
     ap.add_argument("--api-key", default="")
     ap.add_argument("--concurrency", default="1,8,64,256", help="comma-separated levels")
     ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--gen-tokens-min", type=int, default=None, metavar="N",
+                    help="each request's max_tokens drawn uniformly from [N, --gen-tokens] "
+                         "(default: all --gen-tokens; equal lengths make closed-loop clients "
+                         "finish, and so arrive, in groups)")
     ap.add_argument("--prompt-ids", type=int, default=0,
                     help="prompts of exactly this many token ids (default: ~100-word text)")
     ap.add_argument("--shared-prefix", type=int, default=0, metavar="N",
@@ -327,6 +342,8 @@ def main():
     ap.add_argument("--commit", default="", help="recorded as the commit (default: the server's)")
     ap.add_argument("--out", default="", help="append the JSON lines to this file")
     a = ap.parse_args()
+    if a.gen_tokens_min is not None and not 1 <= a.gen_tokens_min <= a.gen_tokens:
+        ap.error("--gen-tokens-min must be in [1, --gen-tokens]")
     headers = {"Authorization": f"Bearer {a.api_key}"} if a.api_key else {}
     c = http.client.HTTPConnection(a.host, a.port, timeout=30)
     c.request("GET", "/health", headers=headers)  # with --api-key, details need the key

@@ -539,6 +539,23 @@ def case_bench(binary):
                   f"C={c}: server view {sv}")
             check(sv["tokens_per_step"] >= sv["rows_per_step"], f"C={c}: {sv}")
             check(0 < sv["step_share"] <= 1 and sv["ttft_mean_ms"] > 0, f"C={c}: {sv}")
+        # --gen-tokens-min: each request's length drawn for its id; the tokens generated are the
+        # sum of the measured requests' draws (ids C * 1e6 + i, i < 8, as the script numbers them).
+        open(out.name, "w").close()
+        r = subprocess.run([sys.executable, script, "--port", str(srv.port), "--concurrency", "4",
+                            "--min-requests", "8", "--requests-per-client", "2", "--gen-tokens",
+                            "12", "--gen-tokens-min", "2", "--procs", "2", "--out", out.name],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"bench_serve exited {r.returncode}: {r.stderr[-2000:]}")
+        sys.path.insert(0, os.path.dirname(script))
+        import bench_serve
+        a = argparse.Namespace(gen_tokens=12, gen_tokens_min=2)
+        draws = [bench_serve.gen_tokens(a, 4 * 1000000 + i) for i in range(8)]
+        check(len(set(draws)) > 1, f"one length for every request: {draws}")
+        d = json.loads(open(out.name).readline())
+        made = d["gen_tok_s"] * d["wall_s"]
+        check(d["errors"] == 0 and abs(made - sum(draws)) < 1,
+              f"{made} tokens generated, the draws {draws} sum to {sum(draws)}: {d}")
     finally:
         os.unlink(out.name)
         check(srv.stop() == 0, "exit code")
