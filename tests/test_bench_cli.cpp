@@ -2,6 +2,8 @@
 // statistics that hold together, and bad flags rejected with a message naming the flag.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -40,6 +42,30 @@ TEST(BenchCli, JsonLinesOnStories260K) {
     EXPECT_GT(j["decode_weight_bytes"].get<double>(), 1e6);
   }
   EXPECT_EQ(lengths, (std::vector<int>{8, 24}));
+}
+
+// bench-batch --chunks: each decode step also carries new prompts behind the cached shared
+// prefix; the record says how much of them the cache held (the prefix's whole pages).
+TEST(BenchCli, BatchChunksBesideDecodesHitTheCache) {
+  REQUIRE_FIXTURE(model, "models/stories260K.gguf");
+  const std::string json = ::testing::TempDir() + "bench_batch_chunks.jsonl";
+  std::remove(json.c_str());
+  const test::Proc p =
+      test::run_smolrt({"bench-batch", "-m", model.string(), "--backend", "cpu", "--sizes", "3",
+                        "--prompt", "40", "--shared-prefix", "36", "--gen", "5", "--chunks", "2",
+                        "--page-size", "16", "--json", json});
+  ASSERT_EQ(p.rc, 0) << p.err;
+  std::ifstream f(json);
+  std::string line;
+  ASSERT_TRUE(std::getline(f, line));
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["chunks"], 2);
+  EXPECT_EQ(j["chunk_cached_tokens"].get<double>(), 32.0);  // two whole pages of the 36
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
+  const test::Proc q = test::run_smolrt(
+      {"bench-batch", "-m", model.string(), "--backend", "cpu", "--prompt", "40", "--chunks", "1"});
+  EXPECT_NE(q.rc, 0);
+  EXPECT_NE(q.err.find("--chunks needs --shared-prefix"), std::string::npos) << q.err;
 }
 
 TEST(BenchCli, BadFlagsNameTheFlag) {

@@ -40,6 +40,7 @@ struct Opts {
   bool prefix_cache = true;
   bool match = false;
   int shared_prefix = 0;
+  int chunks = 0;
 };
 
 double secs(std::chrono::steady_clock::time_point t0) {
@@ -64,10 +65,11 @@ int run(const Opts& o) {
   if (o.prompt <= 0 || o.gen <= 0) fail("--prompt and --gen must be positive");
   if (o.shared_prefix >= o.prompt)
     fail("--shared-prefix ", o.shared_prefix, " must be below --prompt ", o.prompt);
+  if (o.chunks > 0 && o.shared_prefix == 0) fail("--chunks needs --shared-prefix");
   Model m = load_model(resolve_model_path(o.model));
   BatchOptions bo;
   bo.kind = o.backend;
-  bo.max_seqs = *std::max_element(sizes.begin(), sizes.end());
+  bo.max_seqs = *std::max_element(sizes.begin(), sizes.end()) + o.chunks;
   bo.seq_ctx = o.ctx > 0 ? o.ctx : o.prompt + o.gen + 1;
   if (bo.seq_ctx < o.prompt + o.gen + 1) fail("--ctx ", o.ctx, " is below --prompt + --gen + 1");
   bo.kv_tokens = o.kv_size > 0 ? o.kv_size : bo.max_seqs * (o.prompt + o.gen + 1 + o.page_size);
@@ -85,6 +87,14 @@ int run(const Opts& o) {
               o.kv_half ? ", fp16 KV" : ", fp32 KV", b->dense_rows());
   std::printf("%6s %14s %12s %16s\n", "C", "decode tok/s", "ms/step", "prefill tok/s");
   const int V = m.config.vocab_size;
+  // Prompt k: the shared prefix, then tokens of its own.
+  auto prompt_of = [&](int k) {
+    std::vector<int> p(size_t(o.prompt));
+    for (int i = 0; i < o.prompt; ++i)
+      p[i] = i < o.shared_prefix ? 1 + (i * 104729 + 4049) % (V - 1)
+                                 : 1 + (k * 7919 + i * 104729) % (V - 1);
+    return p;
+  };
   // Warm-up rounds (graph captures), then the measured one. With a shared prefix the first round
   // computes it and the second takes the measured round's shapes (the prefix found in the cache).
   const int reps = o.shared_prefix > 0 ? 3 : 2;
@@ -94,13 +104,9 @@ int run(const Opts& o) {
       std::vector<std::vector<int>> prompts(C);
       for (int s = 0; s < C; ++s) {
         ids[s] = b->add_sequence();
-        prompts[s].resize(o.prompt);
         // With a shared prefix the rest differs between the rounds too: the measured round finds
         // the prefix in the cache, not its own tokens.
-        const int k = o.shared_prefix > 0 ? s + rep * C : s;
-        for (int i = 0; i < o.prompt; ++i)
-          prompts[s][i] = i < o.shared_prefix ? 1 + (i * 104729 + 4049) % (V - 1)
-                                              : 1 + (k * 7919 + i * 104729) % (V - 1);
+        prompts[s] = prompt_of(o.shared_prefix > 0 ? s + rep * C : s);
       }
       // What the prefix cache holds of each prompt (the warm-up's pages), as the server looks up.
       std::vector<int> done(C, 0);
@@ -133,14 +139,32 @@ int run(const Opts& o) {
       }
       const double pre_s = secs(t0);
       const auto t1 = std::chrono::steady_clock::now();
+      int fresh = (1 << 20) + (rep << 18);  // prompt numbers of --chunks arrivals (new each round)
+      int64_t arr_hits = 0;                 // their tokens the prefix cache held
       for (int g = 1; g < o.gen; ++g) {
         std::vector<SeqStep> st(C);
         for (int s = 0; s < C; ++s) {
           st[s].seq = ids[s], st[s].tokens = std::span<const int>(&last[s], 1);
           st[s].params.temp = 0.f;
         }
+        // --chunks: arrivals whose prompts hit the cached prefix, their rest in this step (as
+        // a served step carries new requests beside the decodes), then ended.
+        std::vector<std::vector<int>> arr(size_t(o.chunks));
+        std::vector<int> arr_ids;
+        for (auto& p : arr) {
+          p = prompt_of(fresh++);
+          const int id = b->add_sequence();
+          const int hit = b->match_prefix(id, p);
+          arr_hits += hit;
+          arr_ids.push_back(id);
+          SeqStep x;
+          x.seq = id, x.params.temp = 0.f;
+          x.tokens = std::span<const int>(p).subspan(size_t(hit));
+          st.push_back(x);
+        }
         const auto r = b->step(st);
         for (int s = 0; s < C; ++s) last[s] = r[s].token;
+        for (int id : arr_ids) b->free_sequence(id);
       }
       const double dec_s = secs(t1);
       for (int id : ids) b->free_sequence(id);
@@ -168,6 +192,10 @@ int run(const Opts& o) {
                              {"prefix_cache", b->prefix_cache()},
                              {"match", o.match},
                              {"shared_prefix", o.shared_prefix},
+                             {"chunks", o.chunks},
+                             {"chunk_cached_tokens",
+                              o.chunks > 0 ? double(arr_hits) / (double(o.chunks) * (o.gen - 1))
+                                           : 0.0},
                              {"dense_rows", b->dense_rows()},
                              {"kv_half", o.kv_half},
                              {"f16_weights", o.f16_weights},
@@ -214,6 +242,11 @@ REGISTER_COMMAND(Command{
       sub.add_option("--shared-prefix", o->shared_prefix,
                      "every prompt starts with the same N tokens, looked up in the prefix cache "
                      "(the rest differs per sequence and round): a shared system prompt")
+          ->check(CLI::NonNegativeNumber);
+      sub.add_option("--chunks", o->chunks,
+                     "with --shared-prefix: each decode step also carries this many new prompts "
+                     "(the cached prefix, then their own tokens), ended after it: the steps a "
+                     "server runs as requests arrive")
           ->check(CLI::NonNegativeNumber);
       sub.add_option("--json", o->json, "append JSON lines here");
       return [o] { return run(*o); };
