@@ -185,10 +185,10 @@ SERVER_SERIES = ("smolrt_time_to_first_token_seconds_sum", "smolrt_time_to_first
                  "smolrt_step_seconds_sum", "smolrt_step_seconds_count",
                  "smolrt_batch_tokens_sum", "smolrt_batch_sequences_sum", "smolrt_steps_ahead_total")
 # Series of servers from 2026-11-29 on (taken where present): TTFT's two parts (arrival -> first
-# step, first step -> first token) and the rows that took cascade attention.
+# step, first step -> first token), the rows that took cascade attention, the step graphs recorded.
 NEWER_SERIES = ("smolrt_request_queue_seconds_sum", "smolrt_request_queue_seconds_count",
                 "smolrt_request_prefill_seconds_sum", "smolrt_request_prefill_seconds_count",
-                "smolrt_shared_prefix_rows_total")
+                "smolrt_shared_prefix_rows_total", "smolrt_step_graph_captures_total")
 
 
 def server_counters(a, headers):
@@ -236,6 +236,9 @@ def server_view(before, after, wall):
                                     d[f"smolrt_request_{part}_seconds_count"], 3)
            for part in ("queue", "prefill")
            if d.get(f"smolrt_request_{part}_seconds_count", 0) > 0},
+        # Step graphs recorded during the level (each one's step took milliseconds longer).
+        **({"graph_captures": int(d["smolrt_step_graph_captures_total"])}
+           if "smolrt_step_graph_captures_total" in d else {}),
         # The share of step rows that took cascade attention (servers from 2026-11-29 on).
         **({"shared_prefix_rows_share": round(d["smolrt_shared_prefix_rows_total"] /
                                               d["smolrt_batch_tokens_sum"], 3)}

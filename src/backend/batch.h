@@ -125,6 +125,10 @@ class BatchBackend {
   // Steps so far that the engine launched before the previous one's token was read (the CUDA
   // engine's speculated decode steps) and then used; 0 where it never does.
   virtual int64_t steps_ahead() const { return 0; }
+  // Step graphs captured so far: the CUDA engine records one per new step shape (bucket, output
+  // rows, attention splits...) and replays it; the step that records one pays milliseconds. 0
+  // where there are none.
+  virtual int64_t graph_captures() const { return 0; }
   // Rows so far whose attention read a prefix their sequences share once for all of them (the
   // CUDA engine's cascade attention); 0 where it never does.
   virtual int64_t shared_prefix_rows() const { return 0; }

@@ -60,6 +60,9 @@ Metrics::Metrics() : reg_(std::make_shared<prometheus::Registry>()) {
   steps_ahead_ = &counter(r, "smolrt_steps_ahead_total",
                           "Decode steps the backend launched before the previous step's token was "
                           "read (speculated), then used");
+  graph_captures_ = &counter(r, "smolrt_step_graph_captures_total",
+                             "Step graphs the backend recorded (one per new step shape; the step "
+                             "that records one takes milliseconds longer)");
   shared_prefix_rows_ =
       &counter(r, "smolrt_shared_prefix_rows_total",
                "Step rows whose attention read a prefix their sequences share once "
@@ -124,6 +127,9 @@ void Metrics::request_duration(double seconds) {
 void Metrics::queue(int running, int waiting) {
   running_->Set(running);
   waiting_->Set(waiting);
+}
+void Metrics::graph_captures(int n) {
+  graph_captures_->Increment(n);
 }
 void Metrics::steps_ahead(int n) {
   steps_ahead_->Increment(n);

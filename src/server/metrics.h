@@ -30,6 +30,7 @@ class Metrics {
   void prefix_hit_ratio(double r);
   void generated_tokens(int n);
   void preemption();
+  void graph_captures(int n);  // step graphs recorded (BatchBackend::graph_captures)
   void steps_ahead(int n);  // steps the backend launched ahead and used (BatchBackend::steps_ahead)
   void shared_prefix_rows(int n);  // BatchBackend::shared_prefix_rows
   // One backend step: sequences and tokens it carried, and its wall time.
@@ -56,7 +57,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> reg_;
   prometheus::Family<prometheus::Counter>*requests_, *timeouts_;
   prometheus::Counter *prompt_tokens_, *generated_tokens_, *preemptions_, *steps_, *rejected_,
-      *cached_tokens_, *steps_ahead_, *shared_prefix_rows_;
+      *cached_tokens_, *steps_ahead_, *shared_prefix_rows_, *graph_captures_;
   prometheus::Gauge *running_, *waiting_, *kv_used_, *kv_total_, *kv_usage_, *connections_,
       *prefix_hit_;
   prometheus::Histogram *batch_seqs_, *batch_tokens_, *step_seconds_, *ttft_, *itl_, *e2e_, *queue_,

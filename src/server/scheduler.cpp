@@ -695,6 +695,9 @@ void Scheduler::run_step() {
     const int64_t ahead = be_.steps_ahead();
     metrics_->steps_ahead(static_cast<int>(ahead - steps_ahead_));
     steps_ahead_ = ahead;
+    const int64_t captures = be_.graph_captures();
+    metrics_->graph_captures(static_cast<int>(captures - graph_captures_));
+    graph_captures_ = captures;
     const int64_t shared = be_.shared_prefix_rows();
     metrics_->shared_prefix_rows(static_cast<int>(shared - shared_prefix_rows_));
     shared_prefix_rows_ = shared;

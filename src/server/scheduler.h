@@ -195,6 +195,7 @@ class Scheduler {
   std::atomic<bool> accepting_{true};
   std::atomic<int> n_running_{0}, n_waiting_{0};
   int64_t steps_ahead_ = 0;         // the backend's steps_ahead() at the last step (metrics)
+  int64_t graph_captures_ = 0;      // the backend's graph_captures() at the last step (metrics)
   int64_t shared_prefix_rows_ = 0;  // and its shared_prefix_rows()
 
   std::vector<std::unique_ptr<Entry>> running_;  // scheduler thread only

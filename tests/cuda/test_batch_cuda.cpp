@@ -607,6 +607,29 @@ TEST(CudaBatch, ALastStepLaunchesNothingAhead) {
   EXPECT_EQ(b->steps_ahead(), ahead + 2);
 }
 
+// A step of a shape no graph holds records one (graph_captures counts it); the same shape again
+// replays it.
+TEST(CudaBatch, ANewStepShapeRecordsOneGraph) {
+  REQUIRE_SYNTH(model);
+  const int V = model.config.vocab_size;
+  auto b = make_batch(model);
+  const int a = b->add_sequence(), c = b->add_sequence();
+  const std::vector<int> pa = prompt_of(7, V, 101), pc = prompt_of(7, V, 102);
+  int ta = b->step(std::vector<SeqStep>{greedy(a, pa, 0)})[0].token;
+  int tc = b->step(std::vector<SeqStep>{greedy(c, pc, 0)})[0].token;
+  auto pair = [&] {
+    const auto r = b->step(std::vector<SeqStep>{greedy(a, std::span<const int>(&ta, 1), 0),
+                                                greedy(c, std::span<const int>(&tc, 1), 0)});
+    ta = r[0].token, tc = r[1].token;
+  };
+  pair();  // a two-row decode step: recorded if warm-up did not record its shape
+  const int64_t n = b->graph_captures();
+  EXPECT_GT(n, 0);
+  pair();
+  pair();
+  EXPECT_EQ(b->graph_captures(), n);
+}
+
 // Speculation (one-row greedy steps launched before the host has read the id they continue):
 // a script of steps that adopts chains of them across page boundaries and drops them in every
 // way a caller can (another token, a rollback, a new sequence, a shared step, a freed neighbour,

@@ -336,6 +336,8 @@ def case_batching(binary):
               "/metrics lacks smolrt_steps_ahead_total, or the CPU backend launched steps ahead")
         check("\nsmolrt_shared_prefix_rows_total 0\n" in text,
               "/metrics lacks smolrt_shared_prefix_rows_total, or the CPU backend counted rows")
+        check("\nsmolrt_step_graph_captures_total 0\n" in text,
+              "/metrics lacks smolrt_step_graph_captures_total, or the CPU backend counted graphs")
         # Every request's TTFT is its queue time (arrival -> first step) plus its prefill time
         # (-> first token), measured on one clock: the sums agree (the text format's rounding).
         n = len(PROMPTS) * 2

@@ -116,6 +116,7 @@ class CudaBatchBackend final : public BatchBackend {
   int max_step_tokens() const override { return max_step_; }
   int kv_ring_rows() const override { return ring_pages_ * kv_->page_size(); }
   int64_t steps_ahead() const override { return adopted_; }
+  int64_t graph_captures() const override { return captures_; }
   int64_t shared_prefix_rows() const override { return cascaded_; }
   int dense_rows() const override {
     return pw_.dense() && pw_.dense_rows != INT_MAX ? pw_.dense_rows : 0;
@@ -312,6 +313,7 @@ class CudaBatchBackend final : public BatchBackend {
   cpu::SampleScratch scratch_;
   double copy_gbs_ = 0;   // copy_bandwidth_gbs, once measured
   int64_t adopted_ = 0;   // steps_ahead()
+  int64_t captures_ = 0;  // graph_captures()
   int64_t cascaded_ = 0;  // shared_prefix_rows()
 };
 
@@ -860,6 +862,7 @@ void CudaBatchBackend::launch(int nb, int mb, const Shape& sh, int par) {
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
+    ++captures_;
   }
   CUDA_CHECK(cudaGraphLaunch(g, stream_));
 }
