@@ -607,12 +607,15 @@ TEST(CudaBatch, ALastStepLaunchesNothingAhead) {
   EXPECT_EQ(b->steps_ahead(), ahead + 2);
 }
 
-// A step of a shape no graph holds records one (graph_captures counts it); the same shape again
-// replays it.
-TEST(CudaBatch, ANewStepShapeRecordsOneGraph) {
+// A many-row step shape runs without a graph for its first steps, then is recorded once
+// (graph_captures counts it) and replayed; its tokens are those of plain launches all along
+// (split-K off and the quantized GEMM, as in SpeculatedStepsMatchPlainOnes: the same bits).
+TEST(CudaBatch, AStepShapeIsRecordedOnceAfterItsFirstSteps) {
   REQUIRE_SYNTH(model);
   const int V = model.config.vocab_size;
-  auto b = make_batch(model);
+  CudaOptions co = CudaOptions{};
+  co.split_k = false;
+  auto b = make_batch(model, false, Gemms::kQuantized, co);
   const int a = b->add_sequence(), c = b->add_sequence();
   const std::vector<int> pa = prompt_of(7, V, 101), pc = prompt_of(7, V, 102);
   int ta = b->step(std::vector<SeqStep>{greedy(a, pa, 0)})[0].token;
@@ -622,12 +625,28 @@ TEST(CudaBatch, ANewStepShapeRecordsOneGraph) {
                                                 greedy(c, std::span<const int>(&tc, 1), 0)});
     ta = r[0].token, tc = r[1].token;
   };
-  pair();  // a two-row decode step: recorded if warm-up did not record its shape
-  const int64_t n = b->graph_captures();
-  EXPECT_GT(n, 0);
-  pair();
-  pair();
-  EXPECT_EQ(b->graph_captures(), n);
+  std::vector<int64_t> counts;
+  std::vector<int> tokens;
+  for (int i = 0; i < 8; ++i) {  // two-row decode steps: one shape
+    pair();
+    counts.push_back(b->graph_captures());
+    tokens.push_back(ta), tokens.push_back(tc);
+  }
+  EXPECT_EQ(counts.back() - counts.front(), 1);  // recorded once, after its first step
+  // The same steps with graphs off (launch by launch): the same tokens.
+  co.use_graph = false;
+  auto p = make_batch(model, false, Gemms::kQuantized, co);
+  const int a2 = p->add_sequence(), c2 = p->add_sequence();
+  ta = p->step(std::vector<SeqStep>{greedy(a2, pa, 0)})[0].token;
+  tc = p->step(std::vector<SeqStep>{greedy(c2, pc, 0)})[0].token;
+  std::vector<int> plain;
+  for (int i = 0; i < 8; ++i) {
+    const auto r = p->step(std::vector<SeqStep>{greedy(a2, std::span<const int>(&ta, 1), 0),
+                                                greedy(c2, std::span<const int>(&tc, 1), 0)});
+    ta = r[0].token, tc = r[1].token;
+    plain.push_back(ta), plain.push_back(tc);
+  }
+  EXPECT_EQ(tokens, plain);
 }
 
 // Speculation (one-row greedy steps launched before the host has read the id they continue):

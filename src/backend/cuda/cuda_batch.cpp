@@ -98,6 +98,9 @@ int bucket(int n) {
 // measured crossover (a lone 32-token prompt measured the same with 2).
 constexpr int kChunkAttnRows = 64;
 
+// A many-row step shape is recorded as a graph at its this-many-th step (launch()).
+constexpr int kGraphAfterRuns = 3;
+
 // Cascade attention (CudaOptions::cascade_rows): at most this many groups of rows sharing a prefix
 // per step (block slots of the shared pass), in steps of at most kCascadeMaxRows rows (its
 // scratch).
@@ -148,7 +151,8 @@ class CudaBatchBackend final : public BatchBackend {
   // The launches of one step of nb rows, mb output rows, the chosen ids to `out` (captured per
   // bucket and shape).
   void forward(int nb, int mb, const Shape& sh, int* out);
-  // forward() as the bucket's graph (captured on first use), or plain launches without graphs.
+  // forward() as the shape's graph (recorded at its kGraphAfterRuns-th step; one-row steps at
+  // their first), or plain launches without graphs.
   // par: which of the two id slots a one-row step writes (0 for the others).
   void launch(int nb, int mb, const Shape& sh, int par);
   // Whether the step after `batch` (just staged) is worth launching now (see the file comment);
@@ -296,7 +300,12 @@ class CudaBatchBackend final : public BatchBackend {
   cuda::PinnedBuffer logits_pinned_;  // the step's logits rows read back (grown as asked)
   std::vector<int> uploaded_;         // pages of each sequence's table already on the device
   cudaStream_t stream_ = nullptr;
-  std::map<std::tuple<int, int, int, bool, int, bool, bool>, cudaGraphExec_t> graphs_;
+  // A shape's graph once recorded, and how many of its steps ran without one before.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    int eager_runs = 0;
+  };
+  std::map<std::tuple<int, int, int, bool, int, bool, bool>, Graph> graphs_;
   bool use_graph_ = true;
   bool pdl_ = true, split_k_ = true, speculate_ = true;
   int64_t span_row_keys_ = 0;                // CudaOptions::span_row_keys
@@ -477,7 +486,8 @@ CudaBatchBackend::CudaBatchBackend(const Model& m, const BatchOptions& opt, cons
 
 CudaBatchBackend::~CudaBatchBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+  for (auto& [k, g] : graphs_)
+    if (g.exec) cudaGraphExecDestroy(g.exec);
   for (cudaEvent_t e : done_)
     if (e) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
@@ -849,22 +859,24 @@ std::vector<SeqResult> CudaBatchBackend::adopt(const SeqStep& s) {
 void CudaBatchBackend::launch(int nb, int mb, const Shape& sh, int par) {
   int* out = ids_out(nb, par);
   if (!use_graph_) return forward(nb, mb, sh, out);
-  cudaGraphExec_t& g = graphs_[{nb, mb, sh.splits, sh.masked, par, sh.chunks, sh.cascade}];
-  if (!g) {
-    // A new shape runs eagerly once first, so its dense GEMMs pick their kernels by timing
-    // (dense_gemm.h: not possible while capturing); the step is idempotent (the same K/V rows
-    // and ids are written again by the replay). One-row steps have no dense GEMM, and their
-    // hand-off advances the staging: they are captured at once.
-    if (nb > 1) forward(nb, mb, sh, out);
+  Graph& g = graphs_[{nb, mb, sh.splits, sh.masked, par, sh.chunks, sh.cascade}];
+  if (!g.exec) {
+    // Recording a graph stalls the step that does it by 5-10 ms (served, H200), and every
+    // running sequence with it: a many-row shape runs launch by launch until its
+    // kGraphAfterRuns-th step, so the shapes a workload brings rarely never pay it. Those eager
+    // runs also let its dense GEMMs pick their kernels by timing (dense_gemm.h: not possible while
+    // capturing). One-row steps have no dense GEMM, and their hand-off advances the staging: they
+    // are recorded at once.
+    if (nb > 1 && ++g.eager_runs < kGraphAfterRuns) return forward(nb, mb, sh, out);
     cudaGraph_t graph;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     forward(nb, mb, sh, out);
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&g, graph, 0));
+    CUDA_CHECK(cudaGraphInstantiate(&g.exec, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
     ++captures_;
   }
-  CUDA_CHECK(cudaGraphLaunch(g, stream_));
+  CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
 }
 
 std::vector<SeqResult> CudaBatchBackend::step(std::span<const SeqStep> batch) {
