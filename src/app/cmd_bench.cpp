@@ -110,7 +110,7 @@ REGISTER_COMMAND(Command{
           ->check(CLI::Range(1, 1 << 24));
       sub.add_option("--gen-length", a->gen_length, "tokens to decode per run")
           ->check(CLI::Range(1, 1 << 24));
-      sub.add_option("--iterations", a->iterations, "timed iterations (after one warm-up)")
+      sub.add_option("--iterations", a->iterations, "timed iterations (after three untimed ones)")
           ->check(CLI::Range(1, 1 << 24));
       add_backend_flags(sub, a->backend);
       sub.add_flag("--json", a->json, "one JSON object per prompt length (JSON lines)");

@@ -1,6 +1,6 @@
 // The benchmark behind `smolrt bench`: prefill and decode speed of a Backend, per prompt length.
 // Validation is the tests' job; this only times. Every figure is a median over iterations after
-// one warm-up iteration, with min and max beside it.
+// three untimed ones, with min and max beside it.
 #pragma once
 
 #include <string>
