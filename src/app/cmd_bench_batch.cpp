@@ -95,10 +95,10 @@ int run(const Opts& o) {
                                  : 1 + (k * 7919 + i * 104729) % (V - 1);
     return p;
   };
-  // Warm-up rounds, then the measured one: two rounds of the measured round's shapes (the CUDA
+  // Warm-up rounds, then the measured one: three rounds of the measured round's shapes (the CUDA
   // engine records a step shape's graph at its third step), after, with a shared prefix, a first
   // round that computes it (the later ones find it in the cache).
-  const int reps = o.shared_prefix > 0 ? 4 : 3;
+  const int reps = o.shared_prefix > 0 ? 5 : 4;
   for (int rep = 0; rep < reps; ++rep) {
     for (int C : sizes) {
       std::vector<int> ids(C);
