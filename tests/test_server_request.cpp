@@ -111,6 +111,38 @@ TEST(ServerRequest, ErrorsNameTheField) {
             std::make_pair(404, std::string("model")));
 }
 
+// logit_bias: -100 bans a token, 100 keeps only the tokens given 100, 0 does nothing; a bias
+// between, a key that is not a token id, a non-number, too many entries or banning every token is
+// a 400 naming logit_bias.
+TEST(ServerRequest, LogitBiasBansOrKeepsTokens) {
+  Fixture f;
+  const GenRequest r = parse_completion(
+      {{"prompt", "a"}, {"logit_bias", {{"5", -100}, {"7", 100}, {"9", 100.0}, {"11", 0}}}},
+      f.ctx());
+  EXPECT_EQ(r.banned_tokens, (std::vector<int>{5}));
+  EXPECT_EQ(r.only_tokens, (std::vector<int>{7, 9}));
+  const GenRequest none = parse_completion({{"prompt", "a"}, {"logit_bias", nullptr}}, f.ctx());
+  EXPECT_TRUE(none.banned_tokens.empty() && none.only_tokens.empty());
+  const GenRequest chat = parse_chat(
+      {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"logit_bias", {{"3", -100}}}},
+      f.ctx());
+  EXPECT_EQ(chat.banned_tokens, (std::vector<int>{3}));
+  const int V = f.tok.n_vocab();
+  for (const json& lb :
+       {json("x"), json{{"abc", 100}}, json{{"-1", 100}}, json{{"", 100}},
+        json{{std::to_string(V), -100}}, json{{"5", 5}}, json{{"5", -99.5}}, json{{"5", "100"}}}) {
+    EXPECT_EQ(error_of({{"prompt", "a"}, {"logit_bias", lb}}),
+              std::make_pair(400, std::string("logit_bias")))
+        << lb.dump();
+  }
+  json many = json::object(), all = json::object();
+  for (int t = 0; t <= kMaxLogitBias; ++t) many[std::to_string(t)] = 0;
+  for (int t = 0; t < V; ++t) all[std::to_string(t)] = -100;
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"logit_bias", many}}).second, "logit_bias");
+  ASSERT_LE(V, kMaxLogitBias);  // the byte vocabulary: banning all of it fits the entry limit
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"logit_bias", all}}).second, "logit_bias");
+}
+
 TEST(ServerRequest, MalformedBodies) {
   EXPECT_THROW(parse_json_body("{nope"), ApiError);
   EXPECT_THROW(parse_json_body("[1]"), ApiError);

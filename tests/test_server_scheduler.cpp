@@ -290,6 +290,45 @@ TEST(ServerScheduler, GrammarConstrainsTheTokensAndEndsTheRequest) {
   EXPECT_LT(d.n_generated, 50);
 }
 
+// logit_bias reaches the engine as the token mask: only the tokens given 100, never a banned one
+// (the fake model's own choice banned: another token), with a grammar their intersection, and a
+// bias that leaves the grammar nothing ends that request with its error.
+TEST(ServerScheduler, LogitBiasMasksTheSampledTokens) {
+  Env env;
+  FakeBatch be(env.tok.n_vocab(), 4, 4096, 64);
+  Scheduler s(be, env.tok, nullptr);
+  const int a = env.tok.encode("a", false, -1).at(0), b = env.tok.encode("b", false, -1).at(0);
+  GenRequest only = env.request(env.prompt(9, 5), 12);
+  only.only_tokens = {a, b};
+  const Delta d1 = wait_done(*s.submit(only));
+  EXPECT_EQ(d1.n_generated, 12);
+  EXPECT_EQ(d1.text.find_first_not_of("ab"), std::string::npos) << d1.text;
+
+  const std::vector<int> p = env.prompt(9, 6);
+  GenRequest ban = env.request(p, 1);
+  ban.banned_tokens = {next_token(p)};
+  const Delta d2 = wait_done(*s.submit(ban));
+  EXPECT_EQ(d2.n_generated, 1);
+  EXPECT_NE(d2.text, env.expected(p, 1));
+
+  grammar::GrammarCache cache(std::make_shared<const grammar::TokenVocab>(env.tok));
+  GenRequest both = env.request(env.prompt(9, 7), 20);
+  both.grammar = cache.gbnf("root ::= (\"a\" | \"b\" | \"c\")+ \".\"");
+  both.banned_tokens = {a};
+  const Delta d3 = wait_done(*s.submit(both));
+  EXPECT_FALSE(d3.text.empty());
+  EXPECT_EQ(d3.text.find('a'), std::string::npos) << d3.text;
+
+  GenRequest none = env.request(env.prompt(9, 8), 20);
+  none.grammar = cache.gbnf("root ::= \"a\" \"b\"");
+  none.banned_tokens = {a};
+  const Delta d4 = wait_done(*s.submit(none));
+  EXPECT_EQ(d4.finish_reason, "error");
+  EXPECT_EQ(d4.error_param, "logit_bias");
+  EXPECT_EQ(d4.error_code, "logit_bias_excludes_format");
+  EXPECT_NE(d4.error.find("logit_bias"), std::string::npos) << d4.error;
+}
+
 TEST(ServerScheduler, LongPromptsAreChunkedWhileDecodesKeepGoing) {
   Env env;
   FakeBatch be(env.tok.n_vocab(), 4, 4096, 16);

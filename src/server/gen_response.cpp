@@ -139,8 +139,8 @@ GenStep GenResponse::poll(bool started) {
     if (c.finished || !c.job->take(d, std::chrono::milliseconds(0))) continue;
     if (c.index == 0 && !d.prompt_logprobs.empty()) prompt_lp_ = d.prompt_logprobs;
     if (d.finished && d.finish_reason == "error") {
-      return end_with_error(d.request_error
-                                ? ApiError(400, d.error, "", "grammar_too_ambiguous")
+      return end_with_error(!d.error_code.empty()
+                                ? ApiError(400, d.error, d.error_param, d.error_code)
                                 : ApiError(500, d.error, "", "internal_error", "server_error"),
                             started);
     }

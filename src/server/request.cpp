@@ -1,5 +1,6 @@
 #include "server/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -137,6 +138,44 @@ std::shared_ptr<const grammar::CompiledGrammar> structured_output(const json& bo
   return g;
 }
 
+// logit_bias {"token id": bias}: -100 bans the token, 100 keeps only the tokens given 100 (what
+// OpenAI says those values do), 0 does nothing. The engines apply them as the token mask that
+// structured output uses; a bias between would need the sampler to add it, so it is refused
+// rather than ignored.
+void parse_logit_bias(const json& body, const ParseContext& ctx, GenRequest& r) {
+  const json* lb = field(body, "logit_bias", &json::is_object, "an object of token id -> bias");
+  if (!lb) return;
+  if (lb->size() > static_cast<size_t>(kMaxLogitBias))
+    bad("logit_bias", cat("'logit_bias' has ", lb->size(), " entries; at most ", kMaxLogitBias));
+  const int n_vocab = ctx.tok->n_vocab();
+  for (auto it = lb->begin(); it != lb->end(); ++it) {
+    const std::string& k = it.key();
+    long long id = -1;
+    if (!k.empty() && k.size() <= 9 &&
+        std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      id = std::stoll(k);
+    if (id < 0 || id >= n_vocab)
+      bad("logit_bias", cat("'logit_bias' key '", k, "' is not a token id in [0, ", n_vocab, ")"));
+    if (!it->is_number())
+      bad("logit_bias", cat("'logit_bias' value for token ", id, " must be a number"),
+          "invalid_type");
+    const double v = it->get<double>();
+    if (v == -100) {
+      r.banned_tokens.push_back(static_cast<int>(id));
+    } else if (v == 100) {
+      r.only_tokens.push_back(static_cast<int>(id));
+    } else if (v != 0) {
+      bad("logit_bias",
+          cat("'logit_bias' gives token ", id, " the bias ", v,
+              "; only -100 (never sample it), 100 (sample only among the tokens given 100) and "
+              "0 are supported"),
+          "unsupported_value");
+    }
+  }
+  if (r.only_tokens.empty() && static_cast<int>(r.banned_tokens.size()) >= n_vocab)
+    bad("logit_bias", "'logit_bias' bans every token of the vocabulary");
+}
+
 // The fields both endpoints share. Prompt-dependent checks run in finish().
 void parse_common(const json& body, const ParseContext& ctx, GenRequest& r) {
   check_model(body, ctx);
@@ -195,6 +234,7 @@ void parse_common(const json& body, const ParseContext& ctx, GenRequest& r) {
     s.repeat_penalty = static_cast<float>(*v);
   }
   if (auto v = get_int(body, "seed")) s.seed = *v < 0 ? -1 : *v;
+  parse_logit_bias(body, ctx, r);
   try {
     validate(s);  // the engine's own checks (names CLI flags; the ranges above are tighter)
   } catch (const Error& e) {

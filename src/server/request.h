@@ -45,6 +45,8 @@ nlohmann::json error_body(const ApiError& e);
 inline constexpr int kMaxStops = 16;
 inline constexpr int kMaxTopLogprobs = 20;
 inline constexpr int kMaxChoices = 16;
+// Most `logit_bias` entries per request.
+inline constexpr int kMaxLogitBias = 1024;
 
 enum class Endpoint { kCompletions, kChat };
 
@@ -66,6 +68,9 @@ struct GenRequest {
   // Structured output (response_format, llama.cpp's `grammar`, a required tool call): each
   // sampled token is one the grammar allows; generation stops when it is complete. nullptr: free.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // logit_bias as OpenAI's -100 and 100 act: tokens never sampled, and (when any is given 100) the
+  // only tokens that may be. Empty: none. Other values are refused (request.cpp).
+  std::vector<int> banned_tokens, only_tokens;
   // Chat with tools rendered into the prompt (tool_choice other than "none"): the reply is parsed
   // into tool calls written in this format.
   std::optional<ToolFormat> tool_calls;

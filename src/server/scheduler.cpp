@@ -41,6 +41,18 @@ std::span<const uint32_t> mask_words(grammar::GrammarMatcher& m, int n_vocab,
   std::copy_n(bits, have, buf.begin());
   return buf;
 }
+
+// A request's logit_bias as a token mask over n_vocab logits: its "only" tokens (any token when
+// none), less its banned ones; empty when it has neither.
+std::vector<uint32_t> bias_mask(const GenRequest& r, int n_vocab) {
+  if (r.banned_tokens.empty() && r.only_tokens.empty()) return {};
+  const size_t words = (static_cast<size_t>(n_vocab) + 31) / 32;
+  std::vector<uint32_t> m(words, r.only_tokens.empty() ? ~0u : 0u);
+  if (r.only_tokens.empty() && n_vocab % 32) m.back() = (1u << (n_vocab % 32)) - 1;
+  for (int t : r.only_tokens) m[t / 32] |= 1u << (t % 32);
+  for (int t : r.banned_tokens) m[t / 32] &= ~(1u << (t % 32));
+  return m;
+}
 }  // namespace
 
 // --- logprobs ------------------------------------------------------------------------------------
@@ -158,6 +170,8 @@ struct Scheduler::Entry {
   TokenSampler sampler;
   StreamDecoder dec;
   StopMatcher stop;
+  // logit_bias as a token mask (SeqStep::allowed's words): empty when the request has none.
+  std::vector<uint32_t> bias_mask;
   std::optional<grammar::GrammarMatcher> matcher;  // structured output
   std::vector<uint32_t> mask_buf;
   Clock::time_point last_token;
@@ -176,7 +190,8 @@ Scheduler::Scheduler(BatchBackend& be, const Tokenizer& tok, Metrics* metrics, S
       opt_(std::move(opt)),
       page_size_(be.page_size()),
       pages_total_(be.kv_pages_total()),
-      seq_ctx_(be.seq_ctx()) {
+      seq_ctx_(be.seq_ctx()),
+      n_vocab_(be.config().vocab_size) {
   publish_counts();
   notifier_ = std::thread([this] { notifier_loop(); });
   thread_ = std::thread([this] { loop(); });
@@ -271,6 +286,7 @@ std::vector<std::shared_ptr<Job>> Scheduler::submit_n(GenRequest r, std::functio
   std::vector<std::shared_ptr<Job>> jobs;
   std::vector<std::unique_ptr<Entry>> es;
   auto group = n > 1 ? std::make_shared<Group>() : nullptr;
+  const std::vector<uint32_t> bias = bias_mask(r, n_vocab_);
   for (int i = 0; i < n; ++i) {
     GenRequest c = r;
     if (i > 0 && c.sampling.seed >= 0) c.sampling.seed += i;  // else each its own random seed
@@ -279,6 +295,7 @@ std::vector<std::shared_ptr<Job>> Scheduler::submit_n(GenRequest r, std::functio
     e->max_gen = seq_ctx_ - e->n_prompt + 1;
     if (job->request().max_tokens >= 0)
       e->max_gen = std::min(e->max_gen, job->request().max_tokens);
+    e->bias_mask = bias;
     e->group = group;
     e->leader = i == 0;
     e->counted = i > 0;        // the prompt counts once, with the leader's admission
@@ -499,7 +516,8 @@ void Scheduler::preempt(Entry& e) {
 }
 
 void Scheduler::finish(Entry& e, const std::string& reason, const std::string& error,
-                       const std::string& stop_reason, bool request_error) {
+                       const std::string& stop_reason, const std::string& error_param,
+                       const std::string& error_code) {
   if (e.seq >= 0) be_.free_sequence(e.seq);
   e.seq = -1;
   release_followers(e);  // they compute the prompt themselves now (the prefix cache may help)
@@ -516,7 +534,8 @@ void Scheduler::finish(Entry& e, const std::string& reason, const std::string& e
     d.finish_reason = reason;
     d.stop_reason = stop_reason;
     d.error = error;
-    d.request_error = request_error;
+    d.error_param = error_param;
+    d.error_code = error_code;
     d.n_prompt = e.n_prompt;
     d.n_generated = n_gen;
     d.n_cached = e.n_cached;
@@ -573,7 +592,7 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
     });
   }
   if (!grammar_error.empty())
-    finish(e, "error", grammar_error, "", true);
+    finish(e, "error", grammar_error, "", "", "grammar_too_ambiguous");
   else if (eog || e.stop.stopped() || grammar_done)
     finish(e, "stop");
   else if (e.n_gen >= e.max_gen)
@@ -635,21 +654,42 @@ void Scheduler::run_step() {
   auto samples = [](const Entry& e, int n) {
     return e.n_done + n == static_cast<int>(e.ctx.size()) && e.n_gen < e.max_gen;
   };
-  // Structured output's masks first: a grammar past the matcher's work limit (one so ambiguous that
-  // a mask would stall every request for seconds) ends its own request with the error.
-  std::vector<std::pair<Entry*, std::string>> refused;
+  // The tokens e may sample (SeqStep::allowed): its grammar's mask, its logit_bias mask, or both
+  // (their intersection, in e.mask_buf); empty: any. Valid until the matcher's next call.
+  auto allowed = [&](Entry& e) -> std::span<const uint32_t> {
+    if (!e.matcher) return e.bias_mask;
+    const std::span<const uint32_t> g = mask_words(*e.matcher, n_vocab, e.mask_buf);
+    if (e.bias_mask.empty()) return g;
+    if (g.data() != e.mask_buf.data()) e.mask_buf.assign(g.begin(), g.end());
+    for (size_t i = 0; i < e.mask_buf.size(); ++i)
+      e.mask_buf[i] &= i < e.bias_mask.size() ? e.bias_mask[i] : 0u;
+    return e.mask_buf;
+  };
+  // The masks first: a grammar past the matcher's work limit (one so ambiguous that a mask would
+  // stall every request for seconds), or a logit_bias that leaves none of the tokens the grammar
+  // allows next, ends its own request with the error.
+  struct Refused {
+    Entry* e;
+    std::string what, param, code;
+  };
+  std::vector<Refused> refused;
   std::erase_if(chunks, [&](const std::pair<Entry*, int>& c) {
     Entry* e = c.first;
     if (!e->matcher || !samples(*e, c.second)) return false;
     try {
-      e->matcher->mask();
+      const std::span<const uint32_t> m = allowed(*e);
+      if (std::all_of(m.begin(), m.end(), [](uint32_t w) { return w == 0; })) {
+        refused.push_back({e, "logit_bias bans every token the response format allows next",
+                           "logit_bias", "logit_bias_excludes_format"});
+        return true;
+      }
       return false;
     } catch (const grammar::GrammarError& ex) {
-      refused.emplace_back(e, ex.what());
+      refused.push_back({e, ex.what(), "", "grammar_too_ambiguous"});
       return true;
     }
   });
-  for (auto& [e, what] : refused) finish(*e, "error", what, "", true);
+  for (const Refused& r : refused) finish(*r.e, "error", r.what, "", r.param, r.code);
   if (chunks.empty()) return;
 
   std::vector<SeqStep> steps;
@@ -663,7 +703,7 @@ void Scheduler::run_step() {
     s.last = s.sample && e->n_gen + 1 == e->max_gen;
     s.params = e->sampler.params();
     s.u = s.sample ? e->sampler.step_draw() : 0.0f;
-    if (s.sample && e->matcher) s.allowed = mask_words(*e->matcher, n_vocab, e->mask_buf);
+    if (s.sample) s.allowed = allowed(*e);
     s.history = e->sampler.history();
     if (e->scoring() && e->n_done < e->n_prompt)
       s.logits = 2;

@@ -61,8 +61,9 @@ struct Delta {
   // Why a "stop" came early: "" (end of generation or a stop string), "cancelled" (Job::cancel:
   // the client left) or "shutdown" (Scheduler::abort_all or destruction).
   std::string stop_reason;
-  std::string error;           // when finish_reason == "error"
-  bool request_error = false;  // the error is the request's own (a 400), not the server's
+  std::string error;  // when finish_reason == "error"
+  // A request's own error (a 400 with this param and code), not the server's: a non-empty code.
+  std::string error_param, error_code;
   int n_prompt = 0, n_generated = 0;
   // Prompt tokens whose K/V came from the prefix cache (usage.prompt_tokens_details.cached_tokens;
   // at the request's first admission).
@@ -74,7 +75,8 @@ struct Delta {
     finish_reason = d.finish_reason;
     stop_reason = d.stop_reason;
     error = d.error;
-    request_error = d.request_error;
+    error_param = d.error_param;
+    error_code = d.error_code;
     n_prompt = d.n_prompt;
     n_generated = d.n_generated;
     n_cached = d.n_cached;
@@ -166,9 +168,10 @@ class Scheduler {
   void admit();
   void run_step();
   // Ends e. A non-empty stop_reason (a cancelled job's) drops the text still held back;
-  // request_error: the error is the request's own (its client gets a 400).
+  // error_code (with error_param): the error is the request's own (its client gets a 400).
   void finish(Entry& e, const std::string& reason, const std::string& error = "",
-              const std::string& stop_reason = "", bool request_error = false);
+              const std::string& stop_reason = "", const std::string& error_param = "",
+              const std::string& error_code = "");
   void preempt(Entry& e);
   // A choice group's leader stops being the source of forks (it is done with its prompt and every
   // follower has forked, or it leaves): the followers it still holds join the queue's front.
@@ -186,6 +189,7 @@ class Scheduler {
   Metrics* metrics_;
   SchedulerOptions opt_;
   const int page_size_, pages_total_, seq_ctx_;  // the backend's geometry
+  const int n_vocab_;                            // the model's logits per token
 
   std::mutex mu_;  // guards waiting_, stop_, abort_
   std::condition_variable cv_;

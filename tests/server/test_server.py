@@ -127,6 +127,23 @@ def case_api(binary):
         r2 = oc.completions.create(model="stories260K", prompt=ids, max_tokens=16, temperature=0)
         check(r2.choices[0].text == text, f"ids prompt: {r2.choices[0].text!r} vs {text!r}")
 
+        # logit_bias: 100 on one token keeps only it (sampled at a temperature: it every time);
+        # -100 on it as well as on the others the model's greedy text starts with still answers;
+        # a bias between is a 400 naming the field.
+        t = ids[-1]
+        ro = oc.completions.create(model="stories260K", prompt=ids, max_tokens=6, temperature=0.9,
+                                   seed=3, logit_bias={str(t): 100})
+        _, _, only = srv.request("POST", "/detokenize", {"tokens": [t] * 6})
+        check(ro.choices[0].text == only["content"], f"only {t}: {ro.choices[0].text!r}")
+        _, _, head = srv.request("POST", "/tokenize", {"content": text, "add_special": False})
+        rb = oc.completions.create(model="stories260K", prompt=ids, max_tokens=4, temperature=0,
+                                   logit_bias={str(x): -100 for x in head["tokens"]})
+        check(rb.choices[0].text and not rb.choices[0].text.startswith(text[:4]),
+              f"banned {head['tokens']}: {rb.choices[0].text!r} after greedy {text!r}")
+        status, _, body = srv.request("POST", "/v1/completions",
+                                      {"prompt": prompt, "max_tokens": 2, "logit_bias": {"5": 3}})
+        check(status == 400 and body["error"]["param"] == "logit_bias", f"bias 3: {status} {body}")
+
         # Streaming with include_usage: the same text, usage in the last chunk.
         chunks = list(oc.completions.create(model="stories260K", prompt=prompt, max_tokens=16,
                                             temperature=0, stream=True,
