@@ -678,7 +678,8 @@ void Scheduler::run_step() {
     if (!e->matcher || !samples(*e, c.second)) return false;
     try {
       const std::span<const uint32_t> m = allowed(*e);
-      if (std::all_of(m.begin(), m.end(), [](uint32_t w) { return w == 0; })) {
+      if (!e->bias_mask.empty() &&
+          std::all_of(m.begin(), m.end(), [](uint32_t w) { return w == 0; })) {
         refused.push_back({e, "logit_bias bans every token the response format allows next",
                            "logit_bias", "logit_bias_excludes_format"});
         return true;
