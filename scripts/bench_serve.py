@@ -15,7 +15,7 @@ p50/p99 (seconds), prompt tokens the prefix cache served per request, and "serve
 view of the level from its /metrics (mean TTFT from arrival to the first token's sampling and its
 two parts, queue (to the request's first step) and prefill (from there), mean step time, steps,
 rows and tokens per step, the share of the wall time spent in steps, the share of steps launched
-ahead), null for a server without them.
+ahead, the step graphs recorded), null for a server without them.
 
 Workload options (recorded in each line):
   --shared-prefix N      every prompt starts with the same N tokens (natural text from the server's
