@@ -546,7 +546,7 @@ void Scheduler::finish(Entry& e, const std::string& reason, const std::string& e
 }
 
 void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, int row) {
-  const int n_vocab = be_.config().vocab_size;
+  const int n_vocab = n_vocab_;
   std::optional<TokenLogprob> lp;
   if (e.req().logprobs >= 0 && logits && !logits->empty()) {
     lp = token_logprob(std::span<const float>(*logits).subspan(size_t(row) * n_vocab, n_vocab),
@@ -601,7 +601,7 @@ void Scheduler::on_token(Entry& e, int token, const std::vector<float>* logits, 
 
 void Scheduler::run_step() {
   const int page = be_.page_size();
-  const int n_vocab = be_.config().vocab_size;
+  const int n_vocab = n_vocab_;
   std::vector<Entry*> order;
   std::vector<std::pair<Entry*, int>> chunks;  // entry, tokens this step
   while (true) {

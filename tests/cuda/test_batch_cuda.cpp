@@ -615,38 +615,28 @@ TEST(CudaBatch, AStepShapeIsRecordedOnceAfterItsFirstSteps) {
   const int V = model.config.vocab_size;
   CudaOptions co = CudaOptions{};
   co.split_k = false;
-  auto b = make_batch(model, false, Gemms::kQuantized, co);
-  const int a = b->add_sequence(), c = b->add_sequence();
-  const std::vector<int> pa = prompt_of(7, V, 101), pc = prompt_of(7, V, 102);
-  int ta = b->step(std::vector<SeqStep>{greedy(a, pa, 0)})[0].token;
-  int tc = b->step(std::vector<SeqStep>{greedy(c, pc, 0)})[0].token;
-  auto pair = [&] {
-    const auto r = b->step(std::vector<SeqStep>{greedy(a, std::span<const int>(&ta, 1), 0),
-                                                greedy(c, std::span<const int>(&tc, 1), 0)});
-    ta = r[0].token, tc = r[1].token;
+  // Two prompts, then eight two-row decode steps (one shape): their tokens, and the graphs the
+  // engine has recorded after each step.
+  auto run = [&](BatchBackend& b, std::vector<int64_t>& counts) {
+    const int a = b.add_sequence(), c = b.add_sequence();
+    int ta = b.step(std::vector<SeqStep>{greedy(a, prompt_of(7, V, 101), 0)})[0].token;
+    int tc = b.step(std::vector<SeqStep>{greedy(c, prompt_of(7, V, 102), 0)})[0].token;
+    std::vector<int> tokens;
+    for (int i = 0; i < 8; ++i) {
+      const auto r = b.step(std::vector<SeqStep>{greedy(a, std::span<const int>(&ta, 1), 0),
+                                                 greedy(c, std::span<const int>(&tc, 1), 0)});
+      ta = r[0].token, tc = r[1].token;
+      tokens.push_back(ta), tokens.push_back(tc);
+      counts.push_back(b.graph_captures());
+    }
+    return tokens;
   };
-  std::vector<int64_t> counts;
-  std::vector<int> tokens;
-  for (int i = 0; i < 8; ++i) {  // two-row decode steps: one shape
-    pair();
-    counts.push_back(b->graph_captures());
-    tokens.push_back(ta), tokens.push_back(tc);
-  }
+  std::vector<int64_t> counts, ignored;
+  const std::vector<int> tokens = run(*make_batch(model, false, Gemms::kQuantized, co), counts);
   EXPECT_EQ(counts.back() - counts.front(), 1);  // recorded once, after its first step
   // The same steps with graphs off (launch by launch): the same tokens.
   co.use_graph = false;
-  auto p = make_batch(model, false, Gemms::kQuantized, co);
-  const int a2 = p->add_sequence(), c2 = p->add_sequence();
-  ta = p->step(std::vector<SeqStep>{greedy(a2, pa, 0)})[0].token;
-  tc = p->step(std::vector<SeqStep>{greedy(c2, pc, 0)})[0].token;
-  std::vector<int> plain;
-  for (int i = 0; i < 8; ++i) {
-    const auto r = p->step(std::vector<SeqStep>{greedy(a2, std::span<const int>(&ta, 1), 0),
-                                                greedy(c2, std::span<const int>(&tc, 1), 0)});
-    ta = r[0].token, tc = r[1].token;
-    plain.push_back(ta), plain.push_back(tc);
-  }
-  EXPECT_EQ(tokens, plain);
+  EXPECT_EQ(tokens, run(*make_batch(model, false, Gemms::kQuantized, co), ignored));
 }
 
 // Speculation (one-row greedy steps launched before the host has read the id they continue):
