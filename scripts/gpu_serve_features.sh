@@ -5,6 +5,9 @@
 # top_p 0.9) against greedy at 64 clients, and one request of n = 8 choices against one of n = 1
 # (at temperature 0.8: greedy choices are copies of one text).
 # Usage, from the repository root: bash scripts/gpu_serve_features.sh SMOLRT MODEL
+#   PREFIX_GEN="32 128"  answer lengths of the prefix-cache comparison (default 128)
+#   PREFIX_FLAGS=...     more bench_serve.py flags for it (e.g. --requests-per-client 8)
+#   PARTS="prefix"       only the prefix-cache comparison (default: prefix features)
 # JSON lines go to $OUT/serve_features.jsonl (one per measurement, with a "variant" key).
 set -uo pipefail
 . "$(dirname "$0")/gpu_lib.sh"
@@ -21,8 +24,16 @@ serve() {
   serve_levels "$J" "{\"variant\": \"$variant\"}" "$S" "$M" --parallel 256 --ctx 2048 "$@"
 }
 
-serve prefix_cache_on -- --concurrency 64 --shared-prefix 1000 --prompt-ids 50
-serve prefix_cache_off --no-prefix-cache -- --concurrency 64 --shared-prefix 1000 --prompt-ids 50
+if [[ " ${PARTS:-prefix features} " == *" prefix "* ]]; then
+  # The prefix cache at each answer length of PREFIX_GEN (generated tokens per request; what a
+  # request decodes after its prompt decides how much of the work the cached prefill was).
+  for g in ${PREFIX_GEN:-128}; do
+    P=(--concurrency 64 --shared-prefix 1000 --prompt-ids 50 --gen-tokens "$g")
+    serve prefix_cache_on -- "${P[@]}" ${PREFIX_FLAGS:-}
+    serve prefix_cache_off --no-prefix-cache -- "${P[@]}" ${PREFIX_FLAGS:-}
+  done
+fi
+[[ " ${PARTS:-prefix features} " == *" features "* ]] || exit 0
 serve free_text -- --concurrency 64
 serve json_schema_10 -- --concurrency 64 --response-format bench/schema_10_fields.json
 serve sampled -- --concurrency 64 --temperature 0.8
