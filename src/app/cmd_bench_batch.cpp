@@ -5,6 +5,7 @@
 // the serving benchmark (scripts/bench_serve.py) measures the same engine behind the server.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "backend/batch.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/mix64.h"
 #include "model/model.h"
 #include "runtime/bench.h"
 
@@ -87,12 +89,14 @@ int run(const Opts& o) {
               o.kv_half ? ", fp16 KV" : ", fp32 KV", b->dense_rows());
   std::printf("%6s %14s %12s %16s\n", "C", "decode tok/s", "ms/step", "prefill tok/s");
   const int V = m.config.vocab_size;
-  // Prompt k: the shared prefix, then tokens of its own.
-  auto prompt_of = [&](int k) {
+  // Prompt k: the shared prefix, then tokens of its own, each a hash of (k, position): prompts of
+  // different k share no whole KV page past the prefix, whatever the vocabulary's size.
+  auto prompt_of = [&](int64_t k) {
     std::vector<int> p(size_t(o.prompt));
-    for (int i = 0; i < o.prompt; ++i)
-      p[i] = i < o.shared_prefix ? 1 + (i * 104729 + 4049) % (V - 1)
-                                 : 1 + (k * 7919 + i * 104729) % (V - 1);
+    for (int i = 0; i < o.prompt; ++i) {
+      const uint64_t key = i < o.shared_prefix ? ~uint64_t(0) : uint64_t(k);
+      p[i] = 1 + static_cast<int>(mix64(mix64(key) ^ uint64_t(i)) % uint64_t(V - 1));
+    }
     return p;
   };
   // Warm-up rounds, then the measured one: three rounds of the measured round's shapes (the CUDA
@@ -140,8 +144,9 @@ int run(const Opts& o) {
       }
       const double pre_s = secs(t0);
       const auto t1 = std::chrono::steady_clock::now();
-      int fresh = (1 << 20) + (rep << 18);  // prompt numbers of --chunks arrivals (new each round)
-      int64_t arr_hits = 0;                 // their tokens the prefix cache held
+      int64_t fresh = (int64_t(1) << 40) +
+                      (int64_t(rep) << 32);  // prompt numbers of --chunks arrivals (new each round)
+      int64_t arr_hits = 0;                  // their tokens the prefix cache held
       for (int g = 1; g < o.gen; ++g) {
         std::vector<SeqStep> st(C);
         for (int s = 0; s < C; ++s) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/mix64.h"
 #include "core/parallel_for.h"
 #include "model/quantize_model.h"
 #include "quant/quantize.h"
@@ -82,13 +83,6 @@ const std::vector<SynthPreset> kPresets = {
 };
 
 // --- counter-based normal generator --------------------------------------------------------------
-
-inline uint64_t mix64(uint64_t z) {  // splitmix64 finalizer
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint64_t stream_key(uint64_t seed, const std::string& name) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the tensor name
