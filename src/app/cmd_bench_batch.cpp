@@ -144,9 +144,9 @@ int run(const Opts& o) {
       }
       const double pre_s = secs(t0);
       const auto t1 = std::chrono::steady_clock::now();
-      int64_t fresh = (int64_t(1) << 40) +
-                      (int64_t(rep) << 32);  // prompt numbers of --chunks arrivals (new each round)
-      int64_t arr_hits = 0;                  // their tokens the prefix cache held
+      // Prompt numbers of --chunks arrivals: new each round, past every sequence's.
+      int64_t fresh = (int64_t(1) << 40) + (int64_t(rep) << 32);
+      int64_t arr_hits = 0;  // their tokens the prefix cache held
       for (int g = 1; g < o.gen; ++g) {
         std::vector<SeqStep> st(C);
         for (int s = 0; s < C; ++s) {
