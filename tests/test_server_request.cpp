@@ -141,6 +141,21 @@ TEST(ServerRequest, LogitBiasBansOrKeepsTokens) {
   EXPECT_EQ(error_of({{"prompt", "a"}, {"logit_bias", many}}).second, "logit_bias");
   ASSERT_LE(V, kMaxLogitBias);  // the byte vocabulary: banning all of it fits the entry limit
   EXPECT_EQ(error_of({{"prompt", "a"}, {"logit_bias", all}}).second, "logit_bias");
+  // One token under two spellings counts once; a kept token that is also banned is not kept, so
+  // keeping only banned tokens leaves none (the engines would sample token 0).
+  const GenRequest twice =
+      parse_completion({{"prompt", "a"}, {"logit_bias", {{"7", 100}, {"007", 100}}}}, f.ctx());
+  EXPECT_EQ(twice.only_tokens, (std::vector<int>{7}));
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"logit_bias", {{"7", 100}, {"007", -100}}}}),
+            std::make_pair(400, std::string("logit_bias")));
+  json all_but_one = all;
+  all_but_one["0"] = 0;
+  all_but_one["00"] = -100;  // token 0 after all
+  EXPECT_EQ(error_of({{"prompt", "a"}, {"logit_bias", all_but_one}}).second, "logit_bias");
+  all_but_one.erase("00");
+  EXPECT_EQ(parse_completion({{"prompt", "a"}, {"logit_bias", all_but_one}}, f.ctx())
+                .banned_tokens.size(),
+            static_cast<size_t>(V - 1));
 }
 
 TEST(ServerRequest, MalformedBodies) {

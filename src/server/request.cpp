@@ -172,8 +172,16 @@ void parse_logit_bias(const json& body, const ParseContext& ctx, GenRequest& r) 
           "unsupported_value");
     }
   }
-  if (r.only_tokens.empty() && static_cast<int>(r.banned_tokens.size()) >= n_vocab)
-    bad("logit_bias", "'logit_bias' bans every token of the vocabulary");
+  // Keys such as "7" and "007" name one token: the lists are sets.
+  for (std::vector<int>* v : {&r.banned_tokens, &r.only_tokens}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  const bool none_left = r.only_tokens.empty()
+                             ? static_cast<int>(r.banned_tokens.size()) == n_vocab
+                             : std::includes(r.banned_tokens.begin(), r.banned_tokens.end(),
+                                             r.only_tokens.begin(), r.only_tokens.end());
+  if (none_left) bad("logit_bias", "'logit_bias' leaves no token that may be sampled");
 }
 
 // The fields both endpoints share. Prompt-dependent checks run in finish().
